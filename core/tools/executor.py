@@ -1,0 +1,217 @@
+"""Turns the model's tool calls into tool results: parse and validate, run with a timeout, cap the output.
+
+Nothing here raises for a bad call or a failing tool: every problem becomes a `ToolResult` with
+status "error" whose output is a sentence the model can act on, so the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jsonschema.exceptions import best_match
+
+from core.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+# Error sentences quote the offending detail; this keeps a huge argument from flooding the context.
+MAX_ERROR_DETAIL_CHARS = 300
+TRUNCATION_MARKER = "\n… [{omitted} characters omitted] …\n"
+
+ToolResultStatus = Literal["ok", "error", "rejected"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallRequest:
+    """One tool call as the model made it; `arguments` is the raw JSON text it produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedCall:
+    """A tool call whose tool exists and whose arguments are a JSON object matching its schema."""
+
+    call: ToolCallRequest
+    spec: ToolSpec
+    arguments: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.call.id
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    """What the model reads back for one call, and what `ToolCallFinished` reports."""
+
+    call_id: str
+    tool: str
+    status: ToolResultStatus
+    output: str
+    arguments: dict[str, Any]
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """`text` cut to at most `max_chars`, keeping its start and end (where answers and totals live)."""
+    if len(text) <= max_chars:
+        return text
+    # The marker's length depends on the count it reports, which depends on its length: settle it.
+    marker = ""
+    for _ in range(4):
+        candidate = TRUNCATION_MARKER.format(omitted=len(text) - max(max_chars - len(marker), 0))
+        settled = len(candidate) == len(marker)
+        marker = candidate
+        if settled:
+            break
+    keep = max_chars - len(marker)
+    if keep <= 0:
+        return text[:max_chars]
+    head = (keep + 1) // 2
+    tail = keep - head
+    return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+def _short(detail: str) -> str:
+    return truncate_middle(detail, MAX_ERROR_DETAIL_CHARS)
+
+
+def _format_seconds(seconds: float) -> str:
+    return f"{seconds:g}"
+
+
+class ToolExecutor:
+    """Parses, authorises by registry flag, and runs tool calls against one `ToolRegistry`."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._registry
+
+    def parse(self, call: ToolCallRequest, *, offered: Collection[str] | None = None) -> ParsedCall | ToolResult:
+        """A `ParsedCall`, or an error `ToolResult` telling the model what to fix.
+
+        `offered` limits the call to the tools this run handed the model: a model that calls a
+        registered tool it was not offered gets the same answer as for an unknown one.
+        """
+        spec = self._registry.get(call.name)
+        if spec is None or (offered is not None and call.name not in offered):
+            available = sorted(offered) if offered is not None else list(self._registry.names())
+            listing = ", ".join(available) if available else "none"
+            return self._error(
+                call,
+                {},
+                f"Error: there is no tool named {_short(call.name)!r}. Available tools: {listing}.",
+            )
+
+        raw = call.arguments.strip()
+        if not raw:
+            # Some models send an empty string for a call without arguments.
+            arguments: Any = {}
+        else:
+            try:
+                arguments = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                return self._error(
+                    call,
+                    {},
+                    f"Error: arguments for {spec.name} are not valid JSON: {_short(str(exc))}. "
+                    "Call the tool again with valid JSON.",
+                )
+        if not isinstance(arguments, dict):
+            return self._error(
+                call,
+                {},
+                f"Error: arguments for {spec.name} must be a JSON object, not {type(arguments).__name__}. "
+                "Call the tool again with a JSON object.",
+            )
+
+        problem = best_match(spec.validator.iter_errors(arguments))
+        if problem is not None:
+            where = "/".join(str(part) for part in problem.absolute_path)
+            location = f" at '{where}'" if where else ""
+            return self._error(
+                call,
+                arguments,
+                f"Error: arguments for {spec.name} do not match its schema{location}: {_short(problem.message)}. "
+                "Call the tool again with arguments that match the schema.",
+            )
+        return ParsedCall(call=call, spec=spec, arguments=arguments)
+
+    def needs_approval(self, parsed: ParsedCall) -> bool:
+        return parsed.spec.requires_approval
+
+    async def run(self, parsed: ParsedCall, ctx: ToolContext) -> ToolResult:
+        """Run the tool under its timeout; failures become error results, the output is capped."""
+        spec = parsed.spec
+        deadline = asyncio.timeout(spec.timeout_s)
+        try:
+            async with deadline:
+                output = await spec.run(ctx, dict(parsed.arguments))
+        except ToolError as exc:
+            logger.info("tool %s (call %s) reported: %s", spec.name, parsed.id, exc)
+            return self._result(parsed, "error", f"Error: {_short(str(exc) or type(exc).__name__)}")
+        except Exception as exc:
+            # A TimeoutError raised inside the tool (its own HTTP timeout, say) is a failure, not ours.
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                logger.warning("tool %s (call %s) timed out after %s s", spec.name, parsed.id, spec.timeout_s)
+                return self._result(
+                    parsed, "error", f"Error: {spec.name} timed out after {_format_seconds(spec.timeout_s)} s."
+                )
+            # The traceback is for operators; the model only needs what went wrong.
+            logger.exception("tool %s (call %s) failed", spec.name, parsed.id)
+            detail = str(exc) or type(exc).__name__
+            return self._result(parsed, "error", f"Error: {spec.name} failed: {_short(detail)}")
+        if not isinstance(output, str):
+            logger.error("tool %s returned %s instead of str", spec.name, type(output).__name__)
+            return self._result(parsed, "error", f"Error: {spec.name} failed: it returned no text.")
+        return self._result(parsed, "ok", output)
+
+    def rejected(self, call: ToolCallRequest | ParsedCall, comment: str | None = None) -> ToolResult:
+        """The result the model reads for a call the user declined, with their comment if any."""
+        output = "The user declined this tool call."
+        if comment and comment.strip():
+            output = f"The user declined this tool call: {comment.strip()}"
+        if isinstance(call, ParsedCall):
+            return self._result(call, "rejected", output)
+        spec = self._registry.get(call.name)
+        return ToolResult(
+            call_id=call.id,
+            tool=call.name,
+            status="rejected",
+            output=truncate_middle(output, spec.max_output_chars if spec else MAX_ERROR_DETAIL_CHARS * 4),
+            arguments=_arguments_or_empty(call.arguments),
+        )
+
+    def _result(self, parsed: ParsedCall, status: ToolResultStatus, output: str) -> ToolResult:
+        return ToolResult(
+            call_id=parsed.id,
+            tool=parsed.name,
+            status=status,
+            output=truncate_middle(output, parsed.spec.max_output_chars),
+            arguments=parsed.arguments,
+        )
+
+    def _error(self, call: ToolCallRequest, arguments: dict[str, Any], output: str) -> ToolResult:
+        return ToolResult(call_id=call.id, tool=call.name, status="error", output=output, arguments=arguments)
+
+
+def _arguments_or_empty(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,125 @@
+"""Tool specs and the registry that names them, offers them to the model and says which need approval."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+DEFAULT_TOOL_TIMEOUT_S = 20.0
+DEFAULT_MAX_OUTPUT_CHARS = 8000
+# OpenAI (and compatible providers) reject function names outside this pattern with a 400.
+TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ToolError(Exception):
+    """A failure a tool reports on purpose; its message is written for the model to act on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """Who and where a tool runs for; `extras` carries engine-provided services (retriever, notifier)."""
+
+    user: str
+    conversation_id: int | None
+    platform: str
+    channel: str
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """One tool: its name and JSON-schema parameters as the model sees them, and how to run it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: ToolRun
+    requires_approval: bool = False
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME_PATTERN.match(self.name):
+            raise ValueError(f"tool name {self.name!r} must match {TOOL_NAME_PATTERN.pattern}")
+        if self.parameters.get("type") != "object":
+            raise ValueError(f"parameters of tool {self.name!r} must be a JSON schema of type object")
+        try:
+            Draft202012Validator.check_schema(self.parameters)
+        except SchemaError as exc:
+            raise ValueError(f"parameters of tool {self.name!r} are not a valid JSON schema: {exc.message}") from exc
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s of tool {self.name!r} must be positive")
+        if self.max_output_chars <= 0:
+            raise ValueError(f"max_output_chars of tool {self.name!r} must be positive")
+        # Built once per spec so every call validates without re-reading the schema.
+        object.__setattr__(self, "validator", Draft202012Validator(self.parameters))
+
+    def openai_tool(self) -> dict[str, Any]:
+        """This tool in the shape of one entry of the OpenAI `tools=[...]` request parameter."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class ToolRegistry:
+    """The tools the engine knows, by name, in registration order."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: ToolSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"a tool named {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def openai_tools(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        """The OpenAI `tools` list for the named tools, in the order given; an unknown name is a KeyError."""
+        return [self._require(name).openai_tool() for name in names]
+
+    def with_approval_overrides(self, overrides: Mapping[str, bool]) -> ToolRegistry:
+        """A copy whose `requires_approval` flags are replaced by `overrides` (from settings).
+
+        An override naming an unregistered tool is a ValueError: a misspelt name in settings
+        must not silently leave a side-effecting tool unguarded.
+        """
+        unknown = sorted(set(overrides) - set(self._specs))
+        if unknown:
+            raise ValueError(f"approval overrides name unknown tools: {', '.join(unknown)}")
+        return ToolRegistry(
+            dataclasses.replace(spec, requires_approval=overrides[spec.name]) if spec.name in overrides else spec
+            for spec in self._specs.values()
+        )
+
+    def requires_approval(self, name: str) -> bool:
+        return self._require(name).requires_approval
+
+    def _require(self, name: str) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise KeyError(f"no tool named {name!r} is registered")
+        return spec
