@@ -40,6 +40,7 @@ CREATE TABLE continuations (
     state            jsonb NOT NULL,
     call_ids         text[] NOT NULL,
     decisions        jsonb NOT NULL DEFAULT '{}'::jsonb,
+    started_calls    text[] NOT NULL DEFAULT '{}',
     requested_by     text NOT NULL,
     message_refs     jsonb NOT NULL DEFAULT '[]'::jsonb,
     claimed_by       text,

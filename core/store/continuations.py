@@ -1,0 +1,192 @@
+"""Paused runs: save, record decisions per call, claim exactly once, finish, expire, revert."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from core.store.db import Database
+
+ContinuationStatus = Literal["pending", "resuming", "done", "expired", "failed"]
+
+COLUMNS = (
+    "id, conversation_id, status, schema_version, state, call_ids, decisions, started_calls, requested_by,"
+    " message_refs, claimed_by, claimed_at, created_at, expires_at, finished_at"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """One human decision on one pending call."""
+
+    approved: bool
+    actor: str
+    comment: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"approved": self.approved, "actor": self.actor, "comment": self.comment}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Decision":
+        return cls(approved=bool(data["approved"]), actor=str(data.get("actor", "")), comment=str(data.get("comment", "")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuationRow:
+    """A continuation as stored."""
+
+    id: uuid.UUID
+    conversation_id: int | None
+    status: ContinuationStatus
+    schema_version: int
+    state: dict[str, Any]
+    call_ids: tuple[str, ...]
+    decisions: dict[str, Decision]
+    started_calls: tuple[str, ...]
+    requested_by: str
+    message_refs: list[dict[str, Any]] = field(default_factory=list)
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def undecided(self) -> tuple[str, ...]:
+        return tuple(call_id for call_id in self.call_ids if call_id not in self.decisions)
+
+
+def _row(data: dict[str, Any]) -> ContinuationRow:
+    data = dict(data)
+    data["call_ids"] = tuple(data["call_ids"])
+    data["started_calls"] = tuple(data["started_calls"])
+    data["decisions"] = {call_id: Decision.from_json(value) for call_id, value in data["decisions"].items()}
+    return ContinuationRow(**data)
+
+
+class ContinuationStore:
+    """Every state change is one conditional statement, so concurrent clicks and instances agree."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def save(
+        self,
+        *,
+        conversation_id: int | None,
+        schema_version: int,
+        state: dict[str, Any],
+        call_ids: tuple[str, ...],
+        requested_by: str,
+        expires_at: datetime,
+    ) -> uuid.UUID:
+        """Store a paused run (committed when this returns)."""
+        continuation_id = uuid.uuid4()
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "INSERT INTO continuations (id, conversation_id, schema_version, state, call_ids, requested_by,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (continuation_id, conversation_id, schema_version, Jsonb(state), list(call_ids), requested_by, expires_at),
+            )
+        return continuation_id
+
+    async def get(self, continuation_id: uuid.UUID) -> ContinuationRow | None:
+        return await self._fetch_one(f"SELECT {COLUMNS} FROM continuations WHERE id = %s", (continuation_id,))
+
+    async def record_decision(
+        self, continuation_id: uuid.UUID, *, call_id: str | None, decision: Decision
+    ) -> ContinuationRow | None:
+        """Record a decision for one call, or for every undecided call when call_id is None.
+
+        Returns the updated row, or None when nothing changed (not pending, expired, unknown call,
+        or that call already decided) — the caller reads the row to say which.
+        """
+        if call_id is None:
+            return await self._fetch_one(
+                "UPDATE continuations SET decisions ="
+                " (SELECT coalesce(jsonb_object_agg(c, %s::jsonb), '{}'::jsonb) FROM unnest(call_ids) AS c)"
+                " || decisions"
+                f" WHERE id = %s AND status = 'pending' AND expires_at > now() RETURNING {COLUMNS}",
+                (Jsonb(decision.to_json()), continuation_id),
+            )
+        return await self._fetch_one(
+            "UPDATE continuations SET decisions = decisions || jsonb_build_object(%s::text, %s::jsonb)"
+            " WHERE id = %s AND status = 'pending' AND expires_at > now()"
+            f" AND %s = ANY(call_ids) AND NOT decisions ? %s RETURNING {COLUMNS}",
+            (call_id, Jsonb(decision.to_json()), continuation_id, call_id, call_id),
+        )
+
+    async def claim(self, continuation_id: uuid.UUID, *, actor: str) -> ContinuationRow | None:
+        """pending → resuming once every call is decided; exactly one caller gets the row."""
+        return await self._fetch_one(
+            "UPDATE continuations SET status = 'resuming', claimed_by = %s, claimed_at = now()"
+            " WHERE id = %s AND status = 'pending' AND expires_at > now()"
+            " AND (SELECT count(*) FROM jsonb_object_keys(decisions)) >= cardinality(call_ids)"
+            f" RETURNING {COLUMNS}",
+            (actor, continuation_id),
+        )
+
+    async def mark_started(self, continuation_id: uuid.UUID, call_id: str) -> bool:
+        """Note that a call is about to run; False if it already started (so it never runs twice)."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE continuations SET started_calls = array_append(started_calls, %s)"
+                " WHERE id = %s AND status = 'resuming' AND NOT (%s = ANY(started_calls)) RETURNING 1",
+                (call_id, continuation_id, call_id),
+            )
+            return await cursor.fetchone() is not None
+
+    async def finish(self, continuation_id: uuid.UUID, *, status: ContinuationStatus = "done") -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE continuations SET status = %s, finished_at = now() WHERE id = %s AND status = 'resuming'",
+                (status, continuation_id),
+            )
+
+    async def expire_due(self) -> list[ContinuationRow]:
+        """Close pending runs past their expiry; returns them so their messages can be edited."""
+        return await self._fetch_all(
+            "UPDATE continuations SET status = 'expired', finished_at = now()"
+            f" WHERE status = 'pending' AND expires_at <= now() RETURNING {COLUMNS}",
+            (),
+        )
+
+    async def revert_stuck(self, *, older_than_s: float) -> list[ContinuationRow]:
+        """Runs left in `resuming` by a crash go back to `pending`; started calls stay marked."""
+        return await self._fetch_all(
+            "UPDATE continuations SET status = 'pending', claimed_by = NULL, claimed_at = NULL"
+            " WHERE status = 'resuming' AND claimed_at < now() - make_interval(secs => %s)"
+            f" RETURNING {COLUMNS}",
+            (older_than_s,),
+        )
+
+    async def add_message_ref(self, continuation_id: uuid.UUID, ref: dict[str, Any]) -> None:
+        """Remember a platform message showing this approval, to edit it later (e.g. on expiry)."""
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE continuations SET message_refs = message_refs || %s::jsonb WHERE id = %s",
+                (Jsonb([ref]), continuation_id),
+            )
+
+    async def pending_for_conversation(self, conversation_id: int) -> list[ContinuationRow]:
+        return await self._fetch_all(
+            f"SELECT {COLUMNS} FROM continuations WHERE conversation_id = %s AND status = 'pending'"
+            " ORDER BY created_at",
+            (conversation_id,),
+        )
+
+    async def _fetch_one(self, query: str, params: tuple[Any, ...]) -> ContinuationRow | None:
+        rows = await self._fetch_all(query, params)
+        return rows[0] if rows else None
+
+    async def _fetch_all(self, query: str, params: tuple[Any, ...]) -> list[ContinuationRow]:
+        async with self._db.connection() as conn:
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(query, params)
+                rows = await cursor.fetchall() if cursor.description else []
+        return [_row(row) for row in rows]
