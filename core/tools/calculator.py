@@ -164,7 +164,9 @@ def _call(name: str, values: list[Number]) -> Number:
     if name == "round" and len(values) == 2:
         digits = values[1]
         if not isinstance(digits, int) or abs(digits) > MAX_ROUND_DIGITS:
-            raise ToolError(f"round's second argument must be a whole number between -{MAX_ROUND_DIGITS} and {MAX_ROUND_DIGITS}.")
+            raise ToolError(
+                f"round's second argument must be a whole number between -{MAX_ROUND_DIGITS} and {MAX_ROUND_DIGITS}."
+            )
     return _check(FUNCTIONS[name](*values))
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from jsonschema.exceptions import best_match
 
-from core.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec
+from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolContext, ToolError, ToolRegistry, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class ToolExecutor:
             call_id=call.id,
             tool=call.name,
             status="rejected",
-            output=truncate_middle(output, spec.max_output_chars if spec else MAX_ERROR_DETAIL_CHARS * 4),
+            output=truncate_middle(output, spec.max_output_chars if spec else DEFAULT_MAX_OUTPUT_CHARS),
             arguments=_arguments_or_empty(call.arguments),
         )
 

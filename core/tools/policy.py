@@ -40,7 +40,8 @@ class ApprovalPolicy:
         who += [mention(user) for user in sorted(self.approvers) if user != requested_by]
         if self.approver_roles:
             roles = ", ".join(sorted(self.approver_roles))
-            who.append(f"anyone with the role {roles}" if len(self.approver_roles) == 1 else f"anyone with one of the roles {roles}")
+            plural = len(self.approver_roles) > 1
+            who.append(f"anyone with one of the roles {roles}" if plural else f"anyone with the role {roles}")
         who.append("an admin")
         listing = ", ".join(who[:-1]) + f" or {who[-1]}"
         return f"Only {listing} can approve or reject this."
