@@ -1,0 +1,1 @@
+"""Retrieval: loading documents, chunking them, embedding them, and searching them."""
