@@ -1,0 +1,45 @@
+"""A local Slack for end-to-end tests: Web API, signed event delivery and Socket Mode."""
+
+from __future__ import annotations
+
+from .events import (
+    Delivery,
+    app_mention_event,
+    block_actions_payload,
+    channel_message_event,
+    dm_message_event,
+    event_envelope,
+)
+from .limits import DEFAULT_LIMITS, GENEROUS_LIMIT, MethodLimit
+from .server import SlackEmulator
+from .state import (
+    CallRecord,
+    Edit,
+    EphemeralRecord,
+    MessageRecord,
+    SocketAck,
+    StatusRecord,
+    Team,
+    User,
+)
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "GENEROUS_LIMIT",
+    "CallRecord",
+    "Delivery",
+    "Edit",
+    "EphemeralRecord",
+    "MessageRecord",
+    "MethodLimit",
+    "SlackEmulator",
+    "SocketAck",
+    "StatusRecord",
+    "Team",
+    "User",
+    "app_mention_event",
+    "block_actions_payload",
+    "channel_message_event",
+    "dm_message_event",
+    "event_envelope",
+]

@@ -1,0 +1,259 @@
+"""Slack Web API methods the bot uses, answered from the store the way Slack answers them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .state import EphemeralRecord, Edit, JsonDict, MessageRecord, StatusRecord, Team
+from .store import Channel, SlackStore
+from .validation import Rejection, check_message, parse_blocks
+
+Handler = Callable[[Team, JsonDict], Awaitable[JsonDict]]
+
+DEFAULT_REPLIES_LIMIT = 1000
+DEFAULT_HISTORY_LIMIT = 100
+
+
+def error(code: str, **extra: Any) -> JsonDict:
+    return {"ok": False, "error": code, **extra}
+
+
+def _rejected(rejection: Rejection) -> JsonDict:
+    if rejection.details:
+        return error(rejection.error, errors=rejection.details)
+    return error(rejection.error)
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _page(items: list[MessageRecord], params: JsonDict, default_limit: int) -> tuple[list[MessageRecord], str]:
+    """Cursor pagination: the cursor is an opaque offset ("offset:N")."""
+    limit = max(1, _int(params.get("limit"), default_limit))
+    cursor = str(params.get("cursor") or "")
+    start = _int(cursor.removeprefix("offset:"), 0) if cursor.startswith("offset:") else 0
+    page = items[start:start + limit]
+    next_cursor = f"offset:{start + limit}" if start + limit < len(items) else ""
+    return page, next_cursor
+
+
+class WebApi:
+    """Maps a method name to a handler over the store."""
+
+    def __init__(self, store: SlackStore) -> None:
+        self._store = store
+        self.handlers: dict[str, Handler] = {
+            "auth.test": self.auth_test,
+            "users.info": self.users_info,
+            "bots.info": self.bots_info,
+            "conversations.info": self.conversations_info,
+            "chat.postMessage": self.chat_post_message,
+            "chat.update": self.chat_update,
+            "chat.postEphemeral": self.chat_post_ephemeral,
+            "chat.delete": self.chat_delete,
+            "chat.getPermalink": self.chat_get_permalink,
+            "conversations.replies": self.conversations_replies,
+            "conversations.history": self.conversations_history,
+            "assistant.threads.setStatus": self.assistant_set_status,
+            "files.info": self.files_info,
+        }
+
+    def _channel(self, team: Team, params: JsonDict, *, key: str = "channel") -> Channel | None:
+        channel_id = params.get(key)
+        if not isinstance(channel_id, str) or not channel_id:
+            return None
+        return self._store.channel(channel_id, team_id=team.team_id, create=True)
+
+    # --- identity ---
+    async def auth_test(self, team: Team, params: JsonDict) -> JsonDict:
+        return {
+            "ok": True,
+            "url": f"https://{team.domain}.slack.com/",
+            "team": team.name,
+            "user": "relaybot",
+            "team_id": team.team_id,
+            "user_id": team.bot_user_id,
+            "bot_id": team.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    async def users_info(self, team: Team, params: JsonDict) -> JsonDict:
+        user = self._store.users.get(str(params.get("user", "")))
+        if user is None:
+            return error("user_not_found")
+        return {
+            "ok": True,
+            "user": {
+                "id": user.user_id,
+                "team_id": user.team_id,
+                "name": user.name,
+                "real_name": user.real_name,
+                "deleted": False,
+                "is_bot": user.is_bot,
+                "is_app_user": False,
+                "tz": "Europe/London",
+                "profile": {"real_name": user.real_name, "display_name": user.name, "team": user.team_id},
+            },
+        }
+
+    async def bots_info(self, team: Team, params: JsonDict) -> JsonDict:
+        bot = next((t for t in self._store.teams.values() if t.bot_id == params.get("bot")), None)
+        if bot is None:
+            return error("bot_not_found")
+        return {
+            "ok": True,
+            "bot": {"id": bot.bot_id, "deleted": False, "name": "relaybot", "updated": int(time.time()),
+                    "app_id": bot.app_id, "user_id": bot.bot_user_id, "icons": {}},
+        }
+
+    async def conversations_info(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        cid = channel.channel_id
+        return {"ok": True, "channel": {"id": cid, "name": cid.lower(), "is_im": cid.startswith("D"),
+                                        "is_channel": cid.startswith("C"), "is_private": cid.startswith("G")}}
+
+    # --- messages ---
+    async def chat_post_message(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        blocks = parse_blocks(params.get("blocks"))
+        if isinstance(blocks, Rejection):
+            return _rejected(blocks)
+        text = str(params.get("text") or params.get("markdown_text") or "")
+        if not text and not blocks:
+            return error("no_text")
+        rejection = check_message(text=text, blocks=blocks, is_update=False)
+        if rejection is not None:
+            return _rejected(rejection)
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts is not None:
+            thread_ts = self._store.thread_root_ts(channel, str(thread_ts))
+            if thread_ts is None:
+                return error("thread_not_found")
+        record = self._store.post(channel, text=text, blocks=blocks, thread_ts=thread_ts,
+                                  user=team.bot_user_id, bot_id=team.bot_id)
+        message = record.to_api()
+        message["app_id"] = team.app_id
+        return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "message": message}
+
+    def _own_message(self, team: Team, params: JsonDict) -> tuple[Channel, MessageRecord] | JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        record = channel.messages.get(str(params.get("ts", "")))
+        if record is None or record.deleted:
+            return error("message_not_found")
+        if record.bot_id != team.bot_id:
+            return error("cant_update_message")
+        return channel, record
+
+    async def chat_update(self, team: Team, params: JsonDict) -> JsonDict:
+        found = self._own_message(team, params)
+        if isinstance(found, dict):
+            return found
+        channel, record = found
+        blocks = parse_blocks(params.get("blocks")) if "blocks" in params else record.blocks
+        if isinstance(blocks, Rejection):
+            return _rejected(blocks)
+        text = str(params.get("text") or params.get("markdown_text") or "")
+        if not text and not blocks:
+            return error("no_text")
+        rejection = check_message(text=text, blocks=blocks, is_update=True)
+        if rejection is not None:
+            return _rejected(rejection)
+        record.text, record.blocks = text, blocks
+        record.edits.append(Edit(text=text, blocks=blocks, edited_ts=self._store.clock.next(),
+                                 at_s=time.monotonic()))
+        return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "text": text,
+                "message": record.to_api()}
+
+    async def chat_delete(self, team: Team, params: JsonDict) -> JsonDict:
+        found = self._own_message(team, params)
+        if isinstance(found, dict):
+            return error("cant_delete_message") if found["error"] == "cant_update_message" else found
+        channel, record = found
+        record.deleted = True
+        return {"ok": True, "channel": channel.channel_id, "ts": record.ts}
+
+    async def chat_post_ephemeral(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        user = params.get("user")
+        if not isinstance(user, str) or not user:
+            return error("user_not_found")
+        blocks = parse_blocks(params.get("blocks"))
+        if isinstance(blocks, Rejection):
+            return _rejected(blocks)
+        text = str(params.get("text") or "")
+        if not text and not blocks:
+            return error("no_text")
+        rejection = check_message(text=text, blocks=blocks, is_update=False)
+        if rejection is not None:
+            return _rejected(rejection)
+        message_ts = self._store.clock.next()
+        self._store.ephemerals.append(EphemeralRecord(
+            channel=channel.channel_id, team_id=team.team_id, user=user, text=text, blocks=blocks,
+            thread_ts=params.get("thread_ts") or None, message_ts=message_ts,
+        ))
+        return {"ok": True, "message_ts": message_ts}
+
+    async def chat_get_permalink(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        ts = str(params.get("message_ts", ""))
+        if ts not in channel.messages:
+            return error("message_not_found")
+        link = f"https://{team.domain}.slack.com/archives/{channel.channel_id}/p{ts.replace('.', '')}"
+        return {"ok": True, "channel": channel.channel_id, "permalink": link}
+
+    async def conversations_replies(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        root = self._store.thread_root_ts(channel, str(params.get("ts", "")))
+        if root is None:
+            return error("thread_not_found")
+        page, next_cursor = _page(self._store.thread(channel, root), params, DEFAULT_REPLIES_LIMIT)
+        messages = [m.to_api(reply_count=self._store.reply_count(channel, m)) for m in page]
+        return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
+                "response_metadata": {"next_cursor": next_cursor}}
+
+    async def conversations_history(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        newest_first = list(reversed(self._store.top_level(channel)))
+        page, next_cursor = _page(newest_first, params, DEFAULT_HISTORY_LIMIT)
+        messages = [m.to_api(reply_count=self._store.reply_count(channel, m)) for m in page]
+        return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
+                "response_metadata": {"next_cursor": next_cursor}}
+
+    async def assistant_set_status(self, team: Team, params: JsonDict) -> JsonDict:
+        channel = self._channel(team, params, key="channel_id")
+        if channel is None:
+            return error("channel_not_found")
+        thread_ts = params.get("thread_ts")
+        if not isinstance(thread_ts, str) or not thread_ts:
+            return error("invalid_arguments")
+        self._store.statuses.append(StatusRecord(
+            channel=channel.channel_id, thread_ts=thread_ts, status=str(params.get("status", "")),
+            team_id=team.team_id, at_s=time.monotonic(),
+        ))
+        return {"ok": True}
+
+    async def files_info(self, team: Team, params: JsonDict) -> JsonDict:
+        record = self._store.files.get(str(params.get("file", "")))
+        if record is None or record.team_id != team.team_id:
+            return error("file_not_found")
+        return {"ok": True, "file": record.info}

@@ -1,0 +1,430 @@
+"""SlackEmulator: a local Slack (Web API, files, response_url, Socket Mode) for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from . import events
+from .api import WebApi, error
+from .events import Delivery
+from .limits import DEFAULT_LIMITS, Fault, MethodLimit, RateLimiter, retry_after_header
+from .socket import EnvelopeType, SocketHub
+from .state import (
+    CallRecord,
+    Edit,
+    EphemeralRecord,
+    JsonDict,
+    MessageRecord,
+    SocketAck,
+    StatusRecord,
+    Team,
+    User,
+)
+from .store import SlackStore
+
+DEFAULT_TEAM_ID = "T0000EMU1"
+DEFAULT_APP_ID = "A0000EMU1"
+DEFAULT_SIGNING_SECRET = "emulator-signing-secret"
+DEFAULT_APP_TOKEN = "xapp-1-A0000EMU1-emulator-app-token"
+DELIVERY_TIMEOUT_S = 10.0
+SOCKET_ACK_TIMEOUT_S = 5.0
+
+_LOGIN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
+
+
+class SlackEmulator:
+    """`async with SlackEmulator(time_scale=0.05) as slack:` serves Slack on 127.0.0.1.
+
+    Rate windows are multiplied by `time_scale` (0.05 turns a minute into 3 s). `Retry-After`
+    stays a whole number of seconds (slack_sdk parses it with int()), so scaled waits round up
+    to at least 1 s. `limits=False` turns rate limiting off; a dict replaces limits per method.
+    Unknown but well-formed channel ids (C…, D…, G…) are created on first use unless
+    `strict_channels=True`.
+    """
+
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        limits: bool | dict[str, MethodLimit] = True,
+        strict_channels: bool = False,
+        team_id: str = DEFAULT_TEAM_ID,
+        team_name: str = "Emulator",
+        app_id: str = DEFAULT_APP_ID,
+        app_token: str = DEFAULT_APP_TOKEN,
+        signing_secret: str = DEFAULT_SIGNING_SECRET,
+    ) -> None:
+        self.time_scale = time_scale
+        self.limits: dict[str, MethodLimit] = (
+            {**DEFAULT_LIMITS, **limits} if isinstance(limits, dict) else dict(DEFAULT_LIMITS)
+        )
+        self.limits_enabled = limits is not False
+        self.app_id = app_id
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self._store = SlackStore(strict_channels=strict_channels)
+        self._default_team = self._store.add_team(team_id=team_id, name=team_name, app_id=app_id)
+        self._api = WebApi(self._store)
+        self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
+        self._faults: dict[str, list[Fault]] = {}
+        self._socket = SocketHub(app_id=app_id)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.port = 0
+        self.response_url_posts: list[JsonDict] = []
+
+    # --- lifecycle ---
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_get("/files-pri/{key}/download/{name}", self._handle_file)
+        app.router.add_get("/files-pri/{key}/{name}", self._handle_file)
+        app.router.add_post("/response-url/{team}/{channel}/{ts}/{user}", self._handle_response_url)
+        app.router.add_get("/socket", self._socket.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self._session = aiohttp.ClientSession()
+
+    async def close(self) -> None:
+        await self._socket.close()
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> SlackEmulator:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def api_url(self) -> str:
+        """For `AsyncWebClient(base_url=...)`; the trailing slash matters."""
+        return f"{self.base_url}api/"
+
+    # --- identities ---
+    @property
+    def team_id(self) -> str:
+        return self._default_team.team_id
+
+    @property
+    def bot_token(self) -> str:
+        return self._default_team.bot_token
+
+    @property
+    def bot_user_id(self) -> str:
+        return self._default_team.bot_user_id
+
+    @property
+    def bot_id(self) -> str:
+        return self._default_team.bot_id
+
+    def add_team(self, team_id: str, *, name: str | None = None) -> Team:
+        return self._store.add_team(team_id=team_id, name=name or team_id, app_id=self.app_id)
+
+    def team(self, team_id: str | None = None) -> Team:
+        return self._store.teams[team_id or self.team_id]
+
+    def add_user(self, user_id: str, *, name: str | None = None, real_name: str | None = None,
+                 team_id: str | None = None) -> User:
+        return self._store.add_user(user_id=user_id, team_id=team_id or self.team_id, name=name,
+                                    real_name=real_name)
+
+    # --- test input ---
+    def add_user_message(self, channel: str, text: str, user: str, thread_ts: str | None = None, *,
+                         files: list[JsonDict] | None = None, team_id: str | None = None) -> str:
+        """Records a message a person wrote (registering the user if new); returns its ts."""
+        team = team_id or self.team_id
+        if user not in self._store.users:
+            self._store.add_user(user_id=user, team_id=team, name=None, real_name=None)
+        found = self._store.channel(channel, team_id=team, create=True)
+        if found is None:
+            raise ValueError(f"channel {channel!r} does not belong to team {team}")
+        root = self._store.thread_root_ts(found, thread_ts) if thread_ts is not None else None
+        if thread_ts is not None and root is None:
+            raise ValueError(f"no thread {thread_ts} in {channel}")
+        return self._store.post(found, text=text, blocks=None, thread_ts=root, user=user, bot_id=None,
+                                files=files).ts
+
+    def add_file(self, name: str, content: bytes, mimetype: str, *, team_id: str | None = None,
+                 filetype: str | None = None) -> JsonDict:
+        """A Slack file object; its url_private(_download) needs the team's bot token as Bearer."""
+        record = self._store.add_file(team_id=team_id or self.team_id, name=name, content=content,
+                                      mimetype=mimetype,
+                                      filetype=filetype or name.rsplit(".", 1)[-1].lower(),
+                                      base_url=self.base_url)
+        return dict(record.info)
+
+    def fail_next(self, method: str, *, error: str = "ratelimited", http_status: int | None = None,
+                  times: int = 1, retry_after_s: int = 1) -> None:
+        """The next `times` calls of `method` fail: "ratelimited" → 429, else ok=false (or http_status)."""
+        status = http_status or (429 if error == "ratelimited" else 200)
+        self._faults.setdefault(method, []).append(
+            Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
+
+    # --- recording API ---
+    def messages(self, channel: str, *, include_deleted: bool = False) -> list[MessageRecord]:
+        """Every message in the channel (threads included) in ts order."""
+        found = self._store.channels.get(channel)
+        if found is None:
+            return []
+        return [m for m in found.messages.values() if include_deleted or not m.deleted]
+
+    def message(self, channel: str, ts: str) -> MessageRecord:
+        return self._store.channels[channel].messages[ts]
+
+    def thread(self, channel: str, thread_ts: str) -> list[MessageRecord]:
+        """The thread's root and replies in ts order (empty if there is no such thread)."""
+        found = self._store.channels.get(channel)
+        if found is None:
+            return []
+        root = self._store.thread_root_ts(found, thread_ts)
+        return self._store.thread(found, root) if root is not None else []
+
+    def message_json(self, channel: str, ts: str) -> JsonDict:
+        """The message as Slack would include it in an interaction payload."""
+        found = self._store.channels[channel]
+        record = found.messages[ts]
+        return record.to_api(reply_count=self._store.reply_count(found, record))
+
+    @property
+    def ephemerals(self) -> list[EphemeralRecord]:
+        return list(self._store.ephemerals)
+
+    @property
+    def statuses(self) -> list[StatusRecord]:
+        return list(self._store.statuses)
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        return list(self._store.calls)
+
+    def call_names(self) -> list[str]:
+        return [c.method for c in self._store.calls]
+
+    @property
+    def count_429(self) -> dict[str, int]:
+        return dict(self._store.count_429)
+
+    @property
+    def socket_acks(self) -> list[SocketAck]:
+        return list(self._socket.acks)
+
+    # --- HTTP: Web API ---
+    async def _handle_api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        header = request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        token = token or str(params.pop("token", "") or "")
+        params.pop("token", None)
+        team = self._store.team_by_bot_token(token)
+        status, body, headers = await self._answer(method, params, token, team)
+        self._store.calls.append(CallRecord(
+            method=method, at_s=time.monotonic(), team_id=team.team_id if team else None,
+            params=params, status=status, error=None if body.get("ok") else str(body.get("error")),
+        ))
+        if status == 429:
+            self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
+        return web.json_response(body, status=status, headers=headers)
+
+    async def _answer(self, method: str, params: JsonDict, token: str,
+                      team: Team | None) -> tuple[int, JsonDict, dict[str, str]]:
+        if not token:
+            return 200, error("not_authed"), {}
+        if method == "apps.connections.open":
+            if token != self.app_token:
+                return 200, error("not_allowed_token_type" if team else "invalid_auth"), {}
+            team = self._default_team
+        elif team is None:
+            return 200, error("not_allowed_token_type" if token == self.app_token else "invalid_auth"), {}
+        fault = self._take_fault(method)
+        if fault is not None:
+            headers = {"Retry-After": str(fault.retry_after_s)} if fault.http_status == 429 else {}
+            return fault.http_status, error(fault.error), headers
+        if self.limits_enabled:
+            channel = params.get("channel") or params.get("channel_id")
+            wait_s = self._limiter.try_acquire(method, team_id=team.team_id,
+                                               channel=str(channel) if channel else None)
+            if wait_s is not None:
+                return 429, error("ratelimited"), {"Retry-After": retry_after_header(wait_s)}
+        if method == "apps.connections.open":
+            return 200, {"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket?ticket="
+                                            f"{self._socket.issue_ticket()}"}, {}
+        handler = self._api.handlers.get(method)
+        if handler is None:
+            return 200, error("unknown_method"), {}
+        return 200, await handler(team, params), {}
+
+    def _take_fault(self, method: str) -> Fault | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.pop(0)
+        return fault
+
+    # --- HTTP: files and response_url ---
+    async def _handle_file(self, request: web.Request) -> web.Response:
+        team_id, _, file_id = request.match_info["key"].partition("-")
+        record = self._store.files.get(file_id)
+        team = self._store.teams.get(team_id)
+        if record is None or team is None or record.team_id != team_id:
+            return web.Response(status=404, text="file not found")
+        if request.headers.get("Authorization", "") != f"Bearer {team.bot_token}":
+            # Slack answers an unauthenticated file URL with its HTML sign-in page, status 200.
+            return web.Response(text=_LOGIN_PAGE, content_type="text/html")
+        return web.Response(body=record.content, content_type=record.mimetype,
+                            headers={"Content-Disposition": f'attachment; filename="{record.name}"'})
+
+    async def _handle_response_url(self, request: web.Request) -> web.Response:
+        """Bolt's respond(): replace/delete the original message, or post (ephemeral by default)."""
+        body = await request.json()
+        self.response_url_posts.append(body)
+        team_id, channel_id = request.match_info["team"], request.match_info["channel"]
+        ts, user = request.match_info["ts"], request.match_info["user"]
+        channel = self._store.channel(channel_id, team_id=team_id, create=False)
+        record = channel.messages.get(ts) if channel is not None else None
+        if channel is None or record is None:
+            return web.json_response(error("expired_url"), status=404)
+        text, blocks = str(body.get("text") or ""), body.get("blocks")
+        if body.get("delete_original"):
+            record.deleted = True
+        elif body.get("replace_original"):
+            record.text, record.blocks = text, blocks
+            record.edits.append(Edit(text=text, blocks=blocks, edited_ts=self._store.clock.next(),
+                                     at_s=time.monotonic()))
+        elif body.get("response_type") == "in_channel":
+            team = self._store.teams[team_id]
+            self._store.post(channel, text=text, blocks=blocks, thread_ts=body.get("thread_ts"),
+                             user=team.bot_user_id, bot_id=team.bot_id)
+        else:
+            self._store.ephemerals.append(EphemeralRecord(
+                channel=channel_id, team_id=team_id, user=user, text=text, blocks=blocks,
+                thread_ts=record.thread_ts, message_ts=self._store.clock.next()))
+        return web.json_response({"ok": True})
+
+    # --- delivering to the app over HTTP ---
+    def event_envelope(self, event: JsonDict, *, team_id: str | None = None,
+                       event_id: str | None = None) -> JsonDict:
+        team = self.team(team_id)
+        return events.event_envelope(event, team_id=team.team_id, api_app_id=self.app_id,
+                                     bot_user_id=team.bot_user_id, event_id=event_id)
+
+    def block_actions(self, channel: str, message_ts: str, *, user: str, action_id: str, value: str,
+                      block_id: str | None = None, team_id: str | None = None) -> JsonDict:
+        """A block_actions payload for a click on a stored message, with a working response_url."""
+        team = self.team(team_id)
+        return events.block_actions_payload(
+            user=user, action_id=action_id, value=value, message=self.message_json(channel, message_ts),
+            channel=channel, team_id=team.team_id, api_app_id=self.app_id, block_id=block_id,
+            response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}",
+            team_domain=team.domain,
+        )
+
+    async def deliver_event(
+        self, url: str, event: JsonDict, *, team_id: str | None = None, event_id: str | None = None,
+        retry_num: int | None = None, retry_reason: str | None = None,
+        signing_secret: str | None = None, timestamp: int | None = None, sign: bool = True,
+    ) -> Delivery:
+        """POSTs a signed event_callback (with X-Slack-Retry-* when retry_num is given)."""
+        envelope = self.event_envelope(event, team_id=team_id, event_id=event_id)
+        extra: dict[str, str] = {}
+        if retry_num is not None:
+            extra["X-Slack-Retry-Num"] = str(retry_num)
+            extra["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+        return await self._post(url, events.event_body(envelope), "application/json",
+                                signing_secret=signing_secret, timestamp=timestamp, sign=sign, extra=extra)
+
+    async def deliver_envelope(self, url: str, envelope: JsonDict, *, signing_secret: str | None = None,
+                               timestamp: int | None = None, sign: bool = True,
+                               extra_headers: dict[str, str] | None = None) -> Delivery:
+        """POSTs an already-built envelope as-is (to redeliver the very same event_id)."""
+        return await self._post(url, events.event_body(envelope), "application/json",
+                                signing_secret=signing_secret, timestamp=timestamp, sign=sign,
+                                extra=extra_headers or {})
+
+    async def deliver_interaction(self, url: str, payload: JsonDict, *, signing_secret: str | None = None,
+                                  timestamp: int | None = None, sign: bool = True) -> Delivery:
+        """POSTs `payload=<json>` form-encoded, as Slack sends block_actions."""
+        return await self._post(url, events.interaction_body(payload), "application/x-www-form-urlencoded",
+                                signing_secret=signing_secret, timestamp=timestamp, sign=sign, extra={})
+
+    async def deliver_url_verification(self, url: str, *, challenge: str = "emulator-challenge",
+                                       signing_secret: str | None = None, sign: bool = True) -> Delivery:
+        body = json.dumps({"token": "emulator-verification-token", "challenge": challenge,
+                           "type": "url_verification"}).encode()
+        return await self._post(url, body, "application/json", signing_secret=signing_secret,
+                                timestamp=None, sign=sign, extra={})
+
+    async def _post(self, url: str, body: bytes, content_type: str, *, signing_secret: str | None,
+                    timestamp: int | None, sign: bool, extra: dict[str, str]) -> Delivery:
+        assert self._session is not None, "start the emulator first"
+        return await events.post_signed(
+            self._session, url, body=body, content_type=content_type,
+            signing_secret=signing_secret or self.signing_secret, timestamp=timestamp, sign=sign,
+            extra_headers=extra, timeout_s=DELIVERY_TIMEOUT_S)
+
+    # --- Socket Mode ---
+    async def wait_socket_connected(self, *, timeout_s: float = SOCKET_ACK_TIMEOUT_S) -> bool:
+        return await self._socket.wait_connected(timeout_s=timeout_s)
+
+    @property
+    def socket_connection_count(self) -> int:
+        return self._socket.connection_count
+
+    async def push_socket_event(
+        self, payload: JsonDict, *, type: EnvelopeType = "events_api",
+        timeout_s: float = SOCKET_ACK_TIMEOUT_S, retry_attempt: int = 0, retry_reason: str = "",
+        accepts_response_payload: bool | None = None,
+    ) -> SocketAck | None:
+        """Sends an envelope around `payload` (an event_callback or an interaction payload).
+
+        Waits up to `timeout_s` for a connection and the client's ack; None when none came.
+        """
+        return await self._socket.push(
+            payload, envelope_type=type, timeout_s=timeout_s, retry_attempt=retry_attempt,
+            retry_reason=retry_reason,
+            accepts_response_payload=(type != "events_api") if accepts_response_payload is None
+            else accepts_response_payload,
+        )
+
+    async def request_socket_refresh(self) -> None:
+        await self._socket.request_refresh()
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """Query string, then form or JSON body: slack_sdk uses all three depending on the method."""
+    params: dict[str, Any] = dict(request.query)
+    if not request.can_read_body:
+        return params
+    if request.content_type == "application/json":
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return params
+        if isinstance(body, dict):
+            params.update(body)
+    else:
+        form = await request.post()
+        params.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return params

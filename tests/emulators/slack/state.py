@@ -1,0 +1,157 @@
+"""Records the Slack emulator keeps: workspaces, users, channels, messages, files and calls."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Team:
+    """One workspace with the app installed: its bot token and bot identity."""
+
+    team_id: str
+    name: str
+    domain: str
+    bot_token: str
+    bot_user_id: str
+    bot_id: str
+    app_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class User:
+    user_id: str
+    team_id: str
+    name: str
+    real_name: str
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Edit:
+    """One accepted chat.update: the text and blocks it set."""
+
+    text: str
+    blocks: list[JsonDict] | None
+    edited_ts: str
+    at_s: float
+
+
+@dataclass(kw_only=True)
+class MessageRecord:
+    """A message as the emulator holds it; `text`/`blocks` are the current (final) content."""
+
+    channel: str
+    team_id: str
+    ts: str
+    text: str
+    blocks: list[JsonDict] | None = None
+    thread_ts: str | None = None
+    user: str | None = None
+    bot_id: str | None = None
+    files: list[JsonDict] = field(default_factory=list)
+    edits: list[Edit] = field(default_factory=list)
+    deleted: bool = False
+    posted_at_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def is_bot(self) -> bool:
+        return self.bot_id is not None
+
+    def to_api(self, *, reply_count: int = 0) -> JsonDict:
+        """The message as Slack's Web API returns it."""
+        out: JsonDict = {"type": "message", "ts": self.ts, "text": self.text, "team": self.team_id}
+        if self.user is not None:
+            out["user"] = self.user
+        if self.bot_id is not None:
+            out["bot_id"] = self.bot_id
+        if self.blocks is not None:
+            out["blocks"] = self.blocks
+        if self.thread_ts is not None:
+            out["thread_ts"] = self.thread_ts
+        if reply_count:
+            out["reply_count"] = reply_count
+        if self.files:
+            out["files"] = self.files
+        if self.edits:
+            out["edited"] = {"user": self.user, "ts": self.edits[-1].edited_ts}
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class EphemeralRecord:
+    channel: str
+    team_id: str
+    user: str
+    text: str
+    blocks: list[JsonDict] | None
+    thread_ts: str | None
+    message_ts: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusRecord:
+    """One assistant.threads.setStatus call."""
+
+    channel: str
+    thread_ts: str
+    status: str
+    team_id: str
+    at_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallRecord:
+    """One Web API request as the emulator answered it."""
+
+    method: str
+    at_s: float
+    team_id: str | None
+    params: JsonDict
+    status: int
+    error: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRecord:
+    file_id: str
+    team_id: str
+    name: str
+    content: bytes
+    mimetype: str
+    info: JsonDict
+
+
+@dataclass(frozen=True, kw_only=True)
+class SocketAck:
+    """The client's acknowledgement of one Socket Mode envelope."""
+
+    envelope_id: str
+    envelope_type: Literal["events_api", "interactive", "slash_commands"]
+    payload: JsonDict | None
+    latency_s: float
+
+
+class TsClock:
+    """Issues message timestamps the Slack way ("seconds.micros"), strictly increasing."""
+
+    def __init__(self) -> None:
+        self._last_us = 0
+
+    def next(self) -> str:
+        now_us = max(int(time.time() * 1_000_000), self._last_us + 1)
+        self._last_us = now_us
+        return f"{now_us // 1_000_000}.{now_us % 1_000_000:06d}"
+
+
+_ids = itertools.count(1)
+
+
+def new_id(prefix: str) -> str:
+    """A Slack-looking id (e.g. F0000012A) unique within this process."""
+    return f"{prefix}{next(_ids):08d}A"

@@ -1,0 +1,155 @@
+"""The emulator's in-memory workspaces: teams, users, channels and their messages in ts order."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from .state import (
+    CallRecord,
+    EphemeralRecord,
+    FileRecord,
+    JsonDict,
+    MessageRecord,
+    StatusRecord,
+    Team,
+    TsClock,
+    User,
+    new_id,
+)
+
+# Conversation ids Slack hands out: C (public), G (private/mpim), D (direct message).
+CHANNEL_ID_RE = re.compile(r"^[CDG][A-Z0-9]{2,}$")
+
+
+@dataclass(kw_only=True)
+class Channel:
+    channel_id: str
+    team_id: str
+    messages: dict[str, MessageRecord] = field(default_factory=dict)  # insertion = ts order
+
+
+class SlackStore:
+    """State shared by the Web API handlers and the test-facing recording API."""
+
+    def __init__(self, *, strict_channels: bool) -> None:
+        self.strict_channels = strict_channels
+        self.clock = TsClock()
+        self.teams: dict[str, Team] = {}
+        self.users: dict[str, User] = {}
+        self.channels: dict[str, Channel] = {}
+        self.ephemerals: list[EphemeralRecord] = []
+        self.statuses: list[StatusRecord] = []
+        self.files: dict[str, FileRecord] = {}
+        self.calls: list[CallRecord] = []
+        self.count_429: dict[str, int] = {}
+
+    # --- identities ---
+    def add_team(self, *, team_id: str, name: str, app_id: str) -> Team:
+        suffix = team_id[-6:].lower()
+        team = Team(
+            team_id=team_id,
+            name=name,
+            domain=name.lower().replace(" ", "-"),
+            bot_token=f"xoxb-{suffix}-emulator-bot-token",
+            bot_user_id=f"UB{team_id[1:]}",
+            bot_id=f"B{team_id[1:]}",
+            app_id=app_id,
+        )
+        self.teams[team_id] = team
+        self.users[team.bot_user_id] = User(
+            user_id=team.bot_user_id, team_id=team_id, name="relaybot", real_name="Relaybot", is_bot=True
+        )
+        return team
+
+    def team_by_bot_token(self, token: str) -> Team | None:
+        return next((t for t in self.teams.values() if t.bot_token == token), None)
+
+    def add_user(self, *, user_id: str, team_id: str, name: str | None, real_name: str | None) -> User:
+        user = User(
+            user_id=user_id,
+            team_id=team_id,
+            name=name or user_id.lower(),
+            real_name=real_name or (name or user_id.lower()).title(),
+        )
+        self.users[user_id] = user
+        return user
+
+    # --- channels and messages ---
+    def channel(self, channel_id: str, *, team_id: str, create: bool) -> Channel | None:
+        """The team's channel; unknown well-formed ids are created unless strict_channels."""
+        existing = self.channels.get(channel_id)
+        if existing is not None:
+            return existing if existing.team_id == team_id else None
+        if not create or self.strict_channels or not CHANNEL_ID_RE.match(channel_id):
+            return None
+        made = self.channels[channel_id] = Channel(channel_id=channel_id, team_id=team_id)
+        return made
+
+    def post(
+        self, channel: Channel, *, text: str, blocks: list[JsonDict] | None, thread_ts: str | None,
+        user: str | None, bot_id: str | None, files: list[JsonDict] | None = None,
+    ) -> MessageRecord:
+        record = MessageRecord(
+            channel=channel.channel_id,
+            team_id=channel.team_id,
+            ts=self.clock.next(),
+            text=text,
+            blocks=blocks,
+            thread_ts=thread_ts,
+            user=user,
+            bot_id=bot_id,
+            files=list(files or []),
+            posted_at_s=time.monotonic(),
+        )
+        channel.messages[record.ts] = record
+        return record
+
+    def thread_root_ts(self, channel: Channel, ts: str) -> str | None:
+        record = channel.messages.get(ts)
+        if record is None or record.deleted:
+            return None
+        return record.thread_ts or record.ts
+
+    def thread(self, channel: Channel, root_ts: str) -> list[MessageRecord]:
+        return [
+            m for m in channel.messages.values()
+            if not m.deleted and (m.ts == root_ts or m.thread_ts == root_ts)
+        ]
+
+    def reply_count(self, channel: Channel, record: MessageRecord) -> int:
+        if record.thread_ts not in (None, record.ts):
+            return 0
+        return sum(1 for m in channel.messages.values()
+                   if not m.deleted and m.thread_ts == record.ts and m.ts != record.ts)
+
+    def top_level(self, channel: Channel) -> list[MessageRecord]:
+        return [m for m in channel.messages.values() if not m.deleted and m.thread_ts in (None, m.ts)]
+
+    def add_file(self, *, team_id: str, name: str, content: bytes, mimetype: str, filetype: str,
+                 base_url: str) -> FileRecord:
+        file_id = new_id("F")
+        key = f"{team_id}-{file_id}"
+        info: JsonDict = {
+            "id": file_id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "filetype": filetype,
+            "pretty_type": filetype.upper(),
+            "user_team": team_id,
+            "mode": "hosted",
+            "is_external": False,
+            "is_public": False,
+            "size": len(content),
+            "url_private": f"{base_url}files-pri/{key}/{name}",
+            "url_private_download": f"{base_url}files-pri/{key}/download/{name}",
+            "permalink": f"{base_url}files/{key}/{name}",
+        }
+        record = FileRecord(file_id=file_id, team_id=team_id, name=name, content=content,
+                            mimetype=mimetype, info=info)
+        self.files[file_id] = record
+        return record

@@ -1,0 +1,106 @@
+"""Slack's message size rules: returns the error Slack would give, or None when the message fits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+POST_TEXT_MAX_CHARS = 40_000
+UPDATE_TEXT_MAX_CHARS = 4_000
+BLOCKS_TOTAL_TEXT_MAX_CHARS = 13_000
+SECTION_TEXT_MAX_CHARS = 3_000
+SECTION_FIELD_MAX_CHARS = 2_000
+MARKDOWN_BLOCKS_MAX_CHARS = 12_000  # cumulative over all markdown blocks of one message
+HEADER_TEXT_MAX_CHARS = 150
+BLOCKS_MAX_COUNT = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    error: str
+    details: list[str]
+
+
+def parse_blocks(raw: Any) -> list[dict[str, Any]] | None | Rejection:
+    """Blocks arrive as a list (JSON body) or a JSON string (form/query): normalise to a list."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return Rejection(error="invalid_blocks_format", details=["blocks is not valid JSON"])
+    if not isinstance(raw, list) or not all(isinstance(b, dict) and "type" in b for b in raw):
+        return Rejection(error="invalid_blocks_format", details=["blocks must be a list of typed objects"])
+    return raw
+
+
+def _text_of(obj: Any) -> str:
+    """A composition text object is {"type": ..., "text": str}; markdown blocks carry a bare str."""
+    if isinstance(obj, dict):
+        value = obj.get("text")
+        return value if isinstance(value, str) else ""
+    return obj if isinstance(obj, str) else ""
+
+
+def _all_text_chars(node: Any) -> int:
+    if isinstance(node, dict):
+        total = 0
+        for key, value in node.items():
+            if key == "text" and isinstance(value, str):
+                total += len(value)
+            else:
+                total += _all_text_chars(value)
+        return total
+    if isinstance(node, list):
+        return sum(_all_text_chars(item) for item in node)
+    return 0
+
+
+def check_blocks(blocks: list[dict[str, Any]]) -> Rejection | None:
+    problems: list[str] = []
+    if len(blocks) > BLOCKS_MAX_COUNT:
+        problems.append(f"no more than {BLOCKS_MAX_COUNT} items allowed [json-pointer:/blocks]")
+    markdown_chars = 0
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "section":
+            if len(_text_of(block.get("text"))) > SECTION_TEXT_MAX_CHARS:
+                problems.append(
+                    f"must be less than {SECTION_TEXT_MAX_CHARS + 1} characters "
+                    f"[json-pointer:/blocks/{index}/text/text]"
+                )
+            for f_index, item in enumerate(block.get("fields") or []):
+                if len(_text_of(item)) > SECTION_FIELD_MAX_CHARS:
+                    problems.append(
+                        f"must be less than {SECTION_FIELD_MAX_CHARS + 1} characters "
+                        f"[json-pointer:/blocks/{index}/fields/{f_index}/text]"
+                    )
+        elif kind == "header":
+            if len(_text_of(block.get("text"))) > HEADER_TEXT_MAX_CHARS:
+                problems.append(
+                    f"must be less than {HEADER_TEXT_MAX_CHARS + 1} characters "
+                    f"[json-pointer:/blocks/{index}/text/text]"
+                )
+        elif kind == "markdown":
+            markdown_chars += len(_text_of(block.get("text")))
+    if markdown_chars > MARKDOWN_BLOCKS_MAX_CHARS:
+        problems.append(f"markdown blocks exceed {MARKDOWN_BLOCKS_MAX_CHARS} characters in total")
+    if problems:
+        return Rejection(error="invalid_blocks", details=problems)
+    if _all_text_chars(blocks) > BLOCKS_TOTAL_TEXT_MAX_CHARS:
+        return Rejection(error="msg_blocks_too_long", details=[])
+    return None
+
+
+def check_message(
+    *, text: str, blocks: list[dict[str, Any]] | None, is_update: bool
+) -> Rejection | None:
+    """Checks text then blocks, as chat.postMessage / chat.update do."""
+    max_text = UPDATE_TEXT_MAX_CHARS if is_update else POST_TEXT_MAX_CHARS
+    if len(text) > max_text:
+        return Rejection(error="msg_too_long", details=[])
+    if blocks is not None:
+        return check_blocks(blocks)
+    return None

@@ -1,0 +1,245 @@
+"""The Slack emulator against the real slack_sdk client, slack_bolt AsyncApp and Socket Mode handler."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from tests.emulators.slack import MethodLimit, SlackEmulator, app_mention_event
+from tests.fixtures.slack import slack_emulator  # noqa: F401  (fixture)
+
+CHANNEL = "C0000CHAN1"
+POLL_LIMIT_S = 5.0
+
+
+def client_for(slack: SlackEmulator, **kwargs: object) -> AsyncWebClient:
+    return AsyncWebClient(token=slack.bot_token, base_url=slack.api_url, **kwargs)  # type: ignore[arg-type]
+
+
+async def eventually(predicate: Callable[[], bool]) -> bool:
+    """Polls a condition a bounded number of times (work in other tasks must finish first)."""
+    deadline = time.monotonic() + POLL_LIMIT_S
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+def bolt_app(slack: SlackEmulator) -> AsyncApp:
+    app = AsyncApp(client=client_for(slack), signing_secret=slack.signing_secret)
+
+    @app.event("app_mention")
+    async def on_mention(event: dict, say: Callable) -> None:  # type: ignore[type-arg]
+        await say(text=f"echo: {event['text']}", thread_ts=event.get("thread_ts") or event["ts"])
+
+    return app
+
+
+@pytest.fixture
+async def bolt_url(slack_emulator: SlackEmulator) -> AsyncIterator[str]:  # noqa: F811
+    runner = web.AppRunner(bolt_app(slack_emulator).web_app(path="/slack/events"))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+    await runner.cleanup()
+
+
+async def test_web_client_posts_updates_and_reads_thread(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    client = client_for(slack)
+    auth = await client.auth_test()
+    assert (auth["team_id"], auth["user_id"], auth["bot_id"]) == (slack.team_id, slack.bot_user_id, slack.bot_id)
+
+    root = slack.add_user_message(CHANNEL, "hello bot", "U0000ALICE")
+    posted = await client.chat_postMessage(channel=CHANNEL, text="thinking…", thread_ts=root)
+    await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="Hello")
+    await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="Hello Alice")
+
+    replies = await client.conversations_replies(channel=CHANNEL, ts=root)
+    assert [m["text"] for m in replies["messages"]] == ["hello bot", "Hello Alice"]
+    assert replies["messages"][0]["reply_count"] == 1
+    record = slack.message(CHANNEL, posted["ts"])
+    assert [e.text for e in record.edits] == ["Hello", "Hello Alice"]
+    assert record.is_bot and record.thread_ts == root
+    assert [m.ts for m in slack.thread(CHANNEL, posted["ts"])] == [root, posted["ts"]]
+
+    user = await client.users_info(user="U0000ALICE")
+    assert user["user"]["name"] == "u0000alice"
+    await client.chat_postEphemeral(channel=CHANNEL, user="U0000ALICE", text="only you")
+    await client.assistant_threads_setStatus(channel_id=CHANNEL, thread_ts=root, status="is thinking…")
+    assert [(e.user, e.text) for e in slack.ephemerals] == [("U0000ALICE", "only you")]
+    assert slack.statuses[0].status == "is thinking…"
+    await client.chat_delete(channel=CHANNEL, ts=posted["ts"])
+    assert [m.ts for m in slack.messages(CHANNEL)] == [root]
+    assert "chat.update" in slack.call_names()
+
+
+async def test_wrong_token_and_unknown_thread_are_rejected(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    bad = AsyncWebClient(token="xoxb-not-a-real-token", base_url=slack_emulator.api_url)
+    with pytest.raises(SlackApiError) as raised:
+        await bad.chat_postMessage(channel=CHANNEL, text="hi")
+    assert raised.value.response["error"] == "invalid_auth"
+    with pytest.raises(SlackApiError) as raised:
+        await client_for(slack_emulator).chat_postMessage(channel=CHANNEL, text="hi", thread_ts="1.000001")
+    assert raised.value.response["error"] == "thread_not_found"
+    with pytest.raises(SlackApiError) as raised:
+        await client_for(slack_emulator).chat_postMessage(channel="not-a-channel", text="hi")
+    assert raised.value.response["error"] == "channel_not_found"
+
+
+async def test_chat_update_over_the_workspace_limit_gets_429_with_retry_after() -> None:
+    # Half speed: 50 a minute means ~1.7 a second, far slower than 20 calls in a row.
+    async with SlackEmulator(time_scale=0.5) as slack:
+        client = client_for(slack)
+        posted = await client.chat_postMessage(channel=CHANNEL, text="x")
+        errors: list[SlackApiError] = []
+        for n in range(20):
+            try:
+                await client.chat_update(channel=CHANNEL, ts=posted["ts"], text=f"edit {n}")
+            except SlackApiError as exc:
+                errors.append(exc)
+        assert errors, "the bucket (burst 10) must run dry"
+        response = errors[0].response
+        assert response.status_code == 429 and response["error"] == "ratelimited"
+        assert int(response.headers["Retry-After"]) >= 1
+        assert slack.count_429["chat.update"] == len(errors)
+        # Other workspaces have their own budget.
+        other = slack.add_team("T0000OTHER")
+        other_client = AsyncWebClient(token=other.bot_token, base_url=slack.api_url)
+        own = await other_client.chat_postMessage(channel="C0000OTHER", text="y")
+        await other_client.chat_update(channel="C0000OTHER", ts=own["ts"], text="z")
+
+
+async def test_injected_faults_and_sdk_retry_handler(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    slack.fail_next("chat.postMessage", error="internal_error", http_status=500)
+    with pytest.raises(SlackApiError) as raised:
+        await client_for(slack).chat_postMessage(channel=CHANNEL, text="x")
+    assert raised.value.response.status_code == 500
+    slack.fail_next("chat.postMessage", times=1)
+    retrying = client_for(slack, retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)])
+    posted = await retrying.chat_postMessage(channel=CHANNEL, text="after a 429")
+    assert slack.message(CHANNEL, posted["ts"]).text == "after a 429"
+    assert slack.count_429 == {"chat.postMessage": 1}
+
+
+async def test_size_limits_match_slack() -> None:
+    async with SlackEmulator(limits=False) as slack:
+        await check_size_limits(client_for(slack))
+
+
+async def check_size_limits(client: AsyncWebClient) -> None:
+    posted = await client.chat_postMessage(channel=CHANNEL, text="a" * 5000)  # posts may be long
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="b" * 4001)
+    assert raised.value.response["error"] == "msg_too_long"
+    await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="b" * 4000)
+
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "s" * 3001}}
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_postMessage(channel=CHANNEL, text="t", blocks=[section])
+    assert raised.value.response["error"] == "invalid_blocks"
+    fitting = [{"type": "section", "text": {"type": "mrkdwn", "text": "s" * 3000}} for _ in range(5)]
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_postMessage(channel=CHANNEL, text="t", blocks=fitting)
+    assert raised.value.response["error"] == "msg_blocks_too_long"
+    header = {"type": "header", "text": {"type": "plain_text", "text": "h" * 151}}
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_postMessage(channel=CHANNEL, text="t", blocks=[header])
+    assert raised.value.response["error"] == "invalid_blocks"
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_postMessage(channel=CHANNEL, text="x" * 40_001)
+    assert raised.value.response["error"] == "msg_too_long"
+
+
+async def test_file_download_needs_the_bot_token(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    info = slack.add_file("notes.txt", b"hello file", "text/plain")
+    async with aiohttp.ClientSession() as session:
+        headers = {"Authorization": f"Bearer {slack.bot_token}"}
+        async with session.get(info["url_private_download"], headers=headers) as resp:
+            assert (resp.status, await resp.read()) == (200, b"hello file")
+        async with session.get(info["url_private_download"]) as resp:
+            assert resp.content_type == "text/html"  # Slack's sign-in page, not the file
+
+
+async def test_bolt_http_app_answers_a_signed_mention(
+    slack_emulator: SlackEmulator, bolt_url: str  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    text = f"<@{slack.bot_user_id}> ping"
+    ts = slack.add_user_message(CHANNEL, text, "U0000ALICE")
+    event = app_mention_event(text=text, user="U0000ALICE", channel=CHANNEL, ts=ts, team_id=slack.team_id)
+    status, _latency = await slack.deliver_event(bolt_url, event)
+    assert status == 200
+    assert await eventually(lambda: len(slack.thread(CHANNEL, ts)) == 2)
+    reply = slack.thread(CHANNEL, ts)[1]
+    assert reply.text == f"echo: {text}" and reply.user == slack.bot_user_id
+
+
+async def test_bolt_http_app_refuses_bad_signature_and_stale_timestamp(
+    slack_emulator: SlackEmulator, bolt_url: str  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    ts = slack.add_user_message(CHANNEL, "hi", "U0000ALICE")
+    event = app_mention_event(text="hi", user="U0000ALICE", channel=CHANNEL, ts=ts, team_id=slack.team_id)
+    assert (await slack.deliver_event(bolt_url, event, sign=False)).status == 401
+    stale = int(time.time()) - 600
+    assert (await slack.deliver_event(bolt_url, event, timestamp=stale)).status == 401
+    challenge = await slack.deliver_url_verification(bolt_url, challenge="abc")
+    assert challenge.status == 200 and "abc" in challenge.body
+    assert slack.thread(CHANNEL, ts)[1:] == []
+
+
+async def test_socket_mode_handler_connects_and_acks_a_pushed_event(
+    slack_emulator: SlackEmulator,  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    handler = AsyncSocketModeHandler(bolt_app(slack), app_token=slack.app_token)
+    await handler.connect_async()
+    try:
+        assert await slack.wait_socket_connected(timeout_s=5.0)
+        text = f"<@{slack.bot_user_id}> over socket"
+        ts = slack.add_user_message(CHANNEL, text, "U0000ALICE")
+        event = app_mention_event(text=text, user="U0000ALICE", channel=CHANNEL, ts=ts, team_id=slack.team_id)
+        ack = await slack.push_socket_event(slack.event_envelope(event), timeout_s=5.0)
+        assert ack is not None and slack.socket_acks == [ack]
+        assert await eventually(lambda: len(slack.thread(CHANNEL, ts)) == 2)
+        assert slack.thread(CHANNEL, ts)[1].text == f"echo: {text}"
+        assert "apps.connections.open" in slack.call_names()
+    finally:
+        await handler.close_async()
+
+
+async def test_app_token_is_only_for_socket_mode(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    app_client = AsyncWebClient(token=slack.app_token, base_url=slack.api_url)
+    with pytest.raises(SlackApiError) as raised:
+        await app_client.chat_postMessage(channel=CHANNEL, text="x")
+    assert raised.value.response["error"] == "not_allowed_token_type"
+    with pytest.raises(SlackApiError) as raised:
+        await client_for(slack).apps_connections_open(app_token=slack.bot_token)
+    assert raised.value.response["error"] == "not_allowed_token_type"
+
+
+async def test_post_message_limit_is_per_channel() -> None:
+    limits = {"chat.postMessage": MethodLimit(calls=1, window_s=60.0, burst=2, scope="channel")}
+    async with SlackEmulator(limits=limits) as slack:
+        client = client_for(slack)
+        for _ in range(2):
+            await client.chat_postMessage(channel=CHANNEL, text="x")
+        with pytest.raises(SlackApiError):
+            await client.chat_postMessage(channel=CHANNEL, text="x")
+        await client.chat_postMessage(channel="C0000CHAN2", text="other channel has its own bucket")
