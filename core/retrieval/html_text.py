@@ -42,6 +42,9 @@ class _TextExtractor(HTMLParser):
         self._in_title = False
         self._pre_depth = 0
         self._heading_level = 0
+        # List items and table rows are lines of one block, not paragraphs of their own.
+        self._tight = False
+        self._last_tight = False
 
     # A paragraph ends: the words gathered so far become one block.
     def _flush(self) -> None:
@@ -57,7 +60,11 @@ class _TextExtractor(HTMLParser):
             if not self.first_h1 and self._heading_level == 1:
                 self.first_h1 = text
             text = "#" * self._heading_level + " " + text
-        self.blocks.append(text)
+        if self._tight and self._last_tight and self.blocks:
+            self.blocks[-1] += "\n" + text
+        else:
+            self.blocks.append(text)
+        self._last_tight = self._tight
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
@@ -77,9 +84,11 @@ class _TextExtractor(HTMLParser):
             self._pre_depth += 1
         elif tag == "li":
             self._flush()
+            self._tight = True
             self._line.append("- ")
         elif tag == "tr":
             self._flush()
+            self._tight = True
         elif tag in ("td", "th"):
             if self._line and "".join(self._line).strip():
                 self._line.append(" | ")
@@ -112,8 +121,12 @@ class _TextExtractor(HTMLParser):
         elif tag == "pre":
             self._flush()
             self._pre_depth = max(0, self._pre_depth - 1)
-        elif tag in BLOCK_TAGS or tag in ("li", "tr"):
+        elif tag in ("li", "tr"):
             self._flush()
+            self._tight = False
+        elif tag in BLOCK_TAGS:
+            self._flush()
+            self._tight = False
 
     def handle_data(self, data: str) -> None:
         if self._in_title:

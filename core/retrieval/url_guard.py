@@ -169,17 +169,14 @@ async def vet_url(
     for ip in addresses:
         reason = address_refusal(ip, allow_private=allow_private, allowed_networks=allowed_networks)
         if reason is not None:
+            where = f"the address {ip}" if str(ip) == host.strip("[]") else f"{host} resolves to {ip}, which"
             raise UrlRefused(
-                f"Refused to fetch {url}: {host} resolves to {ip}, {reason}. "
+                f"Refused to fetch {url}: {where} is {reason}. "
                 "Private addresses are only fetched when the operator allows them."
             )
     if resolver is not None:
         resolver.remember(host, addresses)
     return addresses
-
-
-def _content_type_allowed(content_type: str) -> bool:
-    return content_type in ALLOWED_CONTENT_TYPES
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, url: URL, max_bytes: int) -> bytes:
@@ -218,7 +215,7 @@ async def _fetch_hops(
             if resp.status != 200:
                 raise FetchError(f"{url} answered HTTP {resp.status}, which is not a document.")
             content_type = resp.content_type.lower()
-            if not _content_type_allowed(content_type):
+            if content_type not in ALLOWED_CONTENT_TYPES:
                 raise UrlRefused(
                     f"{url} is {content_type or 'of unknown type'}; only HTML, plain text, "
                     "Markdown, reStructuredText and PDF can be ingested."
