@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from jsonschema.exceptions import best_match
 
+from core.llm.results import ToolCallRequest
 from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolContext, ToolError, ToolRegistry, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -24,15 +25,6 @@ MAX_ERROR_DETAIL_CHARS = 300
 TRUNCATION_MARKER = "\n… [{omitted} characters omitted] …\n"
 
 ToolResultStatus = Literal["ok", "error", "rejected"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCallRequest:
-    """One tool call as the model made it; `arguments` is the raw JSON text it produced."""
-
-    id: str
-    name: str
-    arguments: str
 
 
 @dataclass(frozen=True, kw_only=True)
