@@ -43,6 +43,11 @@ def bolt_app(slack: SlackEmulator) -> AsyncApp:
     async def on_mention(event: dict, say: Callable) -> None:  # type: ignore[type-arg]
         await say(text=f"echo: {event['text']}", thread_ts=event.get("thread_ts") or event["ts"])
 
+    @app.action("approve")
+    async def on_approve(ack: Callable, body: dict, respond: Callable) -> None:  # type: ignore[type-arg]
+        await ack()
+        await respond(replace_original=True, text=f"approved by {body['user']['id']}")
+
     return app
 
 
@@ -201,6 +206,17 @@ async def test_bolt_http_app_refuses_bad_signature_and_stale_timestamp(
     challenge = await slack.deliver_url_verification(bolt_url, challenge="abc")
     assert challenge.status == 200 and "abc" in challenge.body
     assert slack.thread(CHANNEL, ts)[1:] == []
+
+
+async def test_bolt_http_app_handles_a_button_click(
+    slack_emulator: SlackEmulator, bolt_url: str  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    posted = await client_for(slack).chat_postMessage(channel=CHANNEL, text="Run the tool?")
+    payload = slack.block_actions(CHANNEL, posted["ts"], user="U0000BOB", action_id="approve", value="c1")
+    assert (await slack.deliver_interaction(bolt_url, payload)).status == 200
+    assert await eventually(lambda: slack.message(CHANNEL, posted["ts"]).text == "approved by U0000BOB")
+    assert slack.response_url_posts[0]["replace_original"] is True
 
 
 async def test_socket_mode_handler_connects_and_acks_a_pushed_event(
