@@ -182,7 +182,9 @@ async def test_the_connection_goes_to_the_vetted_address_without_resolving_again
     assert b"Restart the relay." in resource.body
 
 
-async def test_a_hostname_with_any_bad_address_is_refused(monkeypatch: pytest.MonkeyPatch, no_connections: list[Any]) -> None:
+async def test_a_hostname_with_any_bad_address_is_refused(
+    monkeypatch: pytest.MonkeyPatch, no_connections: list[Any]
+) -> None:
     loop = asyncio.get_running_loop()
 
     async def fake_getaddrinfo(host: str, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
