@@ -1,0 +1,396 @@
+"""BaseAgent: token-budgeted messages, the streamed LLM call, and the tool loop with approval pauses."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, ClassVar, Mapping, Sequence
+
+from core import wording
+from core.agents.budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
+from core.sources import SourceCollector
+from core.agents.state import PendingToolCall, RunState
+from core.events import (
+    AnswerDelta,
+    ApprovalRequired,
+    Done,
+    Event,
+    Failed,
+    PendingCall,
+    SourceItem,
+    Sources,
+    ToolCallFinished,
+    ToolCallStarted,
+    Usage,
+)
+from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
+from core.requests import Actor, ConversationKey
+from core.retriever import Retriever
+from core.store.continuations import ContinuationStore, Decision
+from core.tokens import TokenCounter
+from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult
+
+log = logging.getLogger(__name__)
+
+INTERNAL_SEARCH = "internal_search"
+TOOL_OUTPUT_MAX_TOKENS = 2000
+TOOL_OUTPUT_MIN_TOKENS = 64
+PREVIEW_CHARS = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """How one run behaves; built by the engine from settings and the request."""
+
+    agent_type: str
+    system_prompt: str
+    loop_limit: int = 8
+    retrieval_chunks: int = 6
+    retrieval_doc_tokens: int = 2000
+    temperature: float | None = None
+    max_tokens: int | None = None
+    approval_expiry_s: float = 24 * 3600
+    base_tools: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True)
+class AgentDeps:
+    """What an agent needs from outside; injected, never looked up."""
+
+    llm: LLMClient
+    model: ModelInfo
+    planner_model: ModelInfo
+    executor: ToolExecutor
+    retriever: Retriever | None
+    counter: TokenCounter
+    continuations: ContinuationStore
+    tool_extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """Who asked, where, and which turn this run writes."""
+
+    conversation_id: int | None
+    conversation: ConversationKey
+    user: Actor
+    turn_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """The run ended with an answer; `turn_messages` are this turn's messages to store."""
+
+    answer: str
+    turn_messages: list[dict[str, Any]]
+    sources: list[SourceItem]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paused:
+    continuation_id: uuid.UUID
+
+
+class BaseAgent(ABC):
+    """Template: gen() wraps the subclass's _gen_inner() and turns every failure into a Failed event."""
+
+    agent_type: ClassVar[str]
+
+    def __init__(self, *, deps: AgentDeps, config: AgentConfig, context: RunContext) -> None:
+        self.deps = deps
+        self.config = config
+        self.context = context
+        self.sources = SourceCollector()
+        self.outcome: Finished | Paused | None = None
+        self._answer_parts: list[str] = []
+        self._usage = Usage()
+
+    # ----- entry points -------------------------------------------------------------------------
+
+    async def gen(
+        self, query: str, *, history: Sequence[HistoryTurn] = (), extra_parts: Sequence[dict[str, Any]] = ()
+    ) -> AsyncIterator[Event]:
+        async for event in self._guarded(self._gen_inner(query, history=history, extra_parts=extra_parts)):
+            yield event
+
+    async def gen_continuation(self, state: RunState, decisions: Mapping[str, Decision], *, continuation_id: uuid.UUID) -> AsyncIterator[Event]:
+        """Resume a paused run: run approved calls once, report rejected ones, continue the loop."""
+        async for event in self._guarded(self._continue(state, decisions, continuation_id)):
+            yield event
+
+    @abstractmethod
+    def _gen_inner(
+        self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
+    ) -> AsyncIterator[Event]:
+        """The agent type's own steps; ends by delegating to _run_loop."""
+
+    async def _guarded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        try:
+            async for event in events:
+                yield event
+        except LLMError as error:
+            log.warning("model call failed: %r", error)
+            yield Failed(message=error.message, retryable=error.retryable)
+        except Exception:
+            log.exception("agent run failed")
+            yield Failed(message=wording.unexpected_error(), retryable=True)
+
+    # ----- building blocks for subclasses -------------------------------------------------------
+
+    def system_prompt(self, documents: Sequence[SourceItem] = ()) -> str:
+        """The configured prompt, plus numbered documents when there are any."""
+        prompt = self.config.system_prompt
+        if documents:
+            numbers = self.sources.add(documents)
+            rendered = "\n\n".join(
+                f"[{number}] {item.title}{f' ({item.uri})' if item.uri else ''}\n{item.text}"
+                for number, item in zip(numbers, documents)
+            )
+            prompt += (
+                "\n\nDocuments from the team's knowledge base (cite them as [n] where you use them):\n\n" + rendered
+            )
+        return prompt
+
+    def offered_tools(self, *, internal_search: bool) -> list[str]:
+        tools = [name for name in self.config.base_tools if name != INTERNAL_SEARCH]
+        if internal_search and self.deps.retriever is not None and INTERNAL_SEARCH in self.deps.executor.registry:
+            tools.append(INTERNAL_SEARCH)
+        return tools
+
+    def build(self, *, system_prompt: str, query: str, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]) -> BuiltMessages:
+        return build_messages(
+            system_prompt=system_prompt,
+            query=query,
+            history=history,
+            counter=self.deps.counter,
+            context_limit=self.deps.model.context_limit,
+            max_tokens=self.config.max_tokens,
+            extra_parts=extra_parts,
+        )
+
+    async def prefetch(self, query: str, *, exposure: str | None) -> list[SourceItem]:
+        if self.deps.retriever is None or self.config.retrieval_chunks <= 0:
+            return []
+        return await self.deps.retriever.search(
+            query,
+            limit=self.config.retrieval_chunks,
+            token_budget=self.config.retrieval_doc_tokens,
+            exposure=exposure,  # type: ignore[arg-type]
+        )
+
+    def new_state(self, built: BuiltMessages, *, offered_tools: list[str]) -> RunState:
+        return RunState(
+            agent_type=self.agent_type,
+            model=self.deps.model.name,
+            turn_id=self.context.turn_id,
+            conversation_id=self.context.conversation_id,
+            conversation=self.context.conversation,
+            user_id=self.context.user.id,
+            user_name=self.context.user.name,
+            messages=built.messages,
+            turn_start=len(built.messages) - 1,
+            pending=[],
+            offered_tools=offered_tools,
+            temperature=self.config.temperature,
+            max_tokens=self.config.max_tokens,
+        )
+
+    async def llm_gen(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Sequence[str] = (),
+        response_format: dict[str, Any] | None = None,
+        model: ModelInfo | None = None,
+    ) -> AsyncIterator[TextPiece | Completion]:
+        """One streamed model call; tools only when the model takes them, structured output only when supported."""
+        model = model or self.deps.model
+        tool_specs = self.deps.executor.registry.openai_tools(tools) if tools and model.supports_tools else None
+        async for piece in self.deps.llm.stream(
+            model=model,
+            messages=messages,
+            tools=tool_specs or None,
+            response_format=response_format if response_format and model.supports_structured_output else None,
+            temperature=self.config.temperature,
+            max_tokens=self.config.max_tokens if self.config.max_tokens and self.config.max_tokens > 0 else None,
+        ):
+            yield piece
+
+    # ----- the loop -----------------------------------------------------------------------------
+
+    async def run_loop(self, state: RunState) -> AsyncIterator[Event]:
+        """Call the model, run tools, repeat until an answer, a pause, or the round limit."""
+        while state.rounds_used < self.config.loop_limit:
+            state.rounds_used += 1
+            completion: Completion | None = None
+            async for piece in self.llm_gen(state.messages, tools=state.offered_tools):
+                if isinstance(piece, TextPiece):
+                    state.answer_so_far += piece.text
+                    yield AnswerDelta(text=piece.text)
+                else:
+                    completion = piece
+            assert completion is not None
+            state.usage = Usage(
+                prompt_tokens=state.usage.prompt_tokens + completion.usage.prompt_tokens,
+                completion_tokens=state.usage.completion_tokens + completion.usage.completion_tokens,
+            )
+            if not completion.tool_calls:
+                state.messages.append({"role": "assistant", "content": completion.text})
+                async for event in self._finish(state):
+                    yield event
+                return
+            state.messages.append(_assistant_tool_message(completion))
+            pending: list[PendingToolCall] = []
+            results: list[ToolResult] = []
+            for call in completion.tool_calls:
+                parsed = self.deps.executor.parse(_as_tool_call(call), offered=state.offered_tools)
+                if isinstance(parsed, ToolResult):
+                    yield ToolCallFinished(call_id=parsed.call_id, tool=parsed.tool, status="error", output_preview=_preview(parsed.output))
+                    results.append(parsed)
+                elif self.deps.executor.needs_approval(parsed):
+                    pending.append(PendingToolCall(call_id=parsed.id, tool=parsed.name, arguments=parsed.call.arguments))
+                else:
+                    async for event in self._run_tool(parsed, results):
+                        yield event
+            self._append_results(state, results)
+            if pending:
+                async for event in self._pause(state, pending):
+                    yield event
+                return
+        yield Failed(message=wording.loop_limit_reached(self.config.loop_limit), retryable=False)
+
+    async def _continue(self, state: RunState, decisions: Mapping[str, Decision], continuation_id: uuid.UUID) -> AsyncIterator[Event]:
+        self.sources = SourceCollector(state.sources)
+        results: list[ToolResult] = []
+        for pending in state.pending:
+            call = ToolCallRequest(id=pending.call_id, name=pending.tool, arguments=pending.arguments)
+            decision = decisions.get(pending.call_id)
+            if decision is None or not decision.approved:
+                result = self.deps.executor.rejected(call, decision.comment if decision else None)
+                results.append(result)
+                yield ToolCallFinished(call_id=call.id, tool=call.name, status="rejected", output_preview=_preview(result.output))
+                continue
+            parsed = self.deps.executor.parse(call, offered=state.offered_tools)
+            if isinstance(parsed, ToolResult):
+                results.append(parsed)
+                yield ToolCallFinished(call_id=call.id, tool=call.name, status="error", output_preview=_preview(parsed.output))
+                continue
+            if not await self.deps.continuations.mark_started(continuation_id, call.id):
+                result = ToolResult(call_id=call.id, tool=call.name, status="error", output=wording.tool_outcome_unknown(), arguments=parsed.arguments)
+                results.append(result)
+                yield ToolCallFinished(call_id=call.id, tool=call.name, status="error", output_preview=_preview(result.output))
+                continue
+            async for event in self._run_tool(parsed, results):
+                yield event
+        state.pending = []
+        self._append_results(state, results)
+        async for event in self.run_loop(state):
+            yield event
+
+    async def _run_tool(self, parsed: ParsedCall, results: list[ToolResult]) -> AsyncIterator[Event]:
+        yield ToolCallStarted(call_id=parsed.id, tool=parsed.name, arguments=parsed.arguments)
+        result = await self.deps.executor.run(parsed, self._tool_context())
+        results.append(result)
+        yield ToolCallFinished(call_id=result.call_id, tool=result.tool, status=result.status, output_preview=_preview(result.output))
+
+    def _tool_context(self) -> ToolContext:
+        return ToolContext(
+            user=self.context.user.id,
+            conversation_id=self.context.conversation_id,
+            platform=self.context.conversation.platform,
+            channel=self.context.conversation.channel,
+            extras={
+                **self.deps.tool_extras,
+                "retriever": self.deps.retriever,
+                "sources": self.sources,
+                "search_exposure": self.search_exposure,
+                "retrieval_chunks": self.config.retrieval_chunks,
+                "conversation": self.context.conversation,
+                "user_name": self.context.user.name,
+            },
+        )
+
+    search_exposure: str | None = None
+
+    def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
+        """Add tool results in call order, each capped so the next call still fits the context."""
+        if not results:
+            return
+        model = self.deps.model
+        budget = plan_budget(context_limit=model.context_limit, system_tokens=0, max_tokens=self.config.max_tokens)
+        used = sum(self.deps.counter.count_message(message) for message in state.messages)
+        room = budget.available - used
+        cap = max(TOOL_OUTPUT_MIN_TOKENS, min(TOOL_OUTPUT_MAX_TOKENS, room // len(results)))
+        order = {call["id"]: index for index, call in enumerate(state.messages[-1].get("tool_calls") or [])}
+        for result in sorted(results, key=lambda r: order.get(r.call_id, len(order))):
+            output = self.deps.counter.truncate_middle(result.output, cap)
+            state.messages.append({"role": "tool", "tool_call_id": result.call_id, "content": output})
+        state.sources = self.sources.items
+
+    async def _pause(self, state: RunState, pending: list[PendingToolCall]) -> AsyncIterator[Event]:
+        state.pending = pending
+        state.sources = self.sources.items
+        expires = datetime.now(timezone.utc).timestamp() + self.config.approval_expiry_s
+        continuation_id = await self.deps.continuations.save(
+            conversation_id=state.conversation_id,
+            schema_version=state.schema_version,
+            state=state.to_json(),
+            call_ids=tuple(call.call_id for call in pending),
+            requested_by=state.user_id,
+            expires_at=datetime.fromtimestamp(expires, timezone.utc),
+        )
+        self.outcome = Paused(continuation_id=continuation_id)
+        registry = self.deps.executor.registry
+        calls = tuple(
+            PendingCall(
+                call_id=call.call_id,
+                tool=call.tool,
+                arguments=_loads_or_raw(call.arguments),
+                description=(registry.get(call.tool).description if registry.get(call.tool) else ""),
+            )
+            for call in pending
+        )
+        yield ApprovalRequired(
+            continuation_id=str(continuation_id), calls=calls, requested_by=state.user_id, expires_at=expires
+        )
+
+    async def _finish(self, state: RunState) -> AsyncIterator[Event]:
+        answer = state.answer_so_far
+        self.outcome = Finished(
+            answer=answer, turn_messages=state.messages[state.turn_start :], sources=self.sources.items
+        )
+        if len(self.sources):
+            yield Sources(items=tuple(self.sources.items))
+        yield Done(answer=answer, usage=state.usage)
+
+
+def _assistant_tool_message(completion: Completion) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": completion.text or None,
+        "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in completion.tool_calls
+        ],
+    }
+
+
+def _as_tool_call(call: Any) -> ToolCallRequest:
+    return call if isinstance(call, ToolCallRequest) else ToolCallRequest(id=call.id, name=call.name, arguments=call.arguments)
+
+
+def _loads_or_raw(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {"raw": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _preview(output: str) -> str:
+    return output if len(output) <= PREVIEW_CHARS else output[: PREVIEW_CHARS - 1] + "…"
+

@@ -1,0 +1,44 @@
+"""Builds a real Engine over the test database and the OpenAI emulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.config import Settings
+from core.engine import Engine
+from core.llm import LLMClient
+from core.retriever import Retriever
+from core.store.db import Database
+from core.tools import ToolRegistry, builtin_registry
+
+
+def test_settings(base_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "llm_base_url": base_url,
+        "llm_api_key": "sk-test",
+        "llm_model": "test-model",
+        "llm_idle_timeout_s": 2.0,
+        "llm_request_timeout_s": 10.0,
+        "embedding_provider": "none",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)
+
+
+def make_engine(
+    db: Database,
+    base_url: str,
+    *,
+    registry: ToolRegistry | None = None,
+    retriever: Retriever | None = None,
+    **overrides: Any,
+) -> Engine:
+    settings = test_settings(base_url, **overrides)
+    llm = LLMClient(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        request_timeout_s=settings.llm_request_timeout_s,
+        idle_timeout_s=settings.llm_idle_timeout_s,
+        retry_backoff_s=0.01,
+    )
+    return Engine(settings=settings, db=db, llm=llm, registry=registry or builtin_registry(), retriever=retriever)
