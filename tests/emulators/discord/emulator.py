@@ -1,0 +1,324 @@
+"""DiscordEmulator: serves Discord's REST API and gateway on 127.0.0.1 and drives them from tests."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TypeVar
+
+from aiohttp import web
+
+from tests.emulators.discord import rest_channels, rest_interactions
+from tests.emulators.discord.core import API_PREFIX, EmulatorCore
+from tests.emulators.discord.interaction_payloads import (
+    OptionValue,
+    find_button,
+    find_command,
+    interaction_payload,
+    slash_data,
+)
+from tests.emulators.discord.models import (
+    PUBLIC_THREAD_TYPE,
+    TEXT_CHANNEL_TYPE,
+    Channel,
+    Guild,
+    Interaction,
+    InteractionResponseRecord,
+    JSONDict,
+    RateLimitConfig,
+    RequestRecord,
+    Role,
+    StoredMessage,
+    UploadedFile,
+    User,
+)
+from tests.emulators.discord.state import DEFAULT_EVERYONE_PERMISSIONS
+
+DEFAULT_BOT_TOKEN = "emulator-bot-token"
+INTERACTION_ACK_DEADLINE_S = 3.0
+WAIT_FOR_INTERVAL_S = 0.01
+COMPONENT_INTERACTION = 3
+COMMAND_INTERACTION = 2
+BUTTON_COMPONENT = 2
+
+T = TypeVar("T")
+
+
+class DiscordEmulator(EmulatorCore):
+    """A local Discord for discord.py. Use as `async with DiscordEmulator() as dc:`.
+
+    `time_scale` multiplies every window (rate limits, token lifetime, heartbeat); the 3 s
+    interaction deadline is not scaled, since it is what the bot must meet.
+    """
+
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        rate_limit: RateLimitConfig | None = RateLimitConfig(),
+        bot_token: str = DEFAULT_BOT_TOKEN,
+        bot_name: str = "relaybot",
+        interaction_ack_deadline_s: float = INTERACTION_ACK_DEADLINE_S,
+    ) -> None:
+        super().__init__(
+            time_scale=time_scale,
+            rate_limit=rate_limit,
+            bot_token=bot_token,
+            bot_name=bot_name,
+            gateway_url=lambda: self.gateway_url,
+        )
+        self._ack_deadline_s = interaction_ack_deadline_s
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self.middleware])
+        app.add_routes(rest_channels.build_routes(self, lambda: self.base_url, lambda: self.gateway_url))
+        app.add_routes(rest_interactions.build_routes(self, lambda: self.base_url, ack_deadline_s=self._ack_deadline_s))
+        app.add_routes([web.get("/gateway/", self.hub.handle, name="gateway")])
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        await self.hub.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> DiscordEmulator:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ---- addresses and identity ---------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def api_base(self) -> str:
+        """The value for `discord.http.Route.BASE`."""
+        return f"{self.base_url}{API_PREFIX}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self._port}/gateway/"
+
+    @property
+    def token(self) -> str:
+        return self.world.bot_token
+
+    @property
+    def bot_user_id(self) -> int:
+        return self.world.bot_user_id
+
+    @property
+    def application_id(self) -> int:
+        return self.world.application_id
+
+    @property
+    def live_session_count(self) -> int:
+        """Gateway sessions with an open socket (identified bots)."""
+        return self.hub.live_session_count
+
+    def set_rate_limit(self, config: RateLimitConfig | None) -> None:
+        """Change (or with None, turn off) the per-channel create+edit budget."""
+        self.rate_limit = config
+
+    # ---- world set-up (before the bot connects: GUILD_CREATE is sent at IDENTIFY) --------------
+
+    def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
+        world = self.world
+        guild_id = world.ids.next()
+        # The @everyone role shares the guild's id.
+        world.roles[guild_id] = Role(
+            id=guild_id, guild_id=guild_id, name="@everyone", permissions=DEFAULT_EVERYONE_PERMISSIONS, position=0
+        )
+        world.guilds[guild_id] = Guild(
+            id=guild_id, name=name, owner_id=owner_id or world.bot_user_id, role_ids=[guild_id]
+        )
+        return guild_id
+
+    def add_channel(self, guild_id: int, name: str) -> int:
+        channel_id = self.world.ids.next()
+        self.world.channels[channel_id] = Channel(id=channel_id, type=TEXT_CHANNEL_TYPE, name=name, guild_id=guild_id)
+        self.world.guilds[guild_id].channel_ids.append(channel_id)
+        return channel_id
+
+    def add_role(self, guild_id: int, name: str, permissions: int = 0) -> int:
+        guild = self.world.guilds[guild_id]
+        role_id = self.world.ids.next()
+        self.world.roles[role_id] = Role(
+            id=role_id, guild_id=guild_id, name=name, permissions=permissions, position=len(guild.role_ids)
+        )
+        guild.role_ids.append(role_id)
+        return role_id
+
+    def add_user(self, name: str, *, bot: bool = False, roles: Sequence[int] = ()) -> int:
+        user_id = self.world.ids.next()
+        self.world.users[user_id] = User(id=user_id, name=name, bot=bot, role_ids=list(roles))
+        return user_id
+
+    def grant_role(self, user_id: int, role_id: int) -> None:
+        """Give a user a role; later interactions carry it (the gateway is not told)."""
+        self.world.users[user_id].role_ids.append(role_id)
+
+    # ---- what users do ------------------------------------------------------------------------
+
+    async def send_user_message(
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        *,
+        mentions_bot: bool = False,
+        attachments: Sequence[UploadedFile] | None = None,
+        reply_to: int | None = None,
+        guild_id: int | None = None,
+    ) -> int:
+        """Post a message as a user (in a guild channel, thread or DM) and dispatch MESSAGE_CREATE."""
+        channel = self.world.channels[channel_id]
+        if guild_id is not None and guild_id != channel.guild_id:
+            raise ValueError(f"channel {channel_id} is not in guild {guild_id}")
+        mention = f"<@{self.bot_user_id}>"
+        if mentions_bot and mention not in content:
+            content = f"{mention} {content}"
+        body: JSONDict = {"content": content}
+        if reply_to is not None:
+            body["message_reference"] = {"message_id": str(reply_to), "channel_id": str(channel_id)}
+        stored = [
+            rest_channels.store_attachment(self, f.filename, f.data, f.content_type, self.base_url)
+            for f in attachments or ()
+        ]
+        message = await self.store_message(channel_id=channel_id, author_id=author_id, body=body, attachments=stored)
+        return message.id
+
+    async def send_dm(
+        self, author_id: int, content: str, *, attachments: Sequence[UploadedFile] | None = None
+    ) -> int:
+        channel = rest_channels.ensure_dm_channel(self, author_id)
+        return await self.send_user_message(channel.id, author_id, content, attachments=attachments)
+
+    def dm_channel_id(self, user_id: int) -> int:
+        return rest_channels.ensure_dm_channel(self, user_id).id
+
+    async def click_button(
+        self, message_id: int, custom_id: str, user_id: int, *, allow_disabled: bool = False
+    ) -> int:
+        """Click a button on a stored message; dispatches INTERACTION_CREATE type 3."""
+        message = self.world.messages[message_id]
+        button = find_button(message.components, custom_id)
+        if button is None:
+            raise ValueError(f"message {message_id} has no component with custom_id {custom_id!r}")
+        if button.get("disabled") and not allow_disabled:
+            raise ValueError(f"button {custom_id!r} on message {message_id} is disabled")
+        interaction = self._new_interaction(
+            COMPONENT_INTERACTION, user_id, message.channel_id, source_message_id=message_id
+        )
+        data = {"custom_id": custom_id, "component_type": int(button.get("type", BUTTON_COMPONENT))}
+        await self._dispatch_interaction(interaction, data)
+        return interaction.id
+
+    async def invoke_slash(
+        self, name: str, options: Mapping[str, OptionValue] | None, user_id: int, channel_id: int
+    ) -> int:
+        """Invoke a synced slash command; dispatches INTERACTION_CREATE type 2."""
+        channel = self.world.channels[channel_id]
+        command = find_command(self.world, name, channel.guild_id)
+        if command is None:
+            raise ValueError(f"no synced command named {name!r}")
+        interaction = self._new_interaction(COMMAND_INTERACTION, user_id, channel_id)
+        await self._dispatch_interaction(interaction, slash_data(command, options or {}))
+        return interaction.id
+
+    def _new_interaction(
+        self, kind: int, user_id: int, channel_id: int, *, source_message_id: int | None = None
+    ) -> Interaction:
+        channel = self.world.channels[channel_id]
+        interaction = Interaction(
+            id=self.world.ids.next(),
+            token=self.world.new_token(),
+            type=kind,
+            user_id=user_id,
+            channel_id=channel_id,
+            guild_id=channel.guild_id,
+            created_at=time.monotonic(),
+            source_message_id=source_message_id,
+        )
+        self.world.interactions[interaction.id] = interaction
+        self.world.interactions_by_token[interaction.token] = interaction
+        return interaction
+
+    async def _dispatch_interaction(self, interaction: Interaction, data: JSONDict) -> None:
+        payload = interaction_payload(self.world, interaction, data)
+        await self.hub.dispatch("INTERACTION_CREATE", lambda _session: payload)
+
+    async def drop_gateway_connections(self) -> None:
+        """Cut every gateway socket abnormally; discord.py reconnects and RESUMEs."""
+        await self.hub.drop_connections()
+
+    # ---- what tests read ----------------------------------------------------------------------
+
+    def messages(self, channel_id: int, *, include_ephemeral: bool = False) -> list[StoredMessage]:
+        """Messages in a channel or thread, oldest first, each with its edit history."""
+        found = sorted(self.world.channel_messages(channel_id), key=lambda m: m.id)
+        return [m for m in found if include_ephemeral or not m.ephemeral]
+
+    def message(self, message_id: int) -> StoredMessage:
+        return self.world.messages[message_id]
+
+    @property
+    def threads(self) -> list[Channel]:
+        return [c for c in self.world.channels.values() if c.type == PUBLIC_THREAD_TYPE]
+
+    def thread_of(self, message_id: int) -> Channel | None:
+        """The thread started on a message (Discord gives it the message's id)."""
+        channel = self.world.channels.get(message_id)
+        return channel if channel is not None and channel.type == PUBLIC_THREAD_TYPE else None
+
+    def interaction_responses(self, interaction_id: int) -> list[InteractionResponseRecord]:
+        return list(self.world.interactions[interaction_id].responses)
+
+    def interaction(self, interaction_id: int) -> Interaction:
+        return self.world.interactions[interaction_id]
+
+    def commands(self, guild_id: int | None = None) -> list[JSONDict]:
+        """Application commands as last bulk-overwritten (global, or for one guild)."""
+        source = self.world.global_commands if guild_id is None else self.world.guild_commands.get(guild_id, [])
+        return list(source)
+
+    @property
+    def request_log(self) -> list[RequestRecord]:
+        return list(self.world.request_log)
+
+    @property
+    def typing_channel_ids(self) -> list[int]:
+        return list(self.world.typing_channel_ids)
+
+    async def wait_for(
+        self, predicate: Callable[[], T | Awaitable[T]], timeout: float = 5.0, *, what: str = "condition"
+    ) -> T:
+        """Poll `predicate` until it returns something truthy, and return that; bounded by `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return result  # type: ignore[return-value]
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{what} not met within {timeout} s")
+            await asyncio.sleep(WAIT_FOR_INTERVAL_S)

@@ -1,0 +1,94 @@
+"""Builds INTERACTION_CREATE payloads for button clicks and slash commands."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tests.emulators.discord.models import Interaction, JSONDict
+from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
+from tests.emulators.discord.state import ALL_PERMISSIONS, World
+
+ATTACHMENT_SIZE_LIMIT_BYTES = 10 * 1024 * 1024
+INTERACTION_VERSION = 1
+CONTEXT_GUILD = 0
+CONTEXT_BOT_DM = 1
+OPTION_STRING, OPTION_INTEGER, OPTION_BOOLEAN, OPTION_NUMBER = 3, 4, 5, 10
+
+OptionValue = str | int | float | bool
+
+
+def interaction_payload(world: World, interaction: Interaction, data: JSONDict) -> JSONDict:
+    channel = world.channels[interaction.channel_id]
+    payload: JSONDict = {
+        "id": str(interaction.id),
+        "application_id": str(world.application_id),
+        "type": interaction.type,
+        "token": interaction.token,
+        "version": INTERACTION_VERSION,
+        "attachment_size_limit": ATTACHMENT_SIZE_LIMIT_BYTES,
+        "data": data,
+        "channel": channel_payload(world, channel),
+        "channel_id": str(channel.id),
+        "app_permissions": str(ALL_PERMISSIONS),
+        "locale": "en-US",
+        "entitlements": [],
+    }
+    if interaction.guild_id is not None:
+        member = member_payload(world, interaction.guild_id, interaction.user_id)
+        member["permissions"] = str(world.member_permissions(interaction.guild_id, interaction.user_id))
+        payload.update(
+            guild_id=str(interaction.guild_id),
+            guild={"id": str(interaction.guild_id), "locale": "en-US", "features": []},
+            guild_locale="en-US",
+            member=member,
+            context=CONTEXT_GUILD,
+            authorizing_integration_owners={"0": str(interaction.guild_id)},
+        )
+    else:
+        payload.update(
+            user=user_payload(world, interaction.user_id),
+            context=CONTEXT_BOT_DM,
+            authorizing_integration_owners={"1": str(interaction.user_id)},
+        )
+    if interaction.source_message_id is not None:
+        payload["message"] = message_payload(world, world.messages[interaction.source_message_id])
+    return payload
+
+
+def find_button(components: tuple[JSONDict, ...], custom_id: str) -> JSONDict | None:
+    for row in components:
+        for child in row.get("components") or []:
+            if child.get("custom_id") == custom_id:
+                return child
+    return None
+
+
+def find_command(world: World, name: str, guild_id: int | None) -> JSONDict | None:
+    candidates = (world.guild_commands.get(guild_id, []) if guild_id is not None else []) + world.global_commands
+    return next((command for command in candidates if command["name"] == name), None)
+
+
+def slash_data(command: JSONDict, options: Mapping[str, OptionValue]) -> JSONDict:
+    declared = {option["name"]: int(option.get("type", OPTION_STRING)) for option in command.get("options") or []}
+    data: JSONDict = {
+        "id": command["id"],
+        "name": command["name"],
+        "type": 1,
+        "options": [
+            {"name": name, "type": declared.get(name, _infer_option_type(value)), "value": value}
+            for name, value in options.items()
+        ],
+    }
+    if "guild_id" in command:
+        data["guild_id"] = command["guild_id"]
+    return data
+
+
+def _infer_option_type(value: OptionValue) -> int:
+    if isinstance(value, bool):
+        return OPTION_BOOLEAN
+    if isinstance(value, int):
+        return OPTION_INTEGER
+    if isinstance(value, float):
+        return OPTION_NUMBER
+    return OPTION_STRING

@@ -1,0 +1,102 @@
+"""The emulator's in-memory world: users, guilds, roles, channels, messages, interactions."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+
+from tests.emulators.discord.models import (
+    Channel,
+    Guild,
+    Interaction,
+    JSONDict,
+    RequestRecord,
+    Role,
+    SnowflakeFactory,
+    StoredMessage,
+    User,
+)
+
+ADMINISTRATOR_PERMISSION = 1 << 3
+ALL_PERMISSIONS = (1 << 51) - 1
+# VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY, EMBED_LINKS, ATTACH_FILES, ADD_REACTIONS,
+# USE_APPLICATION_COMMANDS, CREATE_PUBLIC_THREADS, SEND_MESSAGES_IN_THREADS: a typical @everyone.
+DEFAULT_EVERYONE_PERMISSIONS = (
+    (1 << 10) | (1 << 11) | (1 << 16) | (1 << 14) | (1 << 15) | (1 << 6) | (1 << 31) | (1 << 35) | (1 << 38)
+)
+USER_MENTION_RE = re.compile(r"<@!?(\d+)>")
+
+
+@dataclass(kw_only=True)
+class World:
+    """Everything the emulator knows; REST, gateway and test-side API all read and write this."""
+
+    bot_token: str
+    bot_name: str
+    ids: SnowflakeFactory = field(default_factory=SnowflakeFactory)
+    users: dict[int, User] = field(default_factory=dict)
+    guilds: dict[int, Guild] = field(default_factory=dict)
+    roles: dict[int, Role] = field(default_factory=dict)
+    channels: dict[int, Channel] = field(default_factory=dict)
+    messages: dict[int, StoredMessage] = field(default_factory=dict)
+    interactions: dict[int, Interaction] = field(default_factory=dict)
+    interactions_by_token: dict[str, Interaction] = field(default_factory=dict)
+    global_commands: list[JSONDict] = field(default_factory=list)
+    guild_commands: dict[int, list[JSONDict]] = field(default_factory=dict)
+    command_ids: dict[tuple[int | None, str], int] = field(default_factory=dict)
+    attachments: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    typing_channel_ids: list[int] = field(default_factory=list)
+    request_log: list[RequestRecord] = field(default_factory=list)
+    dm_channel_by_user: dict[int, int] = field(default_factory=dict)
+    bot_user_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.bot_user_id = self.ids.next()
+        self.users[self.bot_user_id] = User(id=self.bot_user_id, name=self.bot_name, bot=True)
+
+    @property
+    def application_id(self) -> int:
+        # A bot's application id equals its user id on Discord.
+        return self.bot_user_id
+
+    def new_token(self) -> str:
+        return secrets.token_urlsafe(24)
+
+    def member_role_ids(self, guild_id: int, user_id: int) -> list[int]:
+        guild = self.guilds[guild_id]
+        return [role_id for role_id in self.users[user_id].role_ids if role_id in guild.role_ids]
+
+    def member_permissions(self, guild_id: int, user_id: int) -> int:
+        guild = self.guilds[guild_id]
+        if user_id == guild.owner_id:
+            return ALL_PERMISSIONS
+        permissions = self.roles[guild_id].permissions
+        for role_id in self.member_role_ids(guild_id, user_id):
+            permissions |= self.roles[role_id].permissions
+        return ALL_PERMISSIONS if permissions & ADMINISTRATOR_PERMISSION else permissions
+
+    def guild_members(self, guild_id: int) -> list[int]:
+        # Every user the emulator knows is a member of every guild: tests stay short.
+        del guild_id
+        return list(self.users)
+
+    def guild_threads(self, guild_id: int) -> list[Channel]:
+        return [c for c in self.channels.values() if c.guild_id == guild_id and c.type == 11]
+
+    def channel_messages(self, channel_id: int) -> list[StoredMessage]:
+        return [m for m in self.messages.values() if m.channel_id == channel_id and not m.deleted]
+
+    def mentioned_user_ids(self, content: str, allowed_mentions: JSONDict | None) -> list[int]:
+        found = [int(raw) for raw in USER_MENTION_RE.findall(content) if int(raw) in self.users]
+        if allowed_mentions is None:
+            return found
+        explicit = {int(user_id) for user_id in allowed_mentions.get("users") or []}
+        parse_users = "users" in (allowed_mentions.get("parse") or [])
+        return [user_id for user_id in found if parse_users or user_id in explicit]
+
+    @staticmethod
+    def pings_everyone(content: str, allowed_mentions: JSONDict | None) -> bool:
+        if "@everyone" not in content and "@here" not in content:
+            return False
+        return allowed_mentions is None or "everyone" in (allowed_mentions.get("parse") or [])
