@@ -155,11 +155,16 @@ async def test_rate_limited_edits_all_land() -> None:
             assert isinstance(channel, discord.TextChannel)
             message = await channel.send("v0")
             await asyncio.gather(*(message.edit(content=f"v{i}") for i in range(1, 9)))
+            # discord.py keeps creates and edits in separate buckets; the emulator counts them
+            # together, so mixing them draws 429s that discord.py must retry.
+            extra = await asyncio.gather(*(channel.send(f"n{i}") for i in range(4)))
+            await asyncio.gather(*(m.edit(content=f"{m.content}!") for m in extra), message.edit(content="last"))
         stored = dc.messages(channel_id)[0]
-        assert stored.edit_count == 8
-        assert sorted(stored.history) == sorted(f"v{i}" for i in range(9))
+        assert stored.edit_count == 9 and stored.content == "last"
+        assert sorted(stored.history[:-1]) == sorted(f"v{i}" for i in range(9))
+        assert [m.content for m in dc.messages(channel_id)[1:]] == [f"n{i}!" for i in range(4)]
         edits = [r for r in dc.request_log if r.method == "PATCH"]
-        assert [r.status for r in edits if r.status != 429] == [200] * 8
+        assert [r.status for r in edits if r.status != 429] == [200] * 13
 
 
 async def test_raw_rate_limit_headers_and_429(discord_emulator: DiscordEmulator) -> None:
@@ -291,3 +296,55 @@ async def test_client_resumes_after_dropped_gateway(discord_emulator: DiscordEmu
         await dc.wait_for(lambda: seen, what="message after resume")
 
     assert seen == [f"<@{dc.bot_user_id}> after resume"]
+
+
+class DecideButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"decide:(?P<call_id>[0-9]+)"):
+    def __init__(self, call_id: int, *, disabled: bool = False) -> None:
+        super().__init__(discord.ui.Button(label="Decide", custom_id=f"decide:{call_id}", disabled=disabled))
+        self.call_id = call_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> DecideButton:
+        return cls(int(match["call_id"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await interaction.response.defer()
+        view = discord.ui.View(timeout=None)
+        view.add_item(DecideButton(self.call_id, disabled=True))
+        await interaction.edit_original_response(content="Approved", view=view)
+        await interaction.followup.send("done", ephemeral=True)
+
+
+class DecideClient(discord.Client):
+    async def setup_hook(self) -> None:
+        self.add_dynamic_items(DecideButton)
+
+
+async def test_deferred_update_edits_clicked_message_and_followup_is_ephemeral(
+    discord_emulator: DiscordEmulator,
+) -> None:
+    dc = discord_emulator
+    _, channel_id, user_id = world(dc)
+    client = DecideClient(intents=make_intents(message_content=False), guild_ready_timeout=0.05)
+    async with running(dc, client):
+        channel = client.get_channel(channel_id)
+        assert isinstance(channel, discord.TextChannel)
+        view = discord.ui.View(timeout=None)
+        view.add_item(DecideButton(7))
+        posted = await channel.send("approve?", view=view)
+        interaction_id = await dc.click_button(posted.id, "decide:7", user_id)
+        await dc.wait_for(lambda: len(dc.interaction_responses(interaction_id)) == 3, what="three responses")
+        with pytest.raises(ValueError):
+            await dc.click_button(posted.id, "decide:7", user_id)
+
+    callback, edit, followup = dc.interaction_responses(interaction_id)
+    assert (callback.kind, callback.callback_type) == ("callback", 6)
+    assert edit.kind == "edit_original" and edit.message_id == posted.id
+    assert followup.kind == "followup" and followup.ephemeral and followup.content == "done"
+    clicked = dc.message(posted.id)
+    assert clicked.history == ["approve?", "Approved"]
+    assert clicked.components[0]["components"][0]["disabled"] is True
+    assert [m.content for m in dc.messages(channel_id)] == ["Approved"]
+    assert [m.content for m in dc.messages(channel_id, include_ephemeral=True)] == ["Approved", "done"]

@@ -16,7 +16,7 @@ from tests.emulators.discord.gateway import (
     GatewayHub,
     GatewaySession,
 )
-from tests.emulators.discord.limits import RateLimiter
+from tests.emulators.discord.limits import BucketDecision, RateLimiter
 from tests.emulators.discord.models import (
     EPHEMERAL_FLAG,
     JSONDict,
@@ -99,7 +99,7 @@ class EmulatorCore:
         self.world.request_log.append(record)
         return response
 
-    def _take_bucket(self, request: web.Request):  # noqa: ANN202 - BucketDecision, kept private
+    def _take_bucket(self, request: web.Request) -> BucketDecision:
         route_name = request.match_info.route.name or f"{request.method} {request.match_info.route.resource}"
         channel_id = self._channel_bucket_owner(request, route_name)
         if channel_id is not None and self.rate_limit is not None:
