@@ -1,0 +1,64 @@
+"""The knobs of one streamed answer: message size, edit pacing, decorations, final retries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .splitter import CLOSE_RESERVE_CHARS, MIN_SPLIT_CHARS
+
+MIN_EDIT_INTERVAL_S = 1.0
+MAX_FINAL_ATTEMPTS = 8
+# A 429 is the platform saying "later", not a failure, so it has its own, larger bound.
+MAX_RATE_LIMITED_RETRIES = 30
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+CALL_TIMEOUT_S = 30.0
+STATUS_MAX_CHARS = 200
+# Below this a message cannot hold a useful slice of text next to cursor and status line.
+MIN_MESSAGE_CHARS = 120
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamLimits:
+    """`max_chars` bounds every text sent, cursor and status line included (Slack ≈ 3,900,
+    Discord 2,000); the streamer rolls over into a new message before it."""
+
+    max_chars: int
+    min_edit_interval_s: float = MIN_EDIT_INTERVAL_S
+    cursor: str = " ▌"
+    placeholder: str = "_thinking…_"
+    empty_text: str = "_(no answer)_"  # shown when an answer ends with no text at all
+    max_final_attempts: int = MAX_FINAL_ATTEMPTS
+    max_rate_limited_retries: int = MAX_RATE_LIMITED_RETRIES
+    backoff_base_s: float = BACKOFF_BASE_S
+    backoff_cap_s: float = BACKOFF_CAP_S
+    call_timeout_s: float = CALL_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_chars < MIN_MESSAGE_CHARS:
+            raise ValueError(f"max_chars must be at least {MIN_MESSAGE_CHARS}")
+        if len(self.placeholder) > self.max_chars // 2 or not self.placeholder.strip():
+            raise ValueError("placeholder must be non-blank and at most half of max_chars")
+        if len(self.empty_text) > self.max_chars or not self.empty_text.strip():
+            raise ValueError("empty_text must be non-blank and fit in max_chars")
+        if len(self.cursor) > self.max_chars // 10:
+            raise ValueError("cursor is too long for max_chars")
+        if self.max_final_attempts < 1 or self.max_rate_limited_retries < 0:
+            raise ValueError("max_final_attempts must be at least 1, retries not negative")
+        if min(self.min_edit_interval_s, self.backoff_base_s) < 0 or self.call_timeout_s <= 0:
+            raise ValueError("intervals must not be negative and call_timeout_s must be positive")
+
+    @property
+    def status_max_chars(self) -> int:
+        return min(STATUS_MAX_CHARS, self.max_chars // 4)
+
+    def live_room(self, status: str | None) -> int:
+        """Chars of answer text a message may hold while streaming, next to its decorations."""
+        decorations = len(self.cursor) + 1 + CLOSE_RESERVE_CHARS
+        if status:
+            decorations += 1 + len(status)
+        return max(MIN_SPLIT_CHARS, self.max_chars - decorations)
+
+    def backoff_s(self, attempt: int) -> float:
+        """Delay after failed attempt number `attempt` (1-based): exponential, capped."""
+        return min(self.backoff_cap_s, self.backoff_base_s * 2 ** max(0, attempt - 1))

@@ -1,0 +1,123 @@
+"""Splits long text into message-sized parts at natural boundaries, keeping code fences balanced."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+FENCE = "```"
+# Room kept free in a part that is cut inside a code block, for the "\n```" that closes it.
+CLOSE_RESERVE_CHARS = len("\n" + FENCE)
+FENCE_INFO_MAX_CHARS = 20
+MIN_SPLIT_CHARS = 40
+# A paragraph or line break is used only when it keeps at least this share of the room,
+# so parts do not come out tiny; a space needs much less, a word is cut only as a last resort.
+PARAGRAPH_MIN_SHARE = 0.5
+LINE_MIN_SHARE = 0.3
+SPACE_MIN_SHARE = 0.1
+
+_FENCE_INFO = re.compile(r"[A-Za-z0-9_+#.-]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitPart:
+    """One message's worth: `body` is a slice of the original; `reopen`/`close` repair fences."""
+
+    reopen: str
+    body: str
+    close: str
+    fence_after: str | None  # info string of the code block still open after body, else None
+
+    @property
+    def text(self) -> str:
+        return self.reopen + self.body + self.close
+
+
+def open_fence(text: str, *, start_fence: str | None = None) -> str | None:
+    """The info string ("" for none) of the code block open at the end of `text`, else None.
+
+    Chat renderers pair ``` markers wherever they are, so parity decides; `start_fence` says
+    that `text` begins inside a block.
+    """
+    count = text.count(FENCE)
+    if count == 0:
+        return start_fence
+    if (count % 2 == 1) == (start_fence is not None):
+        return None
+    # The last marker opened the block that is still open.
+    info_start = text.rfind(FENCE) + len(FENCE)
+    line_end = text.find("\n", info_start)
+    info = text[info_start : line_end if line_end != -1 else len(text)].strip()
+    if len(info) <= FENCE_INFO_MAX_CHARS and _FENCE_INFO.fullmatch(info):
+        return info
+    return ""
+
+
+def fence_closer(text: str) -> str:
+    """What closes a code block left open at the end of `text`."""
+    return FENCE if text == "" or text.endswith("\n") else "\n" + FENCE
+
+
+def fence_reopener(info: str) -> str:
+    return FENCE + info + "\n"
+
+
+def close_open_fence(text: str, *, start_fence: str | None = None) -> str:
+    """`text`, with the code block it leaves open (if any) closed."""
+    if open_fence(text, start_fence=start_fence) is None:
+        return text
+    return text + fence_closer(text)
+
+
+def split_parts(text: str, max_chars: int, *, start_fence: str | None = None) -> list[SplitPart]:
+    """Cuts `text` into parts whose `text` is at most `max_chars` long.
+
+    Cuts prefer a paragraph break, then a line break, then a space; a word is cut only when no
+    space is near. A part cut inside a code block closes it, and the next part reopens it with
+    the same language, so every part renders on its own. Joining the bodies gives `text` back.
+    """
+    if max_chars < MIN_SPLIT_CHARS:
+        raise ValueError(f"max_chars must be at least {MIN_SPLIT_CHARS}")
+    parts: list[SplitPart] = []
+    fence = start_fence
+    start = 0
+    while True:
+        reopen = "" if fence is None else fence_reopener(fence)
+        room = max_chars - len(reopen)
+        remaining = text[start:]
+        fence_at_end = open_fence(remaining, start_fence=fence)
+        close = "" if fence_at_end is None else fence_closer(remaining)
+        if len(remaining) + len(close) <= room:
+            parts.append(
+                SplitPart(reopen=reopen, body=remaining, close=close, fence_after=fence_at_end)
+            )
+            return parts
+        end = start + _cut_position(remaining, room - CLOSE_RESERVE_CHARS)
+        body = text[start:end]
+        after = open_fence(body, start_fence=fence)
+        close = "" if after is None else fence_closer(body)
+        parts.append(SplitPart(reopen=reopen, body=body, close=close, fence_after=after))
+        fence = after
+        start = end
+
+
+def split_for_limit(text: str, max_chars: int) -> list[str]:
+    """`text` as message texts of at most `max_chars` each (see `split_parts`)."""
+    return [part.text for part in split_parts(text, max_chars)]
+
+
+def _cut_position(text: str, room: int) -> int:
+    """Where to end a part of `text` that may hold `room` chars (0 < result <= room)."""
+    for separator, min_share in (
+        ("\n\n", PARAGRAPH_MIN_SHARE),
+        ("\n", LINE_MIN_SHARE),
+        (" ", SPACE_MIN_SHARE),
+    ):
+        found = text.rfind(separator, 0, room)
+        if found != -1 and found + len(separator) >= max(1, room * min_share):
+            return found + len(separator)
+    cut = room
+    # Never cut through a ``` marker: each half would pair with the wrong fence.
+    while cut > 1 and text[cut - 1] == "`" and text[cut] == "`":
+        cut -= 1
+    return cut

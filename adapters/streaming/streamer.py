@@ -1,0 +1,381 @@
+"""Streams one answer into platform messages from a background editor task: coalesced, paced,
+split across messages, and always finished."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from .budget import Priority, RateBudget
+from .clock import Clock, MonotonicClock
+from .limits import StreamLimits
+from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts
+from .transport import MessageTransport, RateLimited, TransientSendError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+OnMessagePosted = Callable[[str], Awaitable[None]]
+# Shown in a message left over when a corrected final text needs fewer messages than were used.
+VACATED_MESSAGE_TEXT = "…"
+# A permanent edit failure this many times in a row: the message is gone or frozen, so the
+# final text goes into a new message instead.
+EDIT_FAILURES_BEFORE_REPOST = 2
+
+SendOutcome = Literal["sent", "rate_limited", "failed"]
+
+
+@dataclass(kw_only=True)
+class _Slot:
+    """One platform message of the answer."""
+
+    message_id: str | None = None
+    shown: str | None = None  # the last text the platform accepted
+    target: str | None = None  # the text it must end with, once known
+    has_text: bool = False  # it has shown answer text, not only the placeholder
+    next_send_at: float = float("-inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Ending:
+    kind: Literal["finish", "fail", "interrupt"]
+    text: str | None
+
+
+class MessageStreamer:
+    """Shows one answer as it is written, by posting and editing messages in a background task.
+
+    The LLM loop calls `append` (synchronous, never waits) and `set_status`; the editor task
+    always sends the latest text, so whatever arrived during an edit is coalesced into the next.
+    """
+
+    def __init__(
+        self,
+        transport: MessageTransport,
+        *,
+        limits: StreamLimits,
+        edit_budget: RateBudget,
+        post_budget: RateBudget,
+        clock: Clock | None = None,
+        key: Hashable = None,
+        on_message_posted: OnMessagePosted | None = None,
+    ) -> None:
+        self._transport = transport
+        self._limits = limits
+        self._edit_budget = edit_budget
+        self._post_budget = post_budget
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._key: Hashable = key if key is not None else id(self)
+        self._on_message_posted = on_message_posted
+        self._pieces: list[str] = []
+        self._text = ""
+        self._base = 0  # where the current (last) message's text starts in the answer
+        self._fence: str | None = None  # code block open where the current message starts
+        self._status: str | None = None
+        self._slots: list[_Slot] = [_Slot()]
+        self._changed = asyncio.Event()
+        self._ending_requested = asyncio.Event()
+        self._ending: _Ending | None = None
+        self._delivered = False
+        self._task: asyncio.Task[None] | None = None
+
+    # --- what the LLM loop and the adapter call ---
+
+    @property
+    def message_ids(self) -> list[str]:
+        return [slot.message_id for slot in self._slots if slot.message_id is not None]
+
+    async def start(self) -> None:
+        """Starts the editor task, which posts the placeholder at once; returns without waiting."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def append(self, text: str) -> None:
+        """Adds answer text. Never waits: the editor task picks it up."""
+        if self._ending is not None:
+            raise RuntimeError("append() after the answer was ended")
+        if text:
+            self._pieces.append(text)
+            self._changed.set()
+
+    def set_status(self, line: str | None) -> None:
+        """Shows a progress line (e.g. a running tool) under the text; None removes it."""
+        line = " ".join(line.split()) if line else ""
+        cap = self._limits.status_max_chars
+        self._status = (line if len(line) <= cap else line[: cap - 1] + "…") or None
+        self._changed.set()
+
+    async def finish(self, final_text: str | None = None) -> list[str]:
+        """Delivers the final text (default: what was appended) and returns all message ids."""
+        await self._end(_Ending(kind="finish", text=final_text))
+        return self.message_ids
+
+    async def fail(self, message: str) -> None:
+        """Replaces the answer in the current message with `message`, delivered like a final."""
+        await self._end(_Ending(kind="fail", text=message))
+
+    async def interrupt(self, note: str) -> None:
+        """Ends the answer with what was written so far plus `note` (shutdown, lost run).
+
+        If an ending is already being delivered, waits for it instead; if that one gave up
+        without delivering, the note is delivered in its place.
+        """
+        await self._end(_Ending(kind="interrupt", text=note))
+
+    # --- the editor task ---
+
+    async def _end(self, ending: _Ending) -> None:
+        if self._ending is None:
+            self._ending = ending
+        self._ending_requested.set()
+        if self._task is None or (self._task.done() and not self._delivered):
+            if self._task is not None and ending.kind == "interrupt":
+                self._ending = ending
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        # Waiting this way, a cancelled caller leaves the (bounded) delivery running.
+        await asyncio.wait({self._task})
+        if not self._task.cancelled():
+            self._task.result()
+
+    async def _run(self) -> None:
+        try:
+            await self._stream()
+        except Exception:
+            logger.exception("streaming updates failed; waiting to deliver the final text")
+        await self._ending_requested.wait()
+        assert self._ending is not None
+        await self._deliver_final(self._ending)
+
+    async def _stream(self) -> None:
+        failures = 0
+        due = True  # the placeholder goes out at once
+        while not self._ending_requested.is_set():
+            if not due and not await self._unless_ending(self._changed.wait()):
+                return
+            due = False
+            wait_s = self._slots[-1].next_send_at - self._clock.now()
+            if wait_s > 0 and not await self._unless_ending(self._clock.sleep(wait_s)):
+                return
+            self._changed.clear()
+            outcome = await self._send_update()
+            if outcome == "sent":
+                failures = 0
+            else:
+                due = True  # retry even if no new text comes
+                if outcome == "failed":
+                    failures += 1
+                    backoff_s = self._limits.backoff_s(failures)
+                    self._slots[-1].next_send_at = self._clock.now() + backoff_s
+
+    async def _send_update(self) -> SendOutcome:
+        """Sends the latest text to the current message once (rolling over first if needed)."""
+        await self._roll_over(self._snapshot())
+        slot = self._slots[-1]
+        if self._live_text(self._text) == slot.shown:
+            return "sent"
+        posting = slot.message_id is None
+        has_text = bool(self._text[self._base :].strip())
+        if posting or (has_text and not slot.has_text):
+            priority = Priority.FIRST
+        else:
+            priority = Priority.INTERMEDIATE
+        budget = self._post_budget if posting else self._edit_budget
+        if not await self._unless_ending(budget.acquire(priority, self._key)):
+            return "sent"  # the final delivery takes over
+        # Send the latest text: whatever arrived while waiting for the token comes along.
+        text = self._snapshot()
+        if self._needs_roll_over(text):
+            self._changed.set()
+            return "sent"
+        live = self._live_text(text)
+        has_text = bool(text[self._base :].strip())
+        try:
+            if slot.message_id is None:
+                await self._post(slot, live)
+            else:
+                await self._call(self._transport.edit(slot.message_id, live))
+        except RateLimited as exc:
+            budget.penalize(exc.retry_after_s)
+            return "rate_limited"
+        except TransientSendError as exc:
+            logger.info("streaming update failed, will retry: %s", exc)
+            return "failed"
+        except Exception:
+            logger.exception("streaming update failed")
+            return "failed"
+        slot.shown = live
+        if has_text:
+            slot.has_text = True
+            slot.next_send_at = self._clock.now() + self._limits.min_edit_interval_s
+        return "sent"
+
+    async def _roll_over(self, text: str) -> None:
+        # Seal the current message with its final slice and move on, before it outgrows the limit.
+        while self._needs_roll_over(text):
+            room = self._limits.live_room(self._status)
+            part = split_parts(text[self._base :], room, start_fence=self._fence)[0]
+            sealed = self._slots[-1]
+            sealed.target = part.text
+            self._base += len(part.body)
+            self._fence = part.fence_after
+            self._slots.append(_Slot())
+            await self._deliver(sealed)
+
+    # --- the final text ---
+
+    async def _deliver_final(self, ending: _Ending) -> None:
+        targets = self._final_targets(ending, self._snapshot())
+        delivered = True
+        for index, target in enumerate(targets):
+            if index == len(self._slots):
+                self._slots.append(_Slot())
+            slot = self._slots[index]
+            slot.target = target
+            if slot.message_id is not None and slot.shown == target:
+                continue
+            if not await self._deliver(slot):
+                delivered = False
+                if slot.message_id is None:
+                    break  # posting later parts now would put them out of order
+        self._delivered = delivered
+
+    def _final_targets(self, ending: _Ending, text: str) -> list[str]:
+        sealed = [slot.target or "" for slot in self._slots[:-1]]
+        reopen = "" if self._fence is None else fence_reopener(self._fence)
+        if ending.kind == "finish":
+            final = text if ending.text is None else ending.text
+            if final.startswith(text[: self._base]):
+                rest = final[self._base :]
+                parts = split_parts(rest, self._limits.max_chars, start_fence=self._fence)
+                targets = sealed + [part.text for part in parts]
+            else:
+                # A corrected answer that changes text already sealed: lay it out afresh.
+                targets = [part.text for part in split_parts(final, self._limits.max_chars)]
+        elif ending.kind == "fail":
+            targets = sealed + _texts(ending.text or "", self._limits.max_chars)
+        else:
+            shown = reopen + text[self._base :]
+            note = ending.text or ""
+            if shown.strip():
+                note = close_open_fence(shown).rstrip() + "\n\n" + note
+            targets = sealed + _texts(note, self._limits.max_chars)
+        targets = [target if target.strip() else self._limits.empty_text for target in targets]
+        targets += [VACATED_MESSAGE_TEXT] * (len(self._slots) - len(targets))
+        return targets
+
+    async def _deliver(self, slot: _Slot) -> bool:
+        """Sends `slot.target` with backoff: at most `max_final_attempts` failures, plus up to
+        `max_rate_limited_retries` waits for a 429's Retry-After."""
+        text = slot.target or self._limits.empty_text
+        failures = edit_failures = rate_limited = 0
+        while True:
+            posting = slot.message_id is None
+            budget = self._post_budget if posting else self._edit_budget
+            await budget.acquire(Priority.FINAL, self._key)
+            try:
+                if posting:
+                    await self._post(slot, text)
+                else:
+                    await self._call(self._transport.edit(slot.message_id, text))
+                slot.shown = text
+                return True
+            except RateLimited as exc:
+                # The budget's pause is the wait; the next acquire honours it.
+                budget.penalize(exc.retry_after_s)
+                rate_limited += 1
+                if rate_limited <= self._limits.max_rate_limited_retries:
+                    continue
+                failures = self._limits.max_final_attempts
+            except TransientSendError as exc:
+                failures += 1
+                logger.info("final text not delivered (attempt %d): %s", failures, exc)
+            except Exception:
+                failures += 1
+                logger.exception("final text not delivered (attempt %d)", failures)
+                if not posting:
+                    edit_failures += 1
+                    if edit_failures >= EDIT_FAILURES_BEFORE_REPOST:
+                        slot.message_id = None
+            if failures >= self._limits.max_final_attempts:
+                logger.error(
+                    "gave up delivering a final text after %d failures and %d rate limits",
+                    failures,
+                    rate_limited,
+                )
+                return False
+            await self._clock.sleep(self._limits.backoff_s(failures))
+
+    # --- helpers ---
+
+    def _snapshot(self) -> str:
+        if self._pieces:
+            self._text += "".join(self._pieces)
+            self._pieces.clear()
+        return self._text
+
+    def _needs_roll_over(self, text: str) -> bool:
+        reopen_len = 0 if self._fence is None else len(fence_reopener(self._fence))
+        return reopen_len + len(text) - self._base > self._limits.live_room(self._status)
+
+    def _live_text(self, text: str) -> str:
+        body = text[self._base :]
+        if body.strip():
+            live = ("" if self._fence is None else fence_reopener(self._fence)) + body
+            if open_fence(live) is not None:
+                # Close the block for display, so the cursor is not shown as code.
+                live += fence_closer(live) + "\n" + self._limits.cursor.strip()
+            else:
+                live += self._limits.cursor
+        else:
+            live = self._limits.placeholder
+        if self._status:
+            live += "\n" + self._status
+        return live
+
+    async def _post(self, slot: _Slot, text: str) -> None:
+        slot.message_id = await self._call(self._transport.post(text))
+        if self._on_message_posted is not None:
+            try:
+                await self._on_message_posted(slot.message_id)
+            except Exception:
+                logger.exception("on_message_posted failed for message %s", slot.message_id)
+
+    async def _call(self, call: Awaitable[T]) -> T:
+        """Awaits a transport call, bounded by `call_timeout_s` on the streamer's clock."""
+        call_task = asyncio.ensure_future(call)
+        timer = asyncio.ensure_future(self._clock.sleep(self._limits.call_timeout_s))
+        try:
+            await asyncio.wait({call_task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            call_task.cancel()
+            raise
+        finally:
+            timer.cancel()
+        if not call_task.done():
+            call_task.cancel()
+            raise TransientSendError(f"no answer within {self._limits.call_timeout_s:g} s")
+        return call_task.result()
+
+    async def _unless_ending(self, waiting: Awaitable[object]) -> bool:
+        """Awaits `waiting` unless an ending is requested first; True when it completed."""
+        work = asyncio.ensure_future(waiting)
+        ending = asyncio.ensure_future(self._ending_requested.wait())
+        try:
+            await asyncio.wait({work, ending}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.cancel()
+            raise
+        finally:
+            ending.cancel()
+        if not work.done():
+            work.cancel()
+            return False
+        work.result()
+        return True
+
+
+def _texts(text: str, max_chars: int) -> list[str]:
+    return [part.text for part in split_parts(text, max_chars)]

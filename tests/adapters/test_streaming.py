@@ -1,0 +1,725 @@
+"""Tests for adapters.streaming: splitting, the shared rate budget, and the message streamer."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from adapters.streaming import (
+    MessageStreamer,
+    Priority,
+    RateBudget,
+    RateLimited,
+    StreamLimits,
+    TransientSendError,
+    split_for_limit,
+    split_parts,
+)
+from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
+
+pytestmark = pytest.mark.timeout(30)
+
+CURSOR = " ▌"
+PLACEHOLDER = "_thinking…_"
+
+
+def words(count: int) -> str:
+    """Prose with paragraph breaks, deterministic."""
+    vocabulary = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    out: list[str] = []
+    for index in range(count):
+        out.append(vocabulary[(index * 7) % len(vocabulary)])
+        out.append("\n\n" if index % 40 == 39 else ("\n" if index % 13 == 12 else " "))
+    return "".join(out)
+
+
+def code_answer() -> str:
+    code = "".join(f"    value_{index} = compute({index}, 'x')\n" for index in range(60))
+    return "Here is the code:\n\n```python\ndef f():\n" + code + "```\n\nThat is all, thanks."
+
+
+def make_streamer(
+    clock: FakeClock,
+    transport: MemoryTransport,
+    *,
+    max_chars: int = 400,
+    edit_budget: RateBudget | None = None,
+    post_budget: RateBudget | None = None,
+    key: str | None = None,
+    on_message_posted=None,
+) -> MessageStreamer:
+    return MessageStreamer(
+        transport,
+        limits=StreamLimits(max_chars=max_chars),
+        edit_budget=edit_budget or RateBudget(capacity=100, refill_per_s=100, clock=clock),
+        post_budget=post_budget or RateBudget(capacity=100, refill_per_s=100, clock=clock),
+        clock=clock,
+        key=key,
+        on_message_posted=on_message_posted,
+    )
+
+
+async def stream_tokens(
+    clock: FakeClock, streamer: MessageStreamer, text: str, *, size: int, gap_s: float
+) -> None:
+    for start in range(0, len(text), size):
+        streamer.append(text[start : start + size])
+        await clock.sleep(gap_s)
+
+
+def assert_fences_balanced(text: str) -> None:
+    assert text.count("```") % 2 == 0, text
+
+
+# --- splitting ---
+
+
+def test_short_text_is_one_part() -> None:
+    assert split_for_limit("hello world", 100) == ["hello world"]
+
+
+def test_long_prose_splits_at_boundaries_without_losing_text() -> None:
+    text = words(2000)
+    parts = split_parts(text, 500)
+    assert len(parts) > 10
+    assert all(len(part.text) <= 500 for part in parts)
+    assert "".join(part.body for part in parts) == text
+    for part in parts[:-1]:
+        assert part.body[-1] in " \n", "cut inside a word"
+    assert [part.text for part in parts] == split_for_limit(text, 500)
+
+
+def test_paragraph_breaks_are_preferred() -> None:
+    text = ("word " * 50 + "\n\n") * 10
+    for part in split_parts(text, 600)[:-1]:
+        assert part.body.endswith("\n\n")
+
+
+def test_a_word_is_cut_only_when_there_is_no_space() -> None:
+    text = "x" * 1000
+    parts = split_for_limit(text, 100)
+    assert all(len(part) <= 100 for part in parts)
+    assert "".join(parts) == text
+
+
+def test_code_fence_is_closed_and_reopened_across_parts() -> None:
+    text = code_answer()
+    parts = split_parts(text, 300)
+    assert len(parts) > 3
+    assert "".join(part.body for part in parts) == text
+    for part in parts:
+        assert len(part.text) <= 300
+        assert_fences_balanced(part.text)
+    inside = [part for part in parts[1:] if part.reopen]
+    assert inside and all(part.reopen == "```python\n" for part in inside)
+    assert parts[0].close.endswith("```") and parts[0].fence_after == "python"
+
+
+def test_fence_left_open_by_the_text_is_closed_in_the_last_part() -> None:
+    [part] = split_parts("look:\n```\nprint(1)\n", 100)
+    assert part.text == "look:\n```\nprint(1)\n```"
+
+
+def test_text_starting_inside_a_block_is_reopened() -> None:
+    parts = split_parts("still code\n```\nprose after", 100, start_fence="sh")
+    assert parts[0].text == "```sh\nstill code\n```\nprose after"
+
+
+def test_tiny_limit_is_refused() -> None:
+    with pytest.raises(ValueError):
+        split_for_limit("text", 10)
+
+
+# --- the rate budget ---
+
+
+async def test_budget_bursts_then_refills_at_its_rate() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=2, refill_per_s=1, clock=clock)
+
+    async def scenario() -> list[float]:
+        times = []
+        for _ in range(5):
+            await budget.acquire(Priority.INTERMEDIATE, "a")
+            times.append(clock.now())
+        return times
+
+    assert await clock.run(scenario()) == pytest.approx([0, 0, 1, 2, 3])
+
+
+async def test_budget_serves_finals_then_firsts_then_intermediates() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+
+    async def want(name: str, priority: Priority) -> None:
+        await budget.acquire(priority, name)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")  # empties the bucket
+        tasks = []
+        for name, priority in [
+            ("edit-a", Priority.INTERMEDIATE),
+            ("first-b", Priority.FIRST),
+            ("final-c", Priority.FINAL),
+            ("edit-d", Priority.INTERMEDIATE),
+            ("final-e", Priority.FINAL),
+        ]:
+            tasks.append(asyncio.create_task(want(name, priority)))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    assert order == ["final-c", "final-e", "first-b", "edit-a", "edit-d"]
+
+
+async def test_budget_rotates_intermediates_between_requesters() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+
+    async def want(key: str) -> None:
+        await budget.acquire(Priority.INTERMEDIATE, key)
+        order.append(key)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.INTERMEDIATE, "warm")
+        tasks = []
+        for key in ["a", "a", "a", "b", "c"]:
+            tasks.append(asyncio.create_task(want(key)))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    assert order == ["a", "b", "c", "a", "a"]
+
+
+async def test_penalize_pauses_the_whole_bucket() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=5, refill_per_s=1, clock=clock)
+
+    async def scenario() -> list[float]:
+        budget.penalize(10)
+        times = []
+        for priority in (Priority.FINAL, Priority.INTERMEDIATE):
+            await budget.acquire(priority, "a")
+            times.append(clock.now())
+        return times
+
+    assert await clock.run(scenario()) == pytest.approx([10, 11])
+
+
+async def test_a_cancelled_wait_takes_no_token() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+
+    async def scenario() -> float:
+        await budget.acquire(Priority.FINAL, "warm")
+        abandoned = asyncio.create_task(budget.acquire(Priority.FINAL, "gone"))
+        await asyncio.sleep(0)
+        abandoned.cancel()
+        await budget.acquire(Priority.INTERMEDIATE, "b")
+        return clock.now()
+
+    assert await clock.run(scenario()) == pytest.approx(1)
+
+
+async def test_per_minute_budget_keeps_every_window_within_the_limit() -> None:
+    clock = FakeClock()
+    budget = RateBudget.per_minute(50, clock=clock)
+    times: list[float] = []
+
+    async def scenario() -> None:
+        while clock.now() < 300:
+            await budget.acquire(Priority.INTERMEDIATE, "a")
+            times.append(clock.now())
+
+    await clock.run(scenario())
+    for index, start in enumerate(times):
+        in_window = [t for t in times[index:] if t < start + 60]
+        assert len(in_window) <= 50
+    assert len(times) >= 0.85 * 50 * 5
+
+
+async def test_per_minute_takes_a_share() -> None:
+    budget = RateBudget.per_minute(50, share=0.5, clock=FakeClock())
+    assert budget.capacity + budget.refill_per_s * 60 == pytest.approx(25)
+
+
+# --- the streamer ---
+
+
+async def test_placeholder_first_then_text_then_final() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        await clock.sleep(0.5)
+        streamer.append("Hello")
+        await clock.sleep(0.5)
+        streamer.append(" world")
+        return await streamer.finish()
+
+    ids = await clock.run(scenario())
+    assert ids == ["m1"] == streamer.message_ids
+    first, second = transport.calls[0], transport.calls[1]
+    assert (first.op, first.text) == ("post", PLACEHOLDER)
+    assert (second.op, second.text) == ("edit", "Hello" + CURSOR)
+    # The first text went out at once, not after the edit interval.
+    assert second.at < 0.5 + 0.2
+    assert transport.texts == {"m1": "Hello world"}
+
+
+async def test_append_never_waits_even_when_the_transport_hangs() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock, gate=asyncio.Event())
+    streamer = make_streamer(clock, transport)
+    assert not inspect.iscoroutinefunction(MessageStreamer.append)
+    assert not inspect.iscoroutinefunction(MessageStreamer.set_status)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(1)
+        for index in range(1000):
+            assert streamer.append(f"t{index} ") is None
+        streamer.set_status("🔧 Running calculator…")
+        await clock.sleep(5)
+        assert transport.calls == [] and len(transport.attempt_times) == 1
+        assert transport.gate is not None
+        transport.gate.set()
+        await streamer.finish()
+
+    await clock.run(scenario())
+    assert transport.final_texts()[-1].endswith("t999 ")
+
+
+async def test_text_arriving_during_an_edit_is_coalesced_into_the_next() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(0.5)
+        transport.gate = asyncio.Event()
+        streamer.append("first ")
+        await clock.sleep(0.1)  # that edit is now in flight, held at the gate
+        for index in range(100):
+            streamer.append(f"{index} ")
+            await clock.sleep(0.01)
+        transport.gate.set()
+        await clock.sleep(3)
+        edits = [call for call in transport.calls if call.op == "edit"]
+        expected = "first " + "".join(f"{index} " for index in range(100))
+        assert [call.text for call in edits] == ["first " + CURSOR, expected + CURSOR]
+        await streamer.finish()
+
+    await clock.run(scenario())
+
+
+async def test_edits_keep_the_minimum_interval_per_message() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=4000)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await stream_tokens(clock, streamer, words(200), size=4, gap_s=0.05)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    streamed = clock.now()
+    edits = [call for call in transport.edits_of("m1") if call.op == "edit"][:-1]  # minus final
+    gaps = [later.at - earlier.at for earlier, later in zip(edits[1:], edits[2:])]
+    assert gaps and min(gaps) >= 1.0 - 1e-9
+    assert len(edits) <= streamed / 1.0 + 2
+
+
+async def test_ten_streamers_on_a_tight_budget_all_get_edits_and_finals() -> None:
+    clock = FakeClock()
+    edit_budget = RateBudget(capacity=1, refill_per_s=0.5, clock=clock)
+    post_budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    transports = [MemoryTransport(clock=clock) for _ in range(10)]
+    streamers = [
+        make_streamer(clock, t, edit_budget=edit_budget, post_budget=post_budget, key=f"s{i}")
+        for i, t in enumerate(transports)
+    ]
+    text = "word " * 60
+
+    async def scenario() -> None:
+        for streamer in streamers:
+            await streamer.start()
+        await asyncio.gather(
+            *(stream_tokens(clock, s, text, size=5, gap_s=0.5) for s in streamers)
+        )
+        for transport in transports:
+            live = [c for c in transport.calls if c.text.endswith(CURSOR)]
+            assert len(live) >= 2, "an answer starved"
+        await asyncio.gather(*(s.finish() for s in streamers))
+
+    await clock.run(scenario())
+    assert all(t.final_texts() == [text] for t in transports)
+
+
+async def test_a_finishing_answer_overtakes_streaming_ones() -> None:
+    clock = FakeClock()
+    edit_budget = RateBudget(capacity=1, refill_per_s=0.2, clock=clock)
+    busy_transports = [MemoryTransport(clock=clock) for _ in range(5)]
+    busy = [make_streamer(clock, t, edit_budget=edit_budget, key=f"b{i}") for i, t in
+            enumerate(busy_transports)]
+    done_transport = MemoryTransport(clock=clock)
+    done = make_streamer(clock, done_transport, edit_budget=edit_budget, key="done")
+
+    async def scenario() -> float:
+        for streamer in [*busy, done]:
+            await streamer.start()
+            streamer.append("some text")
+        await clock.sleep(30)  # every busy answer now has an edit waiting for a token
+        for streamer in busy:
+            streamer.append(" more")
+        await clock.sleep(1)
+        done.append(" and the end")
+        started = clock.now()
+        await done.finish()
+        finished = clock.now() - started
+        await asyncio.gather(*(s.finish() for s in busy))
+        return finished
+
+    # One token every 5 s: the final needs at most the next one, not a turn after five edits.
+    assert await clock.run(scenario()) <= 5.0 + 0.5
+    assert done_transport.final_texts() == ["some text and the end"]
+
+
+async def test_a_429_storm_still_delivers_the_final_text() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    edit_budget = RateBudget(capacity=5, refill_per_s=1, clock=clock)
+    streamer = make_streamer(clock, transport, edit_budget=edit_budget)
+    text = words(60)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(0.5)
+        transport.faults.extend(RateLimited(3) for _ in range(12))
+        await stream_tokens(clock, streamer, text, size=6, gap_s=0.1)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    assert transport.final_texts() == [text]
+    # After each 429 nothing was tried before its Retry-After had passed.
+    attempts = transport.attempt_times[1:]
+    for earlier, later in zip(attempts[:12], attempts[1:13]):
+        assert later - earlier >= 3 - 1e-9
+
+
+async def test_transient_errors_on_the_final_are_retried_with_backoff() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("answer")
+        await clock.sleep(2)
+        transport.faults.extend(TransientSendError("502") for _ in range(4))
+        await streamer.finish(" the whole answer ")
+
+    await clock.run(scenario())
+    assert transport.final_texts() == [" the whole answer "]
+    finals = transport.attempt_times[-5:]
+    assert [b - a for a, b in zip(finals, finals[1:])] == pytest.approx(
+        [0.5 + 0.05, 1.0 + 0.05, 2.0 + 0.05, 4.0 + 0.05]
+    )
+
+
+async def test_a_message_that_cannot_be_edited_gets_its_final_in_a_new_message() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        streamer.append("partial")
+        await clock.sleep(2)
+        transport.faults.extend(RuntimeError("message_not_found") for _ in range(2))
+        return await streamer.finish("partial, then complete")
+
+    assert await clock.run(scenario()) == ["m2"]
+    assert transport.texts["m2"] == "partial, then complete"
+
+
+async def test_gives_up_after_max_attempts() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        transport.faults.extend(TransientSendError("down") for _ in range(100))
+        await streamer.finish("never seen")
+
+    await clock.run(scenario())
+    assert transport.calls == [] and len(transport.attempt_times) == 8
+
+
+async def test_a_hung_call_times_out_and_the_final_still_arrives() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def release_later(gate: asyncio.Event) -> None:
+        await clock.sleep(45)
+        gate.set()
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("text")
+        await clock.sleep(2)
+        gate = transport.gate = asyncio.Event()
+        releaser = asyncio.create_task(release_later(gate))
+        await streamer.finish("text, final")
+        await releaser
+
+    await clock.run(scenario())
+    assert transport.final_texts() == ["text, final"]
+    assert clock.now() >= 45
+
+
+async def test_ten_thousand_chars_roll_over_into_messages_within_the_limit() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=1000)
+    text = words(1700)[:10_000]
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        await stream_tokens(clock, streamer, text, size=25, gap_s=0.02)
+        return await streamer.finish()
+
+    ids = await clock.run(scenario())
+    assert len(ids) >= 10
+    assert all(len(call.text) <= 1000 for call in transport.calls)
+    assert "".join(transport.final_texts()) == text
+    for message_id in ids[:-1]:
+        calls = transport.edits_of(message_id)
+        sealed = [i for i, call in enumerate(calls) if not call.text.endswith(CURSOR)]
+        # The placeholder at most, then once its final text, never edited again.
+        assert sealed[-1] == len(calls) - 1
+        assert all(calls[i].text == PLACEHOLDER for i in sealed[:-1])
+
+
+async def test_a_long_text_appended_at_once_is_split_on_finish() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=1000)
+    text = words(1700)[:10_000]
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        streamer.append(text)
+        return await streamer.finish()
+
+    ids = await clock.run(scenario())
+    assert len(ids) >= 10
+    assert all(len(call.text) <= 1000 for call in transport.calls)
+    assert "".join(transport.final_texts()) == text
+
+
+async def test_code_fences_stay_balanced_across_messages() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=500)
+    text = code_answer()
+
+    async def scenario() -> None:
+        await streamer.start()
+        await stream_tokens(clock, streamer, text, size=7, gap_s=0.05)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    finals = transport.final_texts()
+    assert len(finals) >= 3
+    for call in transport.calls:
+        assert len(call.text) <= 500
+        assert_fences_balanced(call.text)
+    assert finals[1].startswith("```python\n")
+    assert finals[-1].endswith("That is all, thanks.")
+    # Cuts fall at line ends inside the block, so each repair is a bare "```" + "```python\n".
+    assert "".join(finals).replace("``````python\n", "") == text
+
+
+async def test_tool_status_line_is_shown_then_removed() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+    status = "🔧 Running calculator…"
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.set_status(status)
+        await clock.sleep(2)
+        streamer.append("The sum is")
+        await clock.sleep(2)
+        streamer.set_status(None)
+        streamer.append(" 4.")
+        await clock.sleep(2)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    texts = [call.text for call in transport.calls]
+    assert PLACEHOLDER + "\n" + status in texts
+    assert "The sum is" + CURSOR + "\n" + status in texts
+    assert texts[-2] == "The sum is 4." + CURSOR
+    assert transport.final_texts() == ["The sum is 4."]
+
+
+async def test_a_very_long_status_line_is_trimmed() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=200)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("x " * 90)
+        streamer.set_status("🔧 " + "very long tool name " * 30)
+        await clock.sleep(2)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    assert all(len(call.text) <= 200 for call in transport.calls)
+    assert any("very long tool name" in call.text for call in transport.calls)
+
+
+async def test_fail_replaces_the_answer_with_the_message() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("Half an ans")
+        await clock.sleep(2)
+        await streamer.fail("The model is unavailable. Please try again.")
+
+    await clock.run(scenario())
+    assert transport.final_texts() == ["The model is unavailable. Please try again."]
+
+
+async def test_interrupt_keeps_the_text_and_adds_the_note() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("Partial ```py\nx = 1")
+        await clock.sleep(2)
+        await streamer.interrupt("_Interrupted — please ask again._")
+
+    await clock.run(scenario())
+    [final] = transport.final_texts()
+    assert final == "Partial ```py\nx = 1\n```\n\n_Interrupted — please ask again._"
+
+
+async def test_interrupt_takes_over_a_finish_that_gave_up() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("Partial")
+        await clock.sleep(2)
+        transport.faults.extend(TransientSendError("down") for _ in range(8))
+        await streamer.finish()
+        await streamer.interrupt("(interrupted)")
+
+    await clock.run(scenario())
+    assert transport.final_texts() == ["Partial\n\n(interrupted)"]
+
+
+async def test_cancelling_the_caller_of_finish_does_not_stop_delivery() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        streamer.append("Partial")
+        await clock.sleep(2)
+        gate = transport.gate = asyncio.Event()  # the final edit hangs for a while
+        finishing = asyncio.create_task(streamer.finish(" and complete"[1:]))
+        await clock.sleep(5)
+        finishing.cancel()
+        gate.set()
+        await streamer.interrupt("(interrupted)")  # waits for the delivery under way
+        assert finishing.cancelled()
+
+    await clock.run(scenario())
+    assert transport.final_texts() == ["and complete"]
+
+
+@pytest.mark.parametrize("ending", ["finish", "fail", "interrupt", "finish-unstarted"])
+async def test_no_message_is_left_at_the_placeholder(ending: str) -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        if ending != "finish-unstarted":
+            await streamer.start()
+            streamer.set_status("🔧 Searching…")
+            await clock.sleep(2)
+        if ending.startswith("finish"):
+            await streamer.finish()
+        elif ending == "fail":
+            await streamer.fail("Something went wrong.")
+        else:
+            await streamer.interrupt("Interrupted.")
+
+    await clock.run(scenario())
+    [final] = transport.final_texts()
+    assert PLACEHOLDER not in final and CURSOR not in final and "Searching" not in final
+    assert final in {"_(no answer)_", "Something went wrong.", "Interrupted."}
+
+
+async def test_a_corrected_final_text_is_laid_out_again() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=300)
+    streamed = words(120)
+    corrected = "Short answer."
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        await stream_tokens(clock, streamer, streamed, size=20, gap_s=0.1)
+        return await streamer.finish(corrected)
+
+    ids = await clock.run(scenario())
+    assert len(ids) >= 2
+    assert transport.final_texts() == [corrected] + ["…"] * (len(ids) - 1)
+
+
+async def test_posted_messages_are_reported_and_append_after_the_end_is_refused() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    posted: list[str] = []
+
+    async def record(message_id: str) -> None:
+        posted.append(message_id)
+
+    streamer = make_streamer(clock, transport, max_chars=300, on_message_posted=record)
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        streamer.append(words(150))
+        return await streamer.finish()
+
+    ids = await clock.run(scenario())
+    assert posted == ids and len(ids) >= 2
+    with pytest.raises(RuntimeError):
+        streamer.append("late")
