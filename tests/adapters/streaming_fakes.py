@@ -44,7 +44,8 @@ class FakeClock:
             idle_rounds = 0
             while idle_rounds < 2 and not main.done():
                 await asyncio.sleep(0)
-                idle_rounds = idle_rounds + 1 if not loop._ready else 0  # type: ignore[attr-defined]
+                ready = loop._ready  # type: ignore[attr-defined]
+                idle_rounds = idle_rounds + 1 if not ready else 0
             if main.done():
                 return main.result()
             while self._sleepers and self._sleepers[0][2].done():

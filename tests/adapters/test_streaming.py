@@ -9,6 +9,7 @@ import pytest
 
 from adapters.streaming import (
     MessageStreamer,
+    MonotonicClock,
     Priority,
     RateBudget,
     RateLimited,
@@ -370,8 +371,10 @@ async def test_a_finishing_answer_overtakes_streaming_ones() -> None:
     clock = FakeClock()
     edit_budget = RateBudget(capacity=1, refill_per_s=0.2, clock=clock)
     busy_transports = [MemoryTransport(clock=clock) for _ in range(5)]
-    busy = [make_streamer(clock, t, edit_budget=edit_budget, key=f"b{i}") for i, t in
-            enumerate(busy_transports)]
+    busy = [
+        make_streamer(clock, t, edit_budget=edit_budget, key=f"b{i}")
+        for i, t in enumerate(busy_transports)
+    ]
     done_transport = MemoryTransport(clock=clock)
     done = make_streamer(clock, done_transport, edit_budget=edit_budget, key="done")
 
@@ -652,7 +655,7 @@ async def test_cancelling_the_caller_of_finish_does_not_stop_delivery() -> None:
         streamer.append("Partial")
         await clock.sleep(2)
         gate = transport.gate = asyncio.Event()  # the final edit hangs for a while
-        finishing = asyncio.create_task(streamer.finish(" and complete"[1:]))
+        finishing = asyncio.create_task(streamer.finish("and complete"))
         await clock.sleep(5)
         finishing.cancel()
         gate.set()
@@ -723,3 +726,34 @@ async def test_posted_messages_are_reported_and_append_after_the_end_is_refused(
     assert posted == ids and len(ids) >= 2
     with pytest.raises(RuntimeError):
         streamer.append("late")
+
+
+async def test_runs_on_the_real_clock() -> None:
+    real = MonotonicClock()
+
+    class InstantTransport:
+        def __init__(self) -> None:
+            self.texts: dict[str, str] = {}
+
+        async def post(self, text: str) -> str:
+            message_id = str(len(self.texts))
+            self.texts[message_id] = text
+            return message_id
+
+        async def edit(self, message_id: str, text: str) -> None:
+            self.texts[message_id] = text
+
+    transport = InstantTransport()
+    streamer = MessageStreamer(
+        transport,
+        limits=StreamLimits(max_chars=200, min_edit_interval_s=0.01),
+        edit_budget=RateBudget(capacity=5, refill_per_s=1000, clock=real),
+        post_budget=RateBudget(capacity=5, refill_per_s=1000, clock=real),
+    )
+    text = words(100)
+    await streamer.start()
+    for start in range(0, len(text), 50):
+        streamer.append(text[start : start + 50])
+        await asyncio.sleep(0)
+    ids = await streamer.finish()
+    assert "".join(transport.texts[i] for i in ids) == text
