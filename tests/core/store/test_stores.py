@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -123,11 +125,14 @@ async def test_twenty_concurrent_dedup_checks_have_one_first(db: Database) -> No
     assert await events.prune(older_than_days=0) >= 0
 
 
-async def test_embedded_database_keeps_data_across_restart(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    data_dir.parent.chmod(0o755)
+async def test_embedded_database_keeps_data_across_restart() -> None:
+    root = Path(tempfile.mkdtemp(prefix="relaybot-restart-"))
+    root.chmod(0o755)  # reachable by the server's own system user when tests run as root
     key = ConversationKey(platform="slack", workspace="T", channel="C")
-    async with Database(url=None, data_dir=data_dir) as database:
-        conversation = await ConversationStore(database).get_or_create(key)
-    async with Database(url=None, data_dir=data_dir) as database:
-        assert await ConversationStore(database).find(key) == conversation
+    try:
+        async with Database(url=None, data_dir=root / "data") as database:
+            conversation = await ConversationStore(database).get_or_create(key)
+        async with Database(url=None, data_dir=root / "data") as database:
+            assert await ConversationStore(database).find(key) == conversation
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

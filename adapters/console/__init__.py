@@ -1,0 +1,1 @@
+"""Terminal chat on the engine, for trying relaybot without a platform."""

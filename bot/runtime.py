@@ -1,0 +1,166 @@
+"""Wiring: settings → database → model client → tools → engine → scheduler → HTTP → adapters, and back down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timezone
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from adapters.base import PlatformAdapter
+from adapters.http.server import HttpServer
+from core.config import Settings
+from core.engine import Engine
+from core.llm import LLMClient
+from core.reminders import SWEEP_INTERVAL_S, ReminderService
+from core.store.db import Database
+from core.store.processed_events import ProcessedEvents
+from core.tools import ToolRegistry, builtin_registry
+from core.tools.internal_search import INTERNAL_SEARCH
+from core.tools.reminders import CREATE_REMINDER
+
+log = logging.getLogger(__name__)
+
+PRUNE_EVENTS_INTERVAL_S = 3600
+EXPIRE_APPROVALS_INTERVAL_S = 60
+REVERT_STUCK_INTERVAL_S = 300
+STUCK_RESUMING_AFTER_S = 900
+
+
+def build_llm(settings: Settings) -> LLMClient:
+    return LLMClient(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        request_timeout_s=settings.llm_request_timeout_s,
+        idle_timeout_s=settings.llm_idle_timeout_s,
+    )
+
+
+def build_registry() -> ToolRegistry:
+    registry = builtin_registry()
+    registry.register(INTERNAL_SEARCH)
+    registry.register(CREATE_REMINDER)
+    return registry
+
+
+class Runtime:
+    """Owns every long-lived part of a bot process and starts/stops them in order."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db = Database(url=settings.database_url, data_dir=settings.data_dir)
+        self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        self.http = HttpServer(host=settings.http_host, port=settings.http_port)
+        self.adapters: list[PlatformAdapter] = []
+        self.engine: Engine | None = None
+        self.reminders: ReminderService | None = None
+        self._llm: LLMClient | None = None
+
+    async def open_engine(self) -> Engine:
+        """Database, model client, retriever and engine (enough for `chat`)."""
+        await self.db.open()
+        log.info("database: %s", self.db.description)
+        self._llm = build_llm(self.settings)
+        retriever = await self._build_retriever()
+        notifiers: dict[str, Any] = {}
+        self.reminders = ReminderService(self.db, self.scheduler, notifiers)
+        self.engine = Engine(
+            settings=self.settings,
+            db=self.db,
+            llm=self._llm,
+            registry=build_registry(),
+            retriever=retriever,
+            tool_extras={"reminders": self.reminders},
+            notifiers=notifiers,
+        )
+        return self.engine
+
+    async def _build_retriever(self) -> Any:
+        from bot.ingest_cli import build_retriever
+
+        return await build_retriever(self.settings, self.db)
+
+    async def start(self) -> None:
+        engine = await self.open_engine()
+        self.adapters = self._build_adapters(engine)
+        for adapter in self.adapters:
+            engine.notifiers[adapter.platform] = adapter.notifier
+        self._schedule_jobs(engine)
+        self.scheduler.start()
+        assert self.reminders is not None
+        await self.reminders.rearm_all()
+        await self.http.start()
+        for adapter in self.adapters:
+            await adapter.start()
+        if not self.adapters:
+            log.warning("neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: only the HTTP health check is served")
+
+    def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
+        adapters: list[PlatformAdapter] = []
+        if self.settings.slack_bot_token:
+            from adapters.slack.adapter import SlackAdapter
+
+            adapters.append(SlackAdapter(settings=self.settings, engine=engine, db=self.db, http=self.http))
+        if self.settings.discord_token:
+            from adapters.discord.adapter import DiscordAdapter
+
+            adapters.append(DiscordAdapter(settings=self.settings, engine=engine, db=self.db))
+        return adapters
+
+    def _schedule_jobs(self, engine: Engine) -> None:
+        events = ProcessedEvents(self.db)
+        assert self.reminders is not None
+        jobs = [
+            (events.prune, PRUNE_EVENTS_INTERVAL_S, "prune-processed-events"),
+            (engine.expire_approvals, EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
+            (lambda: engine.revert_stuck_runs(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
+            (self.reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
+        ]
+        for job, interval_s, name in jobs:
+            self.scheduler.add_job(job, "interval", seconds=interval_s, id=name, coalesce=True, max_instances=1)
+
+    async def stop(self) -> None:
+        """Stop taking work, give running answers a grace period, mark the rest interrupted, close down."""
+        self.http.mark_stopping()
+        for adapter in self.adapters:
+            await _quietly(adapter.stop_accepting(), "stop accepting")
+        if self.engine is not None and not await self.engine.drain(self.settings.shutdown_grace_s):
+            log.warning("%d answers still running after the grace period; marking them interrupted", self.engine.active_runs)
+            for adapter in self.adapters:
+                await _quietly(adapter.interrupt_inflight(), "interrupt answers")
+        for adapter in self.adapters:
+            await _quietly(adapter.close(), "close adapter")
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        await self.http.stop()
+        if self._llm is not None:
+            await self._llm.aclose()
+        await self.db.close()
+
+
+async def _quietly(step: Any, what: str) -> None:
+    try:
+        await step
+    except Exception:
+        log.exception("shutdown step failed: %s", what)
+
+
+async def serve(settings: Settings) -> int:
+    """`relaybot run`: start everything, wait for SIGTERM/SIGINT, stop cleanly."""
+    import signal
+
+    runtime = Runtime(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await runtime.start()
+        log.info("relaybot is running")
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runtime.stop()
+    return 0
