@@ -16,6 +16,8 @@ import pytest
 from core.store.db import Database
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# platformdirs warns on every embedded-server start when this is unset (as in CI containers).
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
 pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtures.discord"]
 
