@@ -16,10 +16,13 @@ import pytest
 from core.store.db import Database
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# platformdirs warns on every embedded-server start when this is unset (as in CI containers).
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
 pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtures.discord"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # platformdirs warns at every embedded-server start where XDG_RUNTIME_DIR is unset (CI containers).
+    config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR")
 
 
 @pytest.fixture(scope="session")
