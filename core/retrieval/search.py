@@ -69,6 +69,26 @@ class ChunkHit:
         )
 
 
+def vector_statement(model: str, dimension: int, *, filtered: bool) -> sql.Composed:
+    """Nearest chunks by cosine distance, spelled so the planner can use the model's partial HNSW index."""
+    return sql.SQL(
+        "SELECT chunk_id, {expr} <=> %(v)s::vector({dim}) AS distance FROM chunk_embeddings "
+        "WHERE {pred}{filter} ORDER BY {expr} <=> %(v)s::vector({dim}) LIMIT %(k)s"
+    ).format(
+        expr=vector_expression(dimension),
+        dim=sql.Literal(dimension),
+        pred=vector_predicate(model, dimension),
+        filter=sql.SQL(" AND source_id = ANY(%(ids)s)") if filtered else sql.SQL(""),
+    )
+
+
+def fulltext_statement(*, filtered: bool) -> bytes:
+    """Full-text candidates, bounded per tier, ranked by ts_rank_cd."""
+    return _FULLTEXT_SQL.format(
+        config=TS_CONFIG, filter=" AND c.source_id = ANY(%(ids)s)" if filtered else ""
+    ).encode("utf-8")
+
+
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], *, k: int = RRF_K) -> list[tuple[int, float]]:
     """Fuse ranked id lists: score = sum of 1 / (k + rank), rank from 1; best first, ties by id."""
     scores: dict[int, float] = {}
@@ -196,16 +216,7 @@ class PgRetriever:
         if source_ids is not None:
             # Filtering after the index scan could leave fewer than k rows; let the scan continue.
             await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        filter_sql = sql.SQL(" AND source_id = ANY(%(ids)s)") if source_ids is not None else sql.SQL("")
-        statement = sql.SQL(
-            "SELECT chunk_id, {expr} <=> %(v)s::vector({dim}) AS distance FROM chunk_embeddings "
-            "WHERE {pred}{filter} ORDER BY {expr} <=> %(v)s::vector({dim}) LIMIT %(k)s"
-        ).format(
-            expr=vector_expression(dimension),
-            dim=sql.Literal(dimension),
-            pred=vector_predicate(self.embedder.name, dimension),
-            filter=filter_sql,
-        )
+        statement = vector_statement(self.embedder.name, dimension, filtered=source_ids is not None)
         cursor = await conn.execute(statement, {"v": Vector(list(vector)), "k": k, "ids": source_ids})
         rows = await cursor.fetchall()
         # relaxed_order may return rows slightly out of order.
@@ -214,10 +225,8 @@ class PgRetriever:
     async def _fulltext_ranking(
         self, conn: AsyncConnection, query: str, *, k: int, source_ids: list[int] | None
     ) -> list[int]:
-        filter_sql = " AND c.source_id = ANY(%(ids)s)" if source_ids is not None else ""
-        statement = _FULLTEXT_SQL.format(config=TS_CONFIG, filter=filter_sql)
         cursor = await conn.execute(
-            statement.encode("utf-8"), {"q": query, "n": self.fulltext_candidates, "k": k, "ids": source_ids}
+            fulltext_statement(filtered=source_ids is not None), {"q": query, "n": self.fulltext_candidates, "k": k, "ids": source_ids}
         )
         return [row[0] for row in await cursor.fetchall()]
 
