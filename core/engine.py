@@ -29,6 +29,7 @@ from core.store.db import Database
 from core.store.locks import ConversationLocks
 from core.tokens import TokenCounter, get_token_counter
 from core.tools import ApprovalPolicy, ToolExecutor, ToolRegistry
+from core.tools.internal_search import INTERNAL_SEARCH as INTERNAL_SEARCH_TOOL
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class Engine:
         self.planner_model = resolve_model(settings.agent_model) if settings.agent_model else self.model
         self.counter = counter or get_token_counter(self.model.upstream_id)
         self.registry = registry.with_approval_overrides(settings.tool_approval_overrides)
+        if retriever is not None and INTERNAL_SEARCH_TOOL.name not in self.registry:
+            # The agentic and research agents rely on it; the copy above keeps the caller's registry as it was.
+            self.registry.register(INTERNAL_SEARCH_TOOL)
         self.executor = ToolExecutor(self.registry)
         self.policy = ApprovalPolicy(approvers=frozenset(settings.approvers), approver_roles=frozenset(settings.approver_roles))
         self.system_prompt = load_system_prompt(settings)
