@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     embedding_api_key: str | None = None
     embedding_dimension: int | None = None
 
+    # Ingestion
+    ingest_allow_private: bool = False
+    ingest_allowed_networks: CommaList = ()
+    ingest_max_url_bytes: int = 5_000_000
+
     # Slack
     slack_bot_token: str | None = None
     slack_app_token: str | None = None
@@ -95,7 +100,9 @@ class Settings(BaseSettings):
     # Shutdown
     shutdown_grace_s: float = Field(default=10.0, ge=0)
 
-    @field_validator("approvers", "approver_roles", "slack_team_ids", "discord_guild_ids", mode="before")
+    @field_validator(
+        "approvers", "approver_roles", "slack_team_ids", "discord_guild_ids", "ingest_allowed_networks", mode="before"
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
