@@ -1,0 +1,9 @@
+"""Slack adapter: slack-bolt AsyncApp → engine; streamed answers, approval buttons, sources."""
+
+from __future__ import annotations
+
+from .adapter import SlackAdapter
+from .doctor import check_slack
+from .notifier import SlackNotifier
+
+__all__ = ["SlackAdapter", "SlackNotifier", "check_slack"]

@@ -1,0 +1,115 @@
+"""Approve / Reject clicks: check the clicker, record the decision, edit the message, resume."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from core.engine import DecisionOutcome, Engine
+from core.events import Event, Failed
+from core.requests import Actor
+
+from . import messages
+from .answers import AnswerRunner, ReplyTarget
+from .approval_blocks import ACTION_PATTERN, ApprovalView, approval_blocks, approval_text, parse_button_value
+from .budgets import ScaledClock, SlackBudgets
+from .transport import send_paced
+
+logger = logging.getLogger(__name__)
+
+
+class ApprovalClicks:
+    """Handles one click at a time; every state change is decided by the engine in Postgres."""
+
+    def __init__(
+        self, *, client: AsyncWebClient, engine: Engine, runner: AnswerRunner, budgets: SlackBudgets,
+        clock: ScaledClock,
+    ) -> None:
+        self._client = client
+        self._engine = engine
+        self._runner = runner
+        self._budgets = budgets
+        self._clock = clock
+
+    async def on_click(self, body: dict[str, Any]) -> None:
+        """Called after the click was acked."""
+        action = (body.get("actions") or [{}])[0]
+        match = ACTION_PATTERN.match(str(action.get("action_id", "")))
+        parsed = parse_button_value(str(action.get("value", "")))
+        user_id = str(body.get("user", {}).get("id", ""))
+        container = body.get("container") or {}
+        channel = str(container.get("channel_id") or body.get("channel", {}).get("id", ""))
+        message_ts = str(container.get("message_ts") or "")
+        thread_ts = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+        team_id = str((body.get("team") or {}).get("id") or body.get("user", {}).get("team_id", ""))
+        if match is None or parsed is None or not user_id or not channel:
+            logger.warning("ignoring a click that is not a relaybot approval: %s", action.get("action_id"))
+            return
+        continuation_id, call_id = parsed
+        approved = match.group(1) == "approve"
+        # The display name is a mention, so the engine's sentences name people the Slack way.
+        actor = Actor(id=user_id, name=messages.mention(user_id))
+        target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
+        try:
+            outcome = await self._engine.decide(continuation_id, call_id=call_id, approved=approved, actor=actor)
+            await self._apply(outcome, target=target, message_ts=message_ts, user_id=user_id,
+                              continuation_id=continuation_id, actor=actor)
+        except Exception:
+            logger.exception("approval click on %s failed", continuation_id)
+            await self._ephemeral(target, user_id, messages.click_failed())
+
+    async def _apply(
+        self, outcome: DecisionOutcome, *, target: ReplyTarget, message_ts: str, user_id: str,
+        continuation_id: str, actor: Actor,
+    ) -> None:
+        if outcome.status == "not_allowed":
+            text = outcome.message
+            if outcome.continuation is not None:
+                text = self._engine.policy.describe(outcome.continuation.requested_by, mention=messages.mention)
+            await self._ephemeral(target, user_id, text)
+            return
+        if outcome.status in ("recorded", "ready"):
+            if outcome.continuation is not None and message_ts:
+                await self._show(target, message_ts, ApprovalView.from_row(outcome.continuation))
+            if outcome.status == "ready":
+                await self._resume(target, user_id, continuation_id, actor)
+            return
+        await self._ephemeral(target, user_id, outcome.message)
+
+    async def _show(self, target: ReplyTarget, message_ts: str, view: ApprovalView) -> None:
+        await send_paced(
+            lambda: self._client.chat_update(
+                channel=target.channel, ts=message_ts, text=approval_text(view), blocks=approval_blocks(view)
+            ),
+            budget=self._budgets.edit(target.team_id), clock=self._clock,
+        )
+
+    async def _resume(self, target: ReplyTarget, user_id: str, continuation_id: str, actor: Actor) -> None:
+        events = self._engine.resume(continuation_id, actor=actor)
+        first = await anext(events, None)
+        if first is None:
+            return
+        if isinstance(first, Failed):
+            # Another click (here or in another instance) claimed the run first.
+            await events.aclose()
+            await self._ephemeral(target, user_id, first.message)
+            return
+        await self._runner.stream(target, _prepend(first, events))
+
+    async def _ephemeral(self, target: ReplyTarget, user_id: str, text: str) -> None:
+        try:
+            await self._client.chat_postEphemeral(
+                channel=target.channel, user=user_id, text=text,
+                **({"thread_ts": target.thread_ts} if target.thread_ts else {}),
+            )
+        except Exception:
+            logger.exception("could not tell %s: %s", user_id, text)
+
+
+async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    yield first
+    async for event in rest:
+        yield event

@@ -1,0 +1,90 @@
+"""The model's Markdown as Slack mrkdwn: formatting converted, mass pings neutralised, sizes bounded."""
+
+from __future__ import annotations
+
+import re
+
+# chat.update answers msg_too_long beyond this many characters of text.
+MAX_MESSAGE_TEXT_CHARS = 4000
+SECTION_TEXT_MAX_CHARS = 3000
+ELLIPSIS = "…"
+ZERO_WIDTH_SPACE = "\u200b"
+
+_FENCED = re.compile(r"```[^\n`]*\n?(.*?)(?:```|\Z)", re.S)
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s)]+|mailto:[^\s)]+)\)")
+_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+_ITALIC_STAR = re.compile(r"(?<![*\w])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![*\w])")
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
+_QUOTE = re.compile(r"^(\s*)&gt;", re.M)
+_PING = re.compile(r"@(channel|here|everyone)\b", re.I)
+_BOLD_MARK = "\x01"
+
+
+def escape(text: str) -> str:
+    """Slack's three control characters; escaping `<` also defuses `<!channel>` and `<@U…>`."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def neutralise_pings(text: str) -> str:
+    """`@channel`, `@here`, `@everyone` stay readable but can no longer notify anyone."""
+    return _PING.sub(lambda m: "@" + ZERO_WIDTH_SPACE + m.group(1), text)
+
+
+def to_mrkdwn(markdown: str) -> str:
+    """Converts Markdown (bold, italics, strike, code, links, headings, lists, quotes) to mrkdwn."""
+    protected: list[str] = []
+
+    def protect(rendered: str) -> str:
+        protected.append(rendered)
+        return f"\x00{len(protected) - 1}\x00"
+
+    def code_block(match: re.Match[str]) -> str:
+        # Slack shows a language tag as code, so it is dropped.
+        body = match.group(1)
+        return protect("```\n" + neutralise_pings(escape(body.rstrip("\n"))) + "\n```")
+
+    text = _FENCED.sub(code_block, markdown)
+    text = _INLINE_CODE.sub(lambda m: protect(neutralise_pings(escape(m.group(0)))), text)
+    text = escape(text)
+    text = _LINK.sub(lambda m: protect(f"<{m.group(2)}|{_link_label(m.group(1))}>"), text)
+    text = _HEADING.sub(lambda m: _BOLD_MARK + _strip_bold(m.group(1)) + _BOLD_MARK, text)
+    text = _BOLD.sub(lambda m: _BOLD_MARK + m.group(2) + _BOLD_MARK, text)
+    text = _ITALIC_STAR.sub(lambda m: "_" + m.group(1) + "_", text)
+    text = _STRIKE.sub(lambda m: "~" + m.group(1) + "~", text)
+    text = text.replace(_BOLD_MARK, "*")
+    text = _BULLET.sub(lambda m: m.group(1) + "• ", text)
+    text = _QUOTE.sub(lambda m: m.group(1) + ">", text)
+    text = neutralise_pings(text)
+    return _PLACEHOLDER.sub(lambda m: protected[int(m.group(1))], text)
+
+
+def fit(text: str, max_chars: int) -> str:
+    """`text` cut to `max_chars`, marked with an ellipsis when cut, never splitting a code fence open."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[: max_chars - len(ELLIPSIS)]
+    if cut.count("```") % 2 == 1:
+        cut = cut[: max_chars - len(ELLIPSIS) - 3] + "```"
+    return cut + ELLIPSIS
+
+
+def message_text(markdown: str) -> str:
+    """The mrkdwn text of one message, bounded by what chat.update accepts."""
+    return fit(to_mrkdwn(markdown), MAX_MESSAGE_TEXT_CHARS)
+
+
+def plain(text: str) -> str:
+    """Untrusted text shown as-is inside mrkdwn (titles, snippets, tool names): escaped, no pings."""
+    return neutralise_pings(escape(text))
+
+
+def _link_label(label: str) -> str:
+    return label.replace("|", "¦").replace("*", "")
+
+
+def _strip_bold(text: str) -> str:
+    return text.replace("**", "").replace("__", "")
