@@ -323,16 +323,18 @@ class Engine:
         recounted: list[tuple[int, int, str]] = []
         turns: list[HistoryTurn] = []
         for turn in _group_turns(stored):
-            messages = complete_tool_rounds([_as_chat_message(message) for message in turn])
+            raw = [_as_chat_message(message) for message in turn]
             tokens = 0
-            for message, row in zip(messages, turn):
+            # Counts are cached per stored row, so pair rows with their own messages before any are dropped.
+            for message, row in zip(raw, turn):
                 if row.token_count is not None and row.token_encoding == self.counter.encoding_name:
                     tokens += row.token_count
                 else:
                     count = self.counter.count_message(message)
                     recounted.append((row.id, count, self.counter.encoding_name))
                     tokens += count
-            if len(messages) != len(turn):
+            messages = complete_tool_rounds(raw)
+            if len(messages) != len(raw):
                 tokens = sum(self.counter.count_message(message) for message in messages)
             turns.append(HistoryTurn(messages=tuple(messages), tokens=tokens))
         await self.conversations.save_token_counts(recounted)

