@@ -67,3 +67,225 @@ async def test_bad_signature_and_stale_timestamp_get_401(bot: SlackBot, slack_em
     assert (await slack.deliver_event(bot.url, event, timestamp=int(time.time()) - 600)).status == 401
     await asyncio.sleep(0.2)
     assert bot_replies(slack, CHANNEL, event["ts"]) == []
+
+
+async def test_dm_top_level_is_one_rolling_conversation(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(Text("Paris is the capital of France."), Text("About 2.1 million people."))
+    first = dm(slack, DM_CHANNEL, "what is the capital of France?")
+    await slack.deliver_event(bot.url, first)
+    assert await eventually(lambda: any(m.text == "Paris is the capital of France." for m in slack.messages(DM_CHANNEL)))
+    second = dm(slack, DM_CHANNEL, "how many people live there?")
+    await slack.deliver_event(bot.url, second)
+    assert await eventually(lambda: any(m.text == "About 2.1 million people." for m in slack.messages(DM_CHANNEL)))
+    answers = [m for m in slack.messages(DM_CHANNEL) if m.is_bot]
+    assert all(m.thread_ts is None for m in answers), "top-level DMs are answered at top level"
+    follow_up = model_request_text(openai_emulator.chat_requests[-1])
+    assert "capital of France" in follow_up and "Paris is the capital" in follow_up
+
+
+async def test_thread_follow_up_without_mention_carries_earlier_turns(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(Text("The staging password rotates monthly."), Text("Next rotation is on the 1st."))
+    event = mention(slack, CHANNEL, "how often does the staging password rotate?")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "The staging password rotates monthly."))
+    follow = channel_message(slack, CHANNEL, "and when is the next one?", thread_ts=event["ts"])
+    await slack.deliver_event(bot.url, follow)
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "Next rotation is on the 1st."))
+    request = model_request_text(openai_emulator.chat_requests[-1])
+    assert "how often does the staging password rotate?" in request
+    assert "The staging password rotates monthly." in request
+    # A thread the bot never answered is left alone.
+    other = channel_message(slack, CHANNEL, "people talking")
+    reply = channel_message(slack, CHANNEL, "among themselves", thread_ts=other["ts"])
+    await slack.deliver_event(bot.url, reply)
+    await asyncio.sleep(0.3)
+    assert bot_replies(slack, CHANNEL, other["ts"]) == []
+    assert len(openai_emulator.chat_requests) == 2
+
+
+async def test_mention_mid_thread_sees_the_thread(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    root = slack.add_user_message(CHANNEL, "The build on main is red since the pgvector bump", "U0000DAVE")
+    slack.add_user_message(CHANNEL, "I think the migration 0007 is to blame", "U0000ERIN", root)
+    openai_emulator.script(Text("Revert migration 0007."))
+    event = mention(slack, CHANNEL, "what should we do?", thread_ts=root)
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: answered(slack, CHANNEL, root, "Revert migration 0007."))
+    request = model_request_text(openai_emulator.chat_requests[-1])
+    assert "pgvector bump" in request and "migration 0007 is to blame" in request
+
+
+async def test_a_mention_also_sent_as_channel_message_is_answered_once(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(Text("First answer."), Text("Second answer."))
+    event = mention(slack, CHANNEL, "start")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "First answer."))
+    again = mention(slack, CHANNEL, "again", thread_ts=event["ts"])
+    as_message = dict(again, type="message", channel_type="channel")
+    await asyncio.gather(slack.deliver_event(bot.url, again), slack.deliver_event(bot.url, as_message))
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "Second answer."))
+    await asyncio.sleep(0.3)
+    assert len(openai_emulator.chat_requests) == 2
+
+
+async def test_redelivered_event_and_two_instances_answer_once(
+    db, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    second = await start_bot(db, slack, openai_emulator.base_url)
+    try:
+        openai_emulator.script(Text("Only once."))
+        event = mention(slack, CHANNEL, "answer me once")
+        envelope = slack.event_envelope(event)
+        deliveries = await asyncio.gather(
+            slack.deliver_envelope(bot.url, envelope),
+            slack.deliver_envelope(bot.url, envelope, extra_headers={"X-Slack-Retry-Num": "1",
+                                                                       "X-Slack-Retry-Reason": "http_timeout"}),
+            slack.deliver_envelope(second.url, envelope),
+        )
+        assert [d.status for d in deliveries] == [200, 200, 200]
+        assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "Only once."))
+        await asyncio.sleep(0.3)
+        assert len(bot_replies(slack, CHANNEL, event["ts"])) == 1
+        assert len(openai_emulator.chat_requests) == 1
+    finally:
+        await second.stop()
+
+
+async def test_llm_failure_shows_the_error_and_model_pings_are_neutralised(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(*[Fault("500")] * 5)
+    event = mention(slack, CHANNEL, "this will fail")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: any(m.text.startswith("⚠️") for m in bot_replies(slack, CHANNEL, event["ts"])))
+    assert "thinking" not in bot_replies(slack, CHANNEL, event["ts"])[0].text
+
+    openai_emulator.script(Text("Attention <!channel> and @here and <!everyone>: **deploy** done."))
+    ping = mention(slack, CHANNEL, "announce it")
+    await slack.deliver_event(bot.url, ping)
+    assert await eventually(lambda: any("deploy" in m.text and "▌" not in m.text
+                                        for m in bot_replies(slack, CHANNEL, ping["ts"])))
+    final = bot_replies(slack, CHANNEL, ping["ts"])[0]
+    every_text = [final.text] + [e.text for e in final.edits]
+    assert all("<!channel>" not in t and "<!everyone>" not in t and "@here" not in t for t in every_text)
+    assert "*deploy*" in final.text
+
+
+async def test_long_answer_arrives_whole_across_messages_within_limits(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    words = [f"word{n:05d}" for n in range(1000)]  # 10,000 chars with the spaces
+    answer = " ".join(words)[:10_000]
+    openai_emulator.script(Text(answer, chunk_chars=200))
+    event = mention(slack, CHANNEL, "write a lot")
+    await slack.deliver_event(bot.url, event)
+
+    def whole() -> bool:
+        texts = [m.text for m in bot_replies(slack, CHANNEL, event["ts"])]
+        return len(texts) >= 3 and "".join(texts).replace(" ", "").replace("\n", "") == answer.replace(" ", "")
+    assert await eventually(whole, limit_s=30)
+    for message in bot_replies(slack, CHANNEL, event["ts"]):
+        assert all(len(t) <= 4000 for t in [message.text] + [e.text for e in message.edits])
+
+
+async def test_429_storm_during_streaming_still_delivers_the_final_text(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    answer = "Storms pass; the final text still lands in full."
+    openai_emulator.script(Text(answer, chunk_chars=3, delay_s=0.01))
+    slack.fail_next("chat.update", times=6, retry_after_s=1)
+    event = mention(slack, CHANNEL, "storm")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], answer), limit_s=30)
+    assert slack.count_429.get("chat.update", 0) >= 1
+
+
+async def test_workspace_not_allowed_is_ignored(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_team_ids="T0000ELSE")
+    try:
+        event = mention(slack, CHANNEL, "hello?")
+        assert (await slack.deliver_event(bot.url, event)).status == 200
+        await asyncio.sleep(0.3)
+        assert bot_replies(slack, CHANNEL, event["ts"]) == [] and openai_emulator.chat_requests == []
+    finally:
+        await bot.stop()
+
+
+async def test_killed_mid_answer_is_marked_interrupted_at_restart(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    openai_emulator.script(Text("a slow answer " * 50, chunk_chars=4, delay_s=0.05))
+    event = mention(slack, CHANNEL, "take your time")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: any("slow" in m.text for m in bot_replies(slack, CHANNEL, event["ts"])))
+    await bot.stop()  # close() drops the stream as a crash would: no final edit
+    [left] = bot_replies(slack, CHANNEL, event["ts"])
+    assert "Interrupted" not in left.text
+
+    restarted = await start_bot(db, slack, openai_emulator.base_url)
+    try:
+        assert "Interrupted" in slack.message(CHANNEL, left.ts).text
+        assert await LiveMessages(db).take_all("slack") == []
+    finally:
+        await restarted.stop()
+
+
+async def test_shutdown_interrupts_answers_in_flight(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(Text("still going " * 60, chunk_chars=4, delay_s=0.05))
+    event = mention(slack, CHANNEL, "long one")
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: any("going" in m.text for m in bot_replies(slack, CHANNEL, event["ts"])))
+    await bot.adapter.stop_accepting()
+    late = mention(slack, CHANNEL, "too late")
+    assert (await slack.deliver_event(bot.url, late)).status == 200
+    await bot.adapter.interrupt_inflight()
+    [message] = bot_replies(slack, CHANNEL, event["ts"])
+    assert message.text.startswith("still going") and message.text.endswith("please ask again.")
+    assert bot_replies(slack, CHANNEL, late["ts"]) == []
+    assert await LiveMessages(bot.engine.db).take_all("slack") == []
+
+
+async def test_socket_mode_answers_a_pushed_mention(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, socket_mode=True)
+    try:
+        assert await slack.wait_socket_connected(timeout_s=5.0)
+        openai_emulator.script(Text("Over the socket."))
+        event = mention(slack, CHANNEL, "via socket")
+        ack = await slack.push_socket_event(slack.event_envelope(event), timeout_s=5.0)
+        assert ack is not None
+        assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "Over the socket."))
+    finally:
+        await bot.stop()
+
+
+async def test_leftover_rows_are_only_those_of_this_platform(db) -> None:
+    live = LiveMessages(db)
+    await live.add(LiveMessage(platform="discord", workspace="G", channel="c", message_id="m"))
+    assert await live.take_all("slack") == []
+    assert len(await live.take_all("discord")) == 1
