@@ -1,0 +1,198 @@
+"""Turns one engine event stream into Discord messages: streamed answer, approval request,
+sources reply, failure text — with live-message bookkeeping for crashes and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import assert_never
+
+import discord
+
+from adapters.streaming import Clock, MessageStreamer, MessageTransport, StreamLimits
+from core import wording as core_wording
+from core.engine import Engine
+from core.events import (
+    AnswerDelta,
+    ApprovalRequired,
+    Done,
+    Event,
+    Failed,
+    SourceItem,
+    Sources,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from core.store.live_messages import LiveMessage, LiveMessages
+
+from . import rendering, wording
+from .approvals import approval_view, message_ref
+from .sources import sources_embed
+from .transport import NO_PINGS, ChannelBudgets, send_reliably
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerPlace:
+    """Where one answer goes: its transport, and the channel for approvals and sources."""
+
+    transport: MessageTransport
+    channel: discord.abc.Messageable
+    channel_id: int
+    workspace: str  # guild id, or "@dm"
+    thread: str = ""
+
+
+@dataclass(kw_only=True, eq=False)
+class _Answer:
+    streamer: MessageStreamer
+    interrupted: bool = False
+
+
+class AnswerStreams:
+    """Runs answers into Discord and remembers the ones still streaming."""
+
+    def __init__(
+        self, *, engine: Engine, live: LiveMessages, budgets: ChannelBudgets, limits: StreamLimits, clock: Clock
+    ) -> None:
+        self._engine = engine
+        self._live = live
+        self._budgets = budgets
+        self._limits = limits
+        self._clock = clock
+        self._answers: set[_Answer] = set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._answers)
+
+    async def run(self, events: AsyncIterator[Event], place: AnswerPlace) -> None:
+        """Consumes `events` to the end, always leaving the answer message in a final state."""
+        budget = self._budgets(place.channel_id)
+
+        async def remember(message_id: str) -> None:
+            await self._live.add(
+                LiveMessage(
+                    platform=PLATFORM,
+                    workspace=place.workspace,
+                    channel=str(place.channel_id),
+                    message_id=message_id,
+                    thread=place.thread,
+                )
+            )
+
+        streamer = MessageStreamer(
+            place.transport,
+            limits=self._limits,
+            edit_budget=budget,
+            post_budget=budget,
+            clock=self._clock,
+            key=object(),
+            on_message_posted=remember,
+        )
+        answer = _Answer(streamer=streamer)
+        self._answers.add(answer)
+        await streamer.start()
+        try:
+            await self._consume(events, answer, place)
+        except asyncio.CancelledError:
+            if not answer.interrupted:
+                await asyncio.shield(streamer.interrupt(wording.interrupted()))
+            raise
+        except Exception:
+            log.exception("answer failed while streaming")
+            if not answer.interrupted:
+                await streamer.fail(core_wording.unexpected_error())
+        finally:
+            self._answers.discard(answer)
+            await asyncio.shield(self._forget(place, streamer.message_ids))
+
+    async def _consume(self, events: AsyncIterator[Event], answer: _Answer, place: AnswerPlace) -> None:
+        streamer = answer.streamer
+        sources: tuple[SourceItem, ...] = ()
+        wrote = False
+        try:
+            async for event in events:
+                if answer.interrupted:
+                    return
+                match event:
+                    case AnswerDelta():
+                        wrote = wrote or bool(event.text.strip())
+                        streamer.append(event.text)
+                    case ToolCallStarted():
+                        streamer.set_status(wording.tool_running(event.tool))
+                    case ToolCallFinished():
+                        streamer.set_status(None)
+                    case Sources():
+                        sources = event.items
+                    case ApprovalRequired():
+                        streamer.set_status(None)
+                        await streamer.finish(None if wrote else wording.waiting_for_approval())
+                        await self._post_approval(event, place)
+                        return
+                    case Done():
+                        ids = await streamer.finish(event.answer)
+                        await self._post_sources(sources, place, reply_to=ids[-1] if ids else None)
+                        return
+                    case Failed():
+                        await streamer.fail(event.message)
+                        return
+                    case _:
+                        assert_never(event)
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+        if not answer.interrupted:
+            await streamer.finish()
+
+    async def _post_approval(self, event: ApprovalRequired, place: AnswerPlace) -> None:
+        text = rendering.approval_text(calls=event.calls, requested_by=event.requested_by, expires_at=event.expires_at)
+        view = approval_view(event.continuation_id, len(event.calls))
+        budget = self._budgets(place.channel_id)
+        message = await send_reliably(
+            budget, lambda: place.channel.send(text, view=view, allowed_mentions=NO_PINGS), clock=self._clock
+        )
+        ref = message_ref(channel_id=place.channel_id, message_id=message.id, text=text, calls=len(event.calls))
+        await self._engine.continuations.add_message_ref(uuid.UUID(event.continuation_id), ref)
+
+    async def _post_sources(self, items: tuple[SourceItem, ...], place: AnswerPlace, *, reply_to: str | None) -> None:
+        embed = sources_embed(items)
+        if embed is None:
+            return
+        reference = None
+        if reply_to is not None:
+            reference = discord.MessageReference(
+                message_id=int(reply_to), channel_id=place.channel_id, fail_if_not_exists=False
+            )
+        budget = self._budgets(place.channel_id)
+        try:
+            await send_reliably(
+                budget,
+                lambda: place.channel.send(embed=embed, reference=reference, allowed_mentions=NO_PINGS),  # type: ignore[arg-type]
+                clock=self._clock,
+            )
+        except Exception:
+            log.exception("could not post the sources of an answer")
+
+    async def _forget(self, place: AnswerPlace, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            try:
+                await self._live.remove(platform=PLATFORM, channel=str(place.channel_id), message_id=message_id)
+            except Exception:
+                log.exception("could not forget live message %s", message_id)
+
+    async def interrupt_all(self) -> None:
+        """Ends every answer still streaming with what it has so far plus an interrupted note."""
+        answers = list(self._answers)
+        for answer in answers:
+            answer.interrupted = True
+        await asyncio.gather(
+            *(answer.streamer.interrupt(wording.interrupted()) for answer in answers), return_exceptions=True
+        )

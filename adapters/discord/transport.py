@@ -1,0 +1,161 @@
+"""Posting and editing Discord messages for the streamer: channel messages or an interaction's
+webhook, 429s mapped to RateLimited, per-channel budgets shared by creates and edits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import aiohttp
+import discord
+
+from adapters.streaming import Clock, Priority, RateBudget, RateLimited, TransientSendError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+NO_PINGS = discord.AllowedMentions.none()
+DEFAULT_RETRY_AFTER_S = 1.0
+RELIABLE_SEND_ATTEMPTS = 6
+RELIABLE_BACKOFF_S = 0.5
+# Discord's per-channel message window; the budget spreads its calls over it.
+DISCORD_WINDOW_S = 5.0
+
+
+async def guarded(call: Awaitable[T]) -> T:
+    """Awaits a discord.py call, turning 429s into RateLimited and retryable failures into
+    TransientSendError; other errors pass through as permanent."""
+    try:
+        return await call
+    except discord.RateLimited as exc:
+        raise RateLimited(exc.retry_after, "Discord rate limit") from exc
+    except discord.HTTPException as exc:
+        if exc.status == 429:
+            raise RateLimited(_retry_after(exc), "Discord rate limit") from exc
+        if exc.status >= 500:
+            raise TransientSendError(f"Discord answered {exc.status}") from exc
+        raise
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise TransientSendError(f"Discord unreachable: {exc!r}") from exc
+
+
+def _retry_after(exc: discord.HTTPException) -> float:
+    try:
+        return float(exc.response.headers.get("Retry-After", DEFAULT_RETRY_AFTER_S))
+    except (TypeError, ValueError, AttributeError):
+        return DEFAULT_RETRY_AFTER_S
+
+
+def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> RateBudget:
+    """A bucket that never lets one window hold more than `calls_per_window` calls: a small burst
+    now, the rest spread over the window."""
+    burst = 1 if calls_per_window <= 2 else 2
+    refill = max(calls_per_window - burst, 1) / window_s
+    return RateBudget(capacity=burst, refill_per_s=refill, clock=clock)
+
+
+class ChannelBudgets:
+    """One budget per channel or thread, shared by every answer posting or editing there."""
+
+    def __init__(self, *, calls_per_window: int, window_s: float, clock: Clock) -> None:
+        self._calls = calls_per_window
+        self._window_s = window_s
+        self._clock = clock
+        self._budgets: dict[int, RateBudget] = {}
+
+    def __call__(self, channel_id: int) -> RateBudget:
+        budget = self._budgets.get(channel_id)
+        if budget is None:
+            budget = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
+            self._budgets[channel_id] = budget
+        return budget
+
+    def bound_s(self, calls: int) -> float:
+        """Least time `calls` calls can take on a fresh budget (the bench's bound)."""
+        budget = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
+        return max(0.0, calls - budget.capacity) / budget.refill_per_s
+
+
+async def send_reliably(budget: RateBudget, make_call: Callable[[], Awaitable[T]], *, clock: Clock) -> T:
+    """A one-off create or edit (approval, sources) on a channel's budget, retried on 429 and
+    transient failures; the last failure is raised."""
+    for attempt in range(1, RELIABLE_SEND_ATTEMPTS + 1):
+        await budget.acquire(Priority.FINAL)
+        try:
+            return await guarded(make_call())
+        except RateLimited as exc:
+            budget.penalize(exc.retry_after_s)
+            if attempt == RELIABLE_SEND_ATTEMPTS:
+                raise
+        except TransientSendError:
+            if attempt == RELIABLE_SEND_ATTEMPTS:
+                raise
+            await clock.sleep(RELIABLE_BACKOFF_S * attempt)
+    raise AssertionError("unreachable")
+
+
+class ChannelTransport:
+    """Streams into a channel, thread or DM: the first message optionally replies to the question,
+    each rolled-over message replies to the one before."""
+
+    def __init__(self, channel: discord.abc.Messageable, *, reply_to: int | None = None) -> None:
+        self._channel = channel
+        self._reply_to = reply_to
+
+    async def post(self, text: str) -> str:
+        reference = None
+        if self._reply_to is not None:
+            channel_id = getattr(self._channel, "id", None)
+            reference = discord.MessageReference(
+                message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False
+            )
+        message = await guarded(self._channel.send(text, reference=reference, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
+        self._reply_to = message.id
+        return str(message.id)
+
+    async def edit(self, message_id: str, text: str) -> None:
+        partial = _partial_message(self._channel, int(message_id))
+        await guarded(partial.edit(content=text, allowed_mentions=NO_PINGS))
+
+
+def _partial_message(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
+    get = getattr(channel, "get_partial_message", None)
+    if get is None:
+        raise TypeError(f"cannot edit messages in {channel!r}")
+    return get(message_id)
+
+
+class InteractionTransport:
+    """Streams an /ask answer: the deferred original response first, overflow as followups."""
+
+    def __init__(self, interaction: discord.Interaction) -> None:
+        self._interaction = interaction
+        self._original_id: str | None = None
+
+    async def post(self, text: str) -> str:
+        if self._original_id is None:
+            message = await guarded(
+                self._interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
+            )
+            self._original_id = str(message.id)
+            return self._original_id
+        followup = await guarded(self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS))
+        return str(followup.id)
+
+    async def edit(self, message_id: str, text: str) -> None:
+        try:
+            if message_id == self._original_id:
+                await guarded(self._interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS))
+            else:
+                await guarded(
+                    self._interaction.followup.edit_message(int(message_id), content=text, allowed_mentions=NO_PINGS)
+                )
+        except discord.HTTPException as exc:
+            # The interaction token lasts 15 minutes; the bot can still edit its own message.
+            if exc.status not in (401, 404) or self._interaction.channel is None:
+                raise
+            log.info("interaction token no longer valid; editing message %s directly", message_id)
+            channel = self._interaction.channel
+            await guarded(_partial_message(channel, int(message_id)).edit(content=text, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
