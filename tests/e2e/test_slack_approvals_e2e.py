@@ -1,0 +1,168 @@
+"""Slack approval buttons end to end: policy, edits, ephemerals, exactly-once resume, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from core.tools import ToolSpec, builtin_registry
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.emulators.slack import SlackEmulator
+from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, eventually, mention, start_bot
+
+pytestmark = pytest.mark.timeout(60)
+
+CHANNEL = "C0000OPS01"
+
+
+@pytest.fixture
+def deploys() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def registry(deploys: list[str]):  # type: ignore[no-untyped-def]
+    async def deploy(context: Any, arguments: dict[str, Any]) -> str:
+        deploys.append(arguments["env"])
+        return f"deployed to {arguments['env']}"
+
+    tools = builtin_registry()
+    tools.register(ToolSpec(
+        name="deploy", description="Deploy the service",
+        parameters={"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
+        run=deploy, requires_approval=True,
+    ))
+    return tools
+
+
+@pytest.fixture
+async def bot(db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, registry) -> AsyncIterator[SlackBot]:  # type: ignore[no-untyped-def]
+    started = await start_bot(db, slack_emulator, openai_emulator.base_url, registry=registry, approvers=CAROL)
+    yield started
+    await started.stop()
+
+
+async def ask_for_deploy(slack: SlackEmulator, bot: SlackBot, *envs: str) -> tuple[str, Any]:
+    event = mention(slack, CHANNEL, "deploy please", user=ALICE)
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: any(m.blocks for m in bot_replies(slack, CHANNEL, event["ts"])))
+    [approval] = [m for m in bot_replies(slack, CHANNEL, event["ts"]) if m.blocks]
+    return event["ts"], approval
+
+
+def buttons(message: Any) -> list[dict[str, Any]]:
+    return [el for block in message.blocks or [] if block["type"] == "actions" for el in block["elements"]]
+
+
+def click(slack: SlackEmulator, message: Any, action_id: str, user: str, index: int = 0) -> dict[str, Any]:
+    current = slack.message(CHANNEL, message.ts)
+    matching = [b for b in buttons(current) if b["action_id"] == action_id]
+    return slack.block_actions(CHANNEL, message.ts, user=user, action_id=action_id, value=matching[index]["value"])
+
+
+def script_deploy(openai: OpenAIEmulator, *envs: str, answer: str = "Deployed.") -> None:
+    calls = [Call("deploy", json.dumps({"env": env}), id=f"call_{env}") for env in envs]
+    openai.script(ToolCalls(calls, text="Let me deploy."), Text(answer))
+
+
+async def test_approve_runs_the_tool_and_resumes_in_a_new_message(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str]
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, "prod", answer="Deployed to prod.")
+    thread, approval = await ask_for_deploy(slack, bot)
+    assert f"<@{ALICE}>" in approval.blocks[0]["text"]["text"] and "deploy" in json.dumps(approval.blocks)
+    assert [b["action_id"] for b in buttons(approval)] == ["relaybot_approve", "relaybot_reject"]
+    assert (await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))).status == 200
+    assert await eventually(lambda: any(m.text == "Deployed to prod." for m in bot_replies(slack, CHANNEL, thread)))
+    assert deploys == ["prod"]
+    edited = slack.message(CHANNEL, approval.ts)
+    assert buttons(edited) == [] and f"✅ Approved by <@{ALICE}>" in json.dumps(edited.blocks, ensure_ascii=False)
+    texts = [m.text for m in bot_replies(slack, CHANNEL, thread)]
+    assert texts.index("Deployed to prod.") > texts.index("Let me deploy.")
+
+
+async def test_reject_and_unauthorised_click(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str]
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, "prod", answer="Okay, I did not deploy.")
+    thread, approval = await ask_for_deploy(slack, bot)
+    approve_value = buttons(approval)[0]["value"]
+    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", BOB))
+    assert await eventually(lambda: len(slack.ephemerals) == 1)
+    assert slack.ephemerals[0].user == BOB and slack.ephemerals[0].text.startswith("Only")
+    assert f"<@{ALICE}>" in slack.ephemerals[0].text
+    assert buttons(slack.message(CHANNEL, approval.ts)), "an unauthorised click changes nothing"
+
+    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_reject", CAROL))
+    assert await eventually(lambda: any(m.text == "Okay, I did not deploy." for m in bot_replies(slack, CHANNEL, thread)))
+    assert deploys == []
+    edited = json.dumps(slack.message(CHANNEL, approval.ts).blocks, ensure_ascii=False)
+    assert f"❌ Rejected by <@{CAROL}>" in edited
+
+    # A stale client still showing the buttons clicks again.
+    await slack.deliver_interaction(bot.url, slack.block_actions(
+        CHANNEL, approval.ts, user=ALICE, action_id="relaybot_approve", value=approve_value))
+    assert await eventually(lambda: len(slack.ephemerals) == 2)
+    assert "already" in slack.ephemerals[1].text
+
+
+async def test_two_pending_calls_decided_separately_and_20_concurrent_clicks(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str]
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, "staging", "prod", answer="Staging deployed, prod skipped.")
+    thread, approval = await ask_for_deploy(slack, bot)
+    ids = [b["action_id"] for b in buttons(approval)]
+    assert ids == ["relaybot_approve", "relaybot_reject"] * 2 + ["relaybot_approve_all", "relaybot_reject_all"]
+
+    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_reject", ALICE, index=1))
+    assert await eventually(lambda: len(buttons(slack.message(CHANNEL, approval.ts))) == 2)
+    assert deploys == []
+
+    approve_staging = click(slack, approval, "relaybot_approve", ALICE, index=0)
+    deliveries = await asyncio.gather(*(slack.deliver_interaction(bot.url, approve_staging) for _ in range(20)))
+    assert all(d.status == 200 for d in deliveries)
+    assert await eventually(lambda: any(m.text == "Staging deployed, prod skipped." for m in bot_replies(slack, CHANNEL, thread)))
+    await asyncio.sleep(0.3)
+    assert deploys == ["staging"]
+    finals = [m for m in bot_replies(slack, CHANNEL, thread) if m.text == "Staging deployed, prod skipped."]
+    assert len(finals) == 1
+    edited = json.dumps(slack.message(CHANNEL, approval.ts).blocks, ensure_ascii=False)
+    assert "✅ Approved by" in edited and "❌ Rejected by" in edited and buttons(slack.message(CHANNEL, approval.ts)) == []
+
+
+async def test_approve_after_restarting_the_app(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, registry, deploys: list[str]  # type: ignore[no-untyped-def]
+) -> None:
+    slack = slack_emulator
+    first = await start_bot(db, slack, openai_emulator.base_url, registry=registry)
+    script_deploy(openai_emulator, "prod", answer="Deployed after the restart.")
+    thread, approval = await ask_for_deploy(slack, first)
+    await first.stop()
+
+    second = await start_bot(db, slack, openai_emulator.base_url, registry=registry)
+    try:
+        await slack.deliver_interaction(second.url, click(slack, approval, "relaybot_approve", ALICE))
+        assert await eventually(lambda: any(m.text == "Deployed after the restart." for m in bot_replies(slack, CHANNEL, thread)))
+        assert deploys == ["prod"] and buttons(slack.message(CHANNEL, approval.ts)) == []
+    finally:
+        await second.stop()
+
+
+async def test_expiry_edits_the_approval_message(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, "prod")
+    _thread, approval = await ask_for_deploy(slack, bot)
+    async with bot.engine.db.connection() as conn:
+        await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second'")
+    assert await bot.engine.expire_approvals() == 1
+    edited = slack.message(CHANNEL, approval.ts)
+    assert "⌛" in json.dumps(edited.blocks, ensure_ascii=False) and buttons(edited) == []
