@@ -251,3 +251,27 @@ async def test_a_tiny_expiry_setting_expires_the_approval(db: Database, openai_e
     outcome = await engine.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
     assert outcome.status == "expired"
     assert tool.runs == []
+
+
+async def test_a_run_stuck_in_resuming_is_reverted_and_its_started_call_never_runs_again(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine = engine_with(db, openai_emulator, tool)
+    paused = await pause(engine, openai_emulator, deploy_call(), channel="C-stuck")
+    key = uuid.UUID(paused.continuation_id)
+    assert (await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).status == "ready"
+    # A crash after the claim and after the call was marked started, before it finished.
+    assert await engine.continuations.claim(key, actor="crashed-instance") is not None
+    assert await engine.continuations.mark_started(key, "call_dep")
+    assert await engine.revert_stuck_runs(older_than_s=3600) == 0
+    async with db.connection() as conn:
+        await conn.execute("UPDATE continuations SET claimed_at = now() - interval '1 hour' WHERE id = %s", (key,))
+    assert await engine.revert_stuck_runs(older_than_s=600) == 1
+
+    openai_emulator.script(Text("I could not confirm the deploy."))
+    after = await resumed(engine, paused.continuation_id)
+    assert tool.runs == []
+    assert [e.status for e in after if isinstance(e, ToolCallFinished)] == ["error"]
+    assert "outcome is unknown" in tool_messages(openai_emulator.chat_requests[-1])["call_dep"]
+    assert last_done(after).answer == "I could not confirm the deploy."
