@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from core.events import Done, Event, Failed
+from core.events import Done, Event
 from core.store.db import Database
 from tests.core.engine.support import (
     RecordingTool,
