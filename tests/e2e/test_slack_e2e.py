@@ -289,3 +289,24 @@ async def test_leftover_rows_are_only_those_of_this_platform(db) -> None:
     await live.add(LiveMessage(platform="discord", workspace="G", channel="c", message_id="m"))
     assert await live.take_all("slack") == []
     assert len(await live.take_all("discord")) == 1
+
+
+async def test_sources_follow_the_answer_in_one_thread_reply(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    from tests.support.retriever import InMemoryRetriever, MemoryDoc
+
+    slack = slack_emulator
+    retriever = InMemoryRetriever(docs=[MemoryDoc(title="Rotation policy", uri="https://wiki/rotation",
+                                                  text="staging password rotation happens monthly")])
+    bot = await start_bot(db, slack, openai_emulator.base_url, retriever=retriever)
+    try:
+        openai_emulator.script(Text("Monthly [1]."))
+        event = mention(slack, CHANNEL, "staging password rotation?")
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: any(m.text.startswith("*Sources*") for m in bot_replies(slack, CHANNEL, event["ts"])))
+        texts = [m.text for m in bot_replies(slack, CHANNEL, event["ts"])]
+        assert texts[0] == "Monthly [1]."
+        assert texts[1].splitlines()[1].startswith("1. <https://wiki/rotation|Rotation policy>")
+    finally:
+        await bot.stop()
