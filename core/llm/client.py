@@ -149,6 +149,9 @@ class LLMClient:
                     break
                 except TimeoutError:
                     raise idle_timeout_error(self._idle_timeout_s) from None
+                except openai.APIConnectionError as exc:
+                    # The request was answered and the body broke off: a cut stream, not an unreachable service.
+                    raise stream_cut_error() from exc
                 except Exception as exc:
                     raise from_exception(exc) from exc
                 text = assembly.add(chunk)
