@@ -151,3 +151,104 @@ async def test_guilds_outside_the_allow_list_are_ignored(
         await wait_for_text(dc, thread.id, "Allowed.")
     assert dc.thread_of(ignored) is None and not bot_messages(dc, other_channel)
     assert len(openai_emulator.chat_requests) == 1
+
+
+async def test_a_10000_char_answer_arrives_whole_within_limits(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    long_answer = "".join(f"Line {i}: " + "word " * 12 + "\n" for i in range(160))[:10_000]
+    openai_emulator.script(Text(long_answer, chunk_chars=400))
+    async with running_bot(dc, db, openai_emulator):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "long please", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        messages = await wait_for_text(dc, thread.id, long_answer, timeout=20)
+    assert len(messages) >= 5
+    assert all(len(text) <= 2000 for m in messages for text in m.history)
+    assert all(r.status != 400 for r in dc.request_log)
+
+
+async def test_429s_while_streaming_still_deliver_the_final_text(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    # The emulator allows 2 calls per window while the bot budgets 8: 429s are certain.
+    async with DiscordEmulator(time_scale=0.05, rate_limit=RateLimitConfig(limit=2, window_s=5.0)) as dc:
+        w = make_world(dc)
+        # Two /ask answers in one channel, rolling over: discord.py keeps creates, edits and each
+        # interaction's webhook in separate buckets, while the channel counts them all.
+        long_answer = (ANSWER + " ") * 60
+        openai_emulator.script(Text(long_answer, chunk_chars=40, delay_s=0.002), Text(long_answer, chunk_chars=40))
+        async with running_bot(dc, db, openai_emulator, discord_channel_budget_per_5s=8):
+            asks = await asyncio.gather(
+                dc.invoke_slash("ask", {"question": "one"}, w.alice, w.channel_id),
+                dc.invoke_slash("ask", {"question": "two"}, w.bob, w.channel_id),
+            )
+
+            def answer_of(interaction_id: int) -> str:
+                return "".join(m.content for m in bot_messages(dc, w.channel_id) if m.interaction_id == interaction_id)
+
+            await dc.wait_for(lambda: all(answer_of(i) == long_answer for i in asks), 30, what="both answers")
+        assert dc.count_429 > 0
+        assert all(len(m.content) <= 2000 for m in bot_messages(dc, w.channel_id))
+
+
+async def test_llm_failure_shows_the_error(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Fault("500"), Fault("500"), Fault("500"), Fault("500"))
+    async with running_bot(dc, db, openai_emulator):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "fail please", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        [message] = await dc.wait_for(
+            lambda: [m for m in bot_messages(dc, thread.id) if "thinking" not in m.content] or None, what="error text"
+        )
+    assert message.content and "▌" not in message.content
+    assert message.content != ANSWER
+
+
+async def test_everyone_from_the_model_pings_no_one(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    loud = f"@everyone @here <@{w.bob}> look at this"
+    openai_emulator.script(Text(loud))
+    async with running_bot(dc, db, openai_emulator):
+        await dc.send_dm(w.alice, "shout")
+        dm = dc.dm_channel_id(w.alice)
+        [message] = await wait_for_text(dc, dm, loud)
+    assert message.mention_everyone is False and message.mention_user_ids == []
+    assert message.allowed_mentions is not None and message.allowed_mentions["parse"] == []
+
+
+async def test_shutdown_and_crash_leave_no_answer_thinking(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text("Partial answer that never ends " * 20, chunk_chars=5, delay_s=0.05))
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "slow one", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        await dc.wait_for(lambda: any("Partial" in m.content for m in bot_messages(dc, thread.id)), what="some text")
+        await adapter.stop_accepting()
+        await adapter.interrupt_inflight()
+        [message] = bot_messages(dc, thread.id)
+    assert message.content.startswith("Partial") and "interrupted" in message.content and "▌" not in message.content
+    # A crash: a live message left in the table is marked interrupted at the next start.
+    async with running_bot(dc, db, openai_emulator):
+        pass
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(w.channel_id)
+        posted = await channel.send("half an answer ▌")
+        from core.store.live_messages import LiveMessage, LiveMessages
+
+        await LiveMessages(db).add(
+            LiveMessage(platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id), message_id=str(posted.id))
+        )
+    async with running_bot(dc, db, openai_emulator):
+        await dc.wait_for(lambda: "interrupted" in dc.message(posted.id).content, what="marked interrupted")
+    assert dc.message(posted.id).content.startswith("half an answer\n\n")
