@@ -47,6 +47,7 @@ class AnswerPlace:
     channel_id: int
     workspace: str  # guild id, or "@dm"
     thread: str = ""
+    show_typing: bool = True  # False where Discord already shows "thinking…" (a deferred /ask)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -67,6 +68,7 @@ class AnswerStreams:
         self._limits = limits
         self._clock = clock
         self._answers: set[_Answer] = set()
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def inflight(self) -> int:
@@ -98,7 +100,11 @@ class AnswerStreams:
         )
         answer = _Answer(streamer=streamer)
         self._answers.add(answer)
-        await streamer.start()
+        if place.show_typing:
+            # Typing costs no message call; the first message carries the first text.
+            typing = asyncio.create_task(_typing(place.channel))
+            self._background.add(typing)
+            typing.add_done_callback(self._background.discard)
         try:
             await self._consume(events, answer, place)
         except asyncio.CancelledError:
@@ -121,6 +127,9 @@ class AnswerStreams:
             async for event in events:
                 if answer.interrupted:
                     return
+                # Started on the first event, not before: no placeholder spends a call of the
+                # channel's budget while the model has not said anything yet.
+                await streamer.start()
                 match event:
                     case AnswerDelta():
                         wrote = wrote or bool(event.text.strip())
@@ -196,3 +205,10 @@ class AnswerStreams:
         await asyncio.gather(
             *(answer.streamer.interrupt(wording.interrupted()) for answer in answers), return_exceptions=True
         )
+
+
+async def _typing(channel: discord.abc.Messageable) -> None:
+    try:
+        await channel.typing()
+    except Exception:
+        log.debug("could not show typing", exc_info=True)

@@ -136,6 +136,7 @@ class Handlers:
                 channel_id=channel_id,
                 workspace=key.workspace,
                 thread=key.thread,
+                show_typing=False,
             )
             request = Request(
                 question=question.strip(),
