@@ -52,8 +52,14 @@ def vector_predicate(model: str, dimension: int) -> sql.Composable:
     return sql.SQL("model = {} AND vector_dims(embedding) = {}").format(sql.Literal(model), sql.Literal(dimension))
 
 
-async def ensure_vector_index(db: Database, *, model: str, dimension: int) -> bool:
-    """Create the HNSW cosine index for this model and dimension if missing; False when too wide to index."""
+async def ensure_vector_index(
+    db: Database, *, model: str, dimension: int, build_memory: str | None = None
+) -> bool:
+    """Create the HNSW cosine index for this model and dimension if missing; False when too wide to index.
+
+    build_memory (e.g. "1GB") sets maintenance_work_mem for the build: an HNSW graph built over
+    existing rows is much faster when it fits in memory. On an empty table it does not matter.
+    """
     if dimension > HNSW_MAX_DIMENSIONS:
         return False
     statement = sql.SQL(
@@ -65,6 +71,8 @@ async def ensure_vector_index(db: Database, *, model: str, dimension: int) -> bo
     )
     async with db.connection() as conn:
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (INDEX_LOCK_KEY,))
+        if build_memory is not None:
+            await conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (build_memory,))
         await conn.execute(statement)
     return True
 

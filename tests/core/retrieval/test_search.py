@@ -68,6 +68,17 @@ async def test_an_exact_term_is_found_by_full_text(ingested: Database, local_emb
     found = await PgRetriever(ingested, local_embedder).search("vaccinated", limit=3)
     assert found[0].uri.endswith("pets.md") and "vaccinated" in found[0].text
     assert found[0].title == "Pet policy"
+    lexical = PgRetriever(ingested, None)
+    # Chunks holding every word rank above chunks holding some; stop words alone find nothing.
+    both = await lexical.search_chunks("garage receipts", limit=3)
+    assert {hit.uri.rsplit("/", 1)[-1] for hit in both} == {"parking.pdf", "travel.html"}
+    assert [hit.uri.rsplit("/", 1)[-1] for hit in await lexical.search_chunks("underground garage", limit=3)] == [
+        "parking.pdf"
+    ]
+    assert await lexical.search_chunks("the and of", limit=3) == []
+    assert [h.uri.rsplit("/", 1)[-1] for h in await lexical.search_chunks('"garage level" -cats', limit=3)] == [
+        "parking.pdf"
+    ]
 
 
 async def test_the_planner_uses_the_models_hnsw_index_and_the_gin_index(
@@ -88,7 +99,8 @@ async def test_the_planner_uses_the_models_hnsw_index_and_the_gin_index(
             )
             text = "\n".join(row[0] for row in await plan.fetchall())
             assert vector_index_name(local_embedder.name, 384) in text, text
-        plan = await conn.execute(b"EXPLAIN " + fulltext_statement(filtered=False), {"q": "garage", "n": 50, "k": 10})
+        statement = fulltext_statement("'garag'", filtered=False).as_bytes(conn)
+        plan = await conn.execute(b"EXPLAIN " + statement, {"n": 50, "k": 10})
         text = "\n".join(row[0] for row in await plan.fetchall())
         assert "chunks_tsv_idx" in text, text
 
