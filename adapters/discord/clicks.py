@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 
 import discord
 
+from adapters.approval_flow import ClickReplies, handle_click
 from adapters.streaming import Clock
 from core import wording as core_wording
 from core.engine import Engine
-from core.events import Event, Failed
+from core.events import Event
 from core.requests import Actor
 from core.store.continuations import ContinuationRow
 
@@ -68,15 +69,15 @@ class ClickHandler:
         if row is None or (target.call_index is not None and call_id is None):
             await self._tell(interaction, core_wording.approval_not_found())
             return
-        outcome = await self._engine.decide(
-            target.continuation_id, call_id=call_id, approved=target.approve, actor=actor
+        replies = ClickReplies(
+            show=lambda _row: self._show_decisions(interaction, target.continuation_id),
+            tell=lambda text: self._tell(interaction, text),
+            stream=lambda events: self._stream_resumed(interaction, events),
         )
-        if outcome.status in ("recorded", "ready"):
-            await self._show_decisions(interaction, target.continuation_id)
-            if outcome.status == "ready":
-                await self._resume(interaction, target.continuation_id, actor)
-            return
-        await self._tell(interaction, outcome.message or core_wording.approval_not_found())
+        await handle_click(
+            self._engine, continuation_id=target.continuation_id, call_id=call_id, approved=target.approve,
+            actor=actor, replies=replies,
+        )
 
     async def _show_decisions(self, interaction: discord.Interaction, continuation_id: str) -> None:
         message = interaction.message
@@ -98,20 +99,11 @@ class ClickHandler:
                 clock=self._clock,
             )
 
-    async def _resume(self, interaction: discord.Interaction, continuation_id: str, actor: Actor) -> None:
-        events = self._engine.resume(continuation_id, actor=actor)
-        first = await anext(events, None)
-        if first is None:
-            return
-        if isinstance(first, Failed):
-            # Another click (or instance) claimed the run: only this clicker needs to know.
-            await events.aclose()
-            await self._tell(interaction, first.message)
-            return
+    async def _stream_resumed(self, interaction: discord.Interaction, events: AsyncIterator[Event]) -> None:
         channel = interaction.channel
         message = interaction.message
         if channel is None or message is None:
-            await events.aclose()
+            await events.aclose()  # type: ignore[attr-defined]
             return
         channel_id = interaction.channel_id or message.channel.id
         is_thread = isinstance(channel, discord.Thread) or getattr(channel, "type", None) in (
@@ -125,7 +117,7 @@ class ClickHandler:
             workspace=workspace_of(interaction.guild_id),
             thread=str(channel_id) if is_thread else "",
         )
-        await self._streams.run(_prepend(first, events), place)
+        await self._streams.run(events, place)
 
     async def _tell(self, interaction: discord.Interaction, text: str) -> None:
         """An ephemeral answer to the clicker only."""
@@ -145,13 +137,4 @@ def _base_text(row: ContinuationRow, message: discord.Message) -> str:
         if ref.get("message_id") == str(message.id) and isinstance(ref.get("text"), str):
             return str(ref["text"])
     return message.content
-
-
-async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    yield first
-    try:
-        async for event in rest:
-            yield event
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.approval_flow import ClickReplies, handle_click
 from core.engine import DecisionOutcome, Engine
-from core.events import Event, Failed
 from core.requests import Actor
+from core.store.continuations import ContinuationRow
 
 from . import messages
 from .answers import AnswerRunner, ReplyTarget
@@ -53,51 +53,37 @@ class ApprovalClicks:
         # The display name is a mention, so the engine's sentences name people the Slack way.
         actor = Actor(id=user_id, name=messages.mention(user_id))
         target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
+        replies = ClickReplies(
+            show=lambda row: self._show(target, message_ts, row),
+            tell=lambda text: self._ephemeral(target, user_id, text),
+            stream=lambda events: self._runner.stream(target, events),
+            refusal=self._refusal,
+        )
         try:
-            outcome = await self._engine.decide(continuation_id, call_id=call_id, approved=approved, actor=actor)
-            await self._apply(outcome, target=target, message_ts=message_ts, user_id=user_id,
-                              continuation_id=continuation_id, actor=actor)
+            await handle_click(
+                self._engine, continuation_id=continuation_id, call_id=call_id, approved=approved, actor=actor,
+                replies=replies,
+            )
         except Exception:
             logger.exception("approval click on %s failed", continuation_id)
             await self._ephemeral(target, user_id, messages.click_failed())
 
-    async def _apply(
-        self, outcome: DecisionOutcome, *, target: ReplyTarget, message_ts: str, user_id: str,
-        continuation_id: str, actor: Actor,
-    ) -> None:
-        if outcome.status == "not_allowed":
-            text = outcome.message
-            if outcome.continuation is not None:
-                text = self._engine.policy.describe(outcome.continuation.requested_by, mention=messages.mention)
-            await self._ephemeral(target, user_id, text)
-            return
-        if outcome.status in ("recorded", "ready"):
-            if outcome.continuation is not None and message_ts:
-                await self._show(target, message_ts, ApprovalView.from_row(outcome.continuation))
-            if outcome.status == "ready":
-                await self._resume(target, user_id, continuation_id, actor)
-            return
-        await self._ephemeral(target, user_id, outcome.message)
+    def _refusal(self, outcome: DecisionOutcome) -> str:
+        # The policy's sentence, with Slack mentions for the people who may decide.
+        if outcome.status == "not_allowed" and outcome.continuation is not None:
+            return self._engine.policy.describe(outcome.continuation.requested_by, mention=messages.mention)
+        return outcome.message
 
-    async def _show(self, target: ReplyTarget, message_ts: str, view: ApprovalView) -> None:
+    async def _show(self, target: ReplyTarget, message_ts: str, row: ContinuationRow) -> None:
+        if not message_ts:
+            return
+        view = ApprovalView.from_row(row)
         await send_paced(
             lambda: self._client.chat_update(
                 channel=target.channel, ts=message_ts, text=approval_text(view), blocks=approval_blocks(view)
             ),
             budget=self._budgets.edit(target.team_id), clock=self._clock,
         )
-
-    async def _resume(self, target: ReplyTarget, user_id: str, continuation_id: str, actor: Actor) -> None:
-        events = self._engine.resume(continuation_id, actor=actor)
-        first = await anext(events, None)
-        if first is None:
-            return
-        if isinstance(first, Failed):
-            # Another click (here or in another instance) claimed the run first.
-            await events.aclose()
-            await self._ephemeral(target, user_id, first.message)
-            return
-        await self._runner.stream(target, _prepend(first, events))
 
     async def _ephemeral(self, target: ReplyTarget, user_id: str, text: str) -> None:
         try:
@@ -107,9 +93,3 @@ class ApprovalClicks:
             )
         except Exception:
             logger.exception("could not tell %s: %s", user_id, text)
-
-
-async def _prepend(first: Event, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    yield first
-    async for event in rest:
-        yield event
