@@ -213,7 +213,10 @@ async def ingest_throughput(db: Database, rng: np.random.Generator, vocabulary: 
     started = time.perf_counter()
     await embedder.embed(["warm up"])
     load_s = time.perf_counter() - started
-    sample = [f"Sample › Section\n\n{' '.join(vocabulary[i] for i in zipf_word_ids(rng, WORDS_PER_CHUNK))}." for _ in range(64)]
+    sample = [
+        "Sample › Section\n\n" + " ".join(vocabulary[i] for i in zipf_word_ids(rng, WORDS_PER_CHUNK)) + "."
+        for _ in range(64)
+    ]
     started = time.perf_counter()
     await embedder.embed(sample)
     model_rate = len(sample) / (time.perf_counter() - started)

