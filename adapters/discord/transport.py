@@ -11,15 +11,14 @@ from typing import TypeVar
 import aiohttp
 import discord
 
-from adapters.streaming import Clock, Priority, RateBudget, RateLimited, TransientSendError
+from adapters.streaming import Clock, RateBudget, RateLimited, TransientSendError
+from adapters.streaming.send import send_paced
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 NO_PINGS = discord.AllowedMentions.none()
 DEFAULT_RETRY_AFTER_S = 1.0
-RELIABLE_SEND_ATTEMPTS = 6
-RELIABLE_BACKOFF_S = 0.5
 # Discord's per-channel message window; the budget spreads its calls over it.
 DISCORD_WINDOW_S = 5.0
 
@@ -81,19 +80,7 @@ class ChannelBudgets:
 async def send_reliably(budget: RateBudget, make_call: Callable[[], Awaitable[T]], *, clock: Clock) -> T:
     """A one-off create or edit (approval, sources) on a channel's budget, retried on 429 and
     transient failures; the last failure is raised."""
-    for attempt in range(1, RELIABLE_SEND_ATTEMPTS + 1):
-        await budget.acquire(Priority.FINAL)
-        try:
-            return await guarded(make_call())
-        except RateLimited as exc:
-            budget.penalize(exc.retry_after_s)
-            if attempt == RELIABLE_SEND_ATTEMPTS:
-                raise
-        except TransientSendError:
-            if attempt == RELIABLE_SEND_ATTEMPTS:
-                raise
-            await clock.sleep(RELIABLE_BACKOFF_S * attempt)
-    raise AssertionError("unreachable")
+    return await send_paced(lambda: guarded(make_call()), budget=budget, clock=clock)
 
 
 class ChannelTransport:

@@ -11,7 +11,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.streaming import Priority, RateBudget, RateLimited, TransientSendError
+from adapters.streaming import RateBudget, RateLimited, TransientSendError
+from adapters.streaming.send import send_paced as paced
 
 from .budgets import ScaledClock
 from .rendering import message_text
@@ -21,8 +22,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 DEFAULT_RETRY_AFTER_S = 1.0
-MAX_SEND_ATTEMPTS = 6
-SEND_BACKOFF_S = 0.5
 
 
 def translate_error(exc: BaseException, *, time_scale: float) -> BaseException:
@@ -80,27 +79,11 @@ async def send_paced(
     budget: RateBudget,
     clock: ScaledClock,
     key: Hashable = None,
-    attempts: int = MAX_SEND_ATTEMPTS,
 ) -> T:
-    """One Slack call outside a stream (approval, sources, notice), paced by `budget`, retried on
-    429 and transient errors; the last error is raised."""
-    last: BaseException | None = None
-    for attempt in range(1, attempts + 1):
-        await budget.acquire(Priority.FINAL, key)
-        try:
-            return await call()
-        except Exception as exc:
-            translated = translate_error(exc, time_scale=clock.time_scale)
-            if isinstance(translated, RateLimited):
-                budget.penalize(translated.retry_after_s)
-            elif isinstance(translated, TransientSendError):
-                await clock.sleep(SEND_BACKOFF_S * attempt)
-            else:
-                raise
-            last = exc
-            logger.info("Slack call failed (attempt %d), retrying: %s", attempt, translated)
-    assert last is not None
-    raise last
+    """One Slack call outside a stream (approval, sources, notice), paced by `budget` and retried."""
+    return await paced(
+        call, budget=budget, clock=clock, key=key, translate=lambda exc: translate_error(exc, time_scale=clock.time_scale)
+    )
 
 
 def thread_kwargs(thread_ts: str | None) -> dict[str, Any]:

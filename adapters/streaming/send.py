@@ -1,0 +1,54 @@
+"""One-off platform calls outside a stream (approval messages, sources, notices), paced and retried."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TypeVar
+
+from adapters.streaming.budget import Priority, RateBudget
+from adapters.streaming.clock import Clock
+from adapters.streaming.transport import RateLimited, TransientSendError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SEND_ATTEMPTS = 6
+SEND_BACKOFF_S = 0.5
+
+
+def _unchanged(error: BaseException) -> BaseException:
+    return error
+
+
+async def send_paced(
+    call: Callable[[], Awaitable[T]],
+    *,
+    budget: RateBudget,
+    clock: Clock,
+    translate: Callable[[BaseException], BaseException] = _unchanged,
+    key: Hashable = None,
+    attempts: int = SEND_ATTEMPTS,
+) -> T:
+    """Take a FINAL-priority token per attempt; retry 429s (pausing the budget) and transient errors.
+
+    `translate` maps a platform's exceptions to RateLimited / TransientSendError; anything else,
+    and the last failure, is raised.
+    """
+    for attempt in range(1, attempts + 1):
+        await budget.acquire(Priority.FINAL, key)
+        try:
+            return await call()
+        except Exception as raw:
+            error = translate(raw)
+            if isinstance(error, RateLimited):
+                budget.penalize(error.retry_after_s)
+            elif isinstance(error, TransientSendError):
+                await clock.sleep(SEND_BACKOFF_S * attempt)
+            else:
+                raise
+            if attempt == attempts:
+                raise
+            log.info("platform call failed (attempt %d), retrying: %s", attempt, error)
+    raise AssertionError("unreachable")
