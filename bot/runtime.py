@@ -11,7 +11,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.base import PlatformAdapter
 from adapters.http.server import HttpServer
-from core.config import Settings
+from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
 from core.reminders import SWEEP_INTERVAL_S, ReminderService
@@ -98,15 +98,19 @@ class Runtime:
             log.warning("neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: only the HTTP health check is served")
 
     def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
+        """Slack and/or Discord, whichever has a token; built before the HTTP server starts (Slack adds a route)."""
         adapters: list[PlatformAdapter] = []
-        if self.settings.slack_bot_token:
-            from adapters.slack.adapter import SlackAdapter
+        try:
+            if self.settings.slack_bot_token:
+                from adapters.slack.adapter import SlackAdapter
 
-            adapters.append(SlackAdapter(settings=self.settings, engine=engine, db=self.db, http=self.http))
-        if self.settings.discord_token:
-            from adapters.discord.adapter import DiscordAdapter
+                adapters.append(SlackAdapter(settings=self.settings, engine=engine, db=self.db, http=self.http))
+            if self.settings.discord_token:
+                from adapters.discord.adapter import DiscordAdapter
 
-            adapters.append(DiscordAdapter(settings=self.settings, engine=engine, db=self.db))
+                adapters.append(DiscordAdapter(settings=self.settings, engine=engine, db=self.db))
+        except ValueError as error:
+            raise SettingsError(f"{error}.") from None
         return adapters
 
     def _schedule_jobs(self, engine: Engine) -> None:

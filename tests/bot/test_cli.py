@@ -63,3 +63,14 @@ async def test_migrate_then_doctor_on_embedded_database(openai_emulator: OpenAIE
     assert lines["database"].strip().startswith("ok")
     assert lines["llm"].strip().startswith("ok")
     assert "not configured" in lines["slack"]
+
+
+async def test_slack_http_mode_without_signing_secret_is_a_sentence(openai_emulator: OpenAIEmulator, workdir: Path) -> None:
+    env = _clean_env(
+        LLM_BASE_URL=openai_emulator.base_url, DATA_DIR=str(workdir / "data"), EMBEDDING_PROVIDER="none",
+        SLACK_BOT_TOKEN="xoxb-test", HTTP_PORT="0",
+    )
+    code, stdout, stderr = await _relaybot("run", env=env, cwd=workdir)
+    assert code == 2
+    assert "SLACK_SIGNING_SECRET" in stderr
+    assert "Traceback" not in stderr + stdout
