@@ -14,9 +14,9 @@ import psycopg
 
 from core import wording
 from core.agents import AgentConfig, AgentDeps, BaseAgent, Finished, RunContext, UnknownAgentType, agent_class
-from core.agents.budget import HistoryTurn, complete_tool_rounds
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
+from core.history import TurnHistory, content_text
 from core.config import Settings
 from core.events import Done, Event, Failed, SourceItem, Sources, ToolCallFinished, ToolCallStarted
 from core.llm import LLMClient, ModelInfo, resolve_model
@@ -24,7 +24,7 @@ from core.notifier import Notifier
 from core.requests import Actor, Request
 from core.retriever import Retriever
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
-from core.store.conversations import ConversationStore, NewMessage, StoredMessage
+from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.locks import ConversationLocks
 from core.tokens import TokenCounter, get_token_counter
@@ -109,6 +109,7 @@ class Engine:
         self.continuations = ContinuationStore(db)
         self.notifiers: dict[str, Notifier] = notifiers if notifiers is not None else {}
         self._tool_extras = dict(tool_extras or {})
+        self.history = TurnHistory(self.conversations, self.counter)
         self._locks = ConversationLocks(db)
         self._active_runs = 0
         self._idle = asyncio.Event()
@@ -132,7 +133,7 @@ class Engine:
                 return
             turn_id = str(uuid.uuid4())
             async with self._locks.hold(conversation_id):
-                history = await self._history(conversation_id, request)
+                history = await self.history.load(conversation_id, thread_context=request.thread_context)
                 attachments = prepare_attachments(request.attachments, model=self.model)
                 query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
                 context = RunContext(
@@ -233,7 +234,7 @@ class Engine:
                     config = self._config(state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens)
                     agent = cls(deps=self._deps(), config=config, context=context)
                     events = agent.gen_continuation(state, row.decisions, continuation_id=key)
-                    question = _content_text(state.messages[state.turn_start])
+                    question = content_text(state.messages[state.turn_start])
                     async for event in self._persisting(agent, events, author=state.user_name or state.user_id, question=question):
                         if isinstance(event, Done):
                             final_status = "done"
@@ -313,85 +314,24 @@ class Engine:
     def _tracking(self) -> "_RunTracker":
         return _RunTracker(self)
 
-    async def _history(self, conversation_id: int, request: Request) -> list[HistoryTurn]:
-        stored = await self.conversations.history(conversation_id)
-        if not stored:
-            return [
-                HistoryTurn(messages=(message,), tokens=self.counter.count_message(message))
-                for message in _thread_context_messages(request)
-            ]
-        recounted: list[tuple[int, int, str]] = []
-        turns: list[HistoryTurn] = []
-        for turn in _group_turns(stored):
-            raw = [_as_chat_message(message) for message in turn]
-            tokens = 0
-            # Counts are cached per stored row, so pair rows with their own messages before any are dropped.
-            for message, row in zip(raw, turn):
-                if row.token_count is not None and row.token_encoding == self.counter.encoding_name:
-                    tokens += row.token_count
-                else:
-                    count = self.counter.count_message(message)
-                    recounted.append((row.id, count, self.counter.encoding_name))
-                    tokens += count
-            messages = complete_tool_rounds(raw)
-            if len(messages) != len(raw):
-                tokens = sum(self.counter.count_message(message) for message in messages)
-            turns.append(HistoryTurn(messages=tuple(messages), tokens=tokens))
-        await self.conversations.save_token_counts(recounted)
-        return turns
-
     async def _persisting(
         self, agent: BaseAgent, events: AsyncIterator[Event], *, author: str, question: str
     ) -> AsyncIterator[Event]:
         """Pass events through; store the whole turn before Done is yielded, the question alone on Failed."""
+        context = agent.context
         async for event in events:
-            if isinstance(event, Done) and isinstance(agent.outcome, Finished):
-                await self._store_turn(agent, agent.outcome, author=author)
-            elif isinstance(event, Failed):
-                await self._store_question_only(agent, question=question, author=author)
-            yield event
-
-    async def _store_turn(self, agent: BaseAgent, outcome: Finished, *, author: str) -> None:
-        messages = []
-        sources = [_source_json(item) for item in outcome.sources]
-        for index, message in enumerate(outcome.turn_messages):
-            content = _content_text(message)
-            is_last = index == len(outcome.turn_messages) - 1
-            stored = {**message, "content": content}
-            messages.append(
-                NewMessage(
-                    role=message["role"],
-                    content=content,
-                    tool_calls=message.get("tool_calls"),
-                    tool_call_id=message.get("tool_call_id"),
-                    sources=sources if is_last and sources else None,
-                    author=author if message["role"] == "user" else None,
-                    token_count=self.counter.count_message(stored),
-                    token_encoding=self.counter.encoding_name,
-                )
-            )
-        await self.conversations.append(agent.context.conversation_id, uuid.UUID(agent.context.turn_id), messages)  # type: ignore[arg-type]
-
-    async def _store_question_only(self, agent: BaseAgent, *, question: str, author: str) -> None:
-        if agent.context.conversation_id is None:
-            return
-        message = {"role": "user", "content": question}
-        try:
-            await self.conversations.append(
-                agent.context.conversation_id,
-                uuid.UUID(agent.context.turn_id),
-                [
-                    NewMessage(
-                        role="user",
-                        content=question,
+            if context.conversation_id is not None:
+                if isinstance(event, Done) and isinstance(agent.outcome, Finished):
+                    await self.history.store_turn(
+                        context.conversation_id,
+                        context.turn_id,
+                        agent.outcome.turn_messages,
+                        sources=agent.outcome.sources,
                         author=author,
-                        token_count=self.counter.count_message(message),
-                        token_encoding=self.counter.encoding_name,
                     )
-                ],
-            )
-        except psycopg.Error:
-            log.exception("could not store the question of a failed run")
+                elif isinstance(event, Failed):
+                    await self.history.store_question(context.conversation_id, context.turn_id, question=question, author=author)
+            yield event
 
 
 class _RunTracker:
@@ -448,44 +388,3 @@ def _parse_uuid(value: str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
-
-
-def _group_turns(stored: list[StoredMessage]) -> list[list[StoredMessage]]:
-    turns: list[list[StoredMessage]] = []
-    for message in stored:
-        if turns and turns[-1][0].turn_id == message.turn_id:
-            turns[-1].append(message)
-        else:
-            turns.append([message])
-    return turns
-
-
-def _as_chat_message(message: StoredMessage) -> dict[str, Any]:
-    chat: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        chat["tool_calls"] = message.tool_calls
-        if not message.content:
-            chat["content"] = None
-    if message.tool_call_id:
-        chat["tool_call_id"] = message.tool_call_id
-    return chat
-
-
-def _thread_context_messages(request: Request) -> list[dict[str, Any]]:
-    return [
-        {"role": "assistant", "content": prior.text}
-        if prior.is_bot
-        else {"role": "user", "content": f"{prior.author}: {prior.text}"}
-        for prior in request.thread_context
-    ]
-
-
-def _content_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
-    return content or ""
-
-
-def _source_json(item: SourceItem) -> dict[str, Any]:
-    return {"title": item.title, "uri": item.uri, "text": item.text, "source": item.source, "score": item.score, "chunk_id": item.chunk_id}

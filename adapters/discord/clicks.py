@@ -15,7 +15,6 @@ from adapters.streaming import Clock
 from core import wording as core_wording
 from core.engine import Engine
 from core.events import Event
-from core.requests import Actor
 from core.store.continuations import ContinuationRow
 
 from . import rendering, wording

@@ -14,7 +14,6 @@ import pytest
 from discord import app_commands
 
 from tests.emulators.discord import DiscordEmulator, RateLimitConfig, UploadedFile, point_discord_py_at
-from tests.fixtures.discord import discord_emulator  # noqa: F401 - pytest fixture
 
 CLIENT_TIMEOUT_S = 5.0
 NO_PINGS = discord.AllowedMentions.none()

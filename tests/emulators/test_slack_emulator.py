@@ -16,7 +16,6 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.emulators.slack import MethodLimit, SlackEmulator, app_mention_event
-from tests.fixtures.slack import slack_emulator  # noqa: F401  (fixture)
 
 CHANNEL = "C0000CHAN1"
 POLL_LIMIT_S = 5.0
