@@ -18,6 +18,7 @@ from adapters.streaming import (
     split_for_limit,
     split_parts,
 )
+from adapters.streaming.budget import PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 pytestmark = pytest.mark.timeout(30)
@@ -248,6 +249,129 @@ async def test_per_minute_budget_keeps_every_window_within_the_limit() -> None:
 async def test_per_minute_takes_a_share() -> None:
     budget = RateBudget.per_minute(50, share=0.5, clock=FakeClock())
     assert budget.capacity + budget.refill_per_s * 60 == pytest.approx(25)
+
+
+async def test_per_minute_with_a_platform_burst_never_outruns_the_platform_bucket() -> None:
+    # The platform: a token bucket of 10 calls refilled at 50 a minute (Slack's chat.update).
+    clock = FakeClock()
+    budget = RateBudget.per_minute(50, clock=clock, platform_burst=10)
+    times: list[float] = []
+
+    async def scenario() -> None:
+        while clock.now() < 300:
+            await budget.acquire(Priority.INTERMEDIATE, "a")
+            times.append(clock.now())
+
+    await clock.run(scenario())
+    tokens, last = 10.0, 0.0
+    for at in times:
+        tokens = min(10.0, tokens + (at - last) * 50 / 60)
+        last = at
+        # The reserve stays unspent, so calls reaching the platform bunched up still fit.
+        assert tokens >= 1 + PLATFORM_BURST_RESERVE_CALLS - 1e-6
+        tokens -= 1
+    assert budget.capacity == pytest.approx(10 - PLATFORM_BURST_RESERVE_CALLS)
+    assert len(times) >= 0.97 * 50 * 5
+
+
+async def test_per_minute_platform_burst_takes_a_share() -> None:
+    budget = RateBudget.per_minute(50, share=0.5, clock=FakeClock(), platform_burst=10)
+    assert budget.capacity == pytest.approx((10 - PLATFORM_BURST_RESERVE_CALLS) * 0.5)
+    assert budget.refill_per_s * 60 < 25
+    with pytest.raises(ValueError):
+        RateBudget.per_minute(50, clock=FakeClock(), burst=5, platform_burst=10)
+
+
+async def test_a_waiter_promoted_to_final_overtakes_first_texts() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+    ended = asyncio.Event()
+
+    async def want(name: str, priority: Priority, promote: asyncio.Event | None = None) -> None:
+        await budget.acquire(priority, name, promote=promote)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        tasks = [
+            asyncio.create_task(want("first-a", Priority.FIRST)),
+            asyncio.create_task(want("first-b", Priority.FIRST)),
+            asyncio.create_task(want("edit-c", Priority.INTERMEDIATE, ended)),
+        ]
+        await asyncio.sleep(0)
+        ended.set()  # c's answer ended while its edit waited
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    assert order == ["edit-c", "first-a", "first-b"]
+
+
+async def test_finals_that_are_first_texts_go_before_finals_over_shown_text() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+
+    async def want(name: str, shows_text: bool) -> None:
+        await budget.acquire(Priority.FINAL, name, shows_text=shows_text)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        tasks = [
+            asyncio.create_task(want("shown-a", True)),
+            asyncio.create_task(want("placeholder-b", False)),
+            asyncio.create_task(want("first-c", False)),
+        ]
+        await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    assert order == ["placeholder-b", "first-c", "shown-a"]
+
+
+async def test_a_final_over_shown_text_is_deferred_only_for_a_bounded_time() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=0.1, clock=clock)
+    served: dict[str, float] = {}
+
+    async def want(name: str, shows_text: bool) -> None:
+        await budget.acquire(Priority.FINAL, name, shows_text=shows_text)
+        served[name] = clock.now()
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        shown = asyncio.create_task(want("shown", True))
+        newcomers = []
+        # A first-text final every 5 s, faster than the 10 s refill: an endless queue.
+        for index in range(40):
+            newcomers.append(asyncio.create_task(want(f"new-{index}", False)))
+            await clock.sleep(5)
+        await asyncio.gather(shown, *newcomers)
+
+    await clock.run(scenario(), max_virtual_s=2000)
+    # Only finals requested within the deferral went ahead; every later one waits its turn.
+    for index in range(40):
+        requested_at = 5 * index
+        if requested_at < SHOWN_TEXT_FINAL_DEFER_S:
+            assert served[f"new-{index}"] < served["shown"]
+        else:
+            assert served[f"new-{index}"] > served["shown"]
+
+
+async def test_a_released_token_goes_to_the_next_waiter() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=0.01, clock=clock)
+
+    async def scenario() -> float:
+        await budget.acquire(Priority.FINAL, "held")
+        waiting = asyncio.create_task(budget.acquire(Priority.FIRST, "b"))
+        await clock.sleep(1)
+        budget.release()
+        await waiting
+        return clock.now()
+
+    assert await clock.run(scenario()) == pytest.approx(1)
 
 
 # --- the streamer ---
@@ -757,3 +881,55 @@ async def test_runs_on_the_real_clock() -> None:
         await asyncio.sleep(0)
     ids = await streamer.finish()
     assert "".join(transport.texts[i] for i in ids) == text
+
+
+async def test_an_answer_that_ends_before_its_first_edit_gets_a_token_edits_once() -> None:
+    clock = FakeClock()
+    edit_budget = RateBudget(capacity=1, refill_per_s=0.1, clock=clock)
+    busy_transport, late_transport = MemoryTransport(clock=clock), MemoryTransport(clock=clock)
+    busy = make_streamer(clock, busy_transport, edit_budget=edit_budget, key="busy")
+    late = make_streamer(clock, late_transport, edit_budget=edit_budget, key="late")
+
+    async def scenario() -> None:
+        await busy.start()
+        await late.start()
+        await clock.sleep(0.5)
+        busy.append("busy text")  # takes the only token
+        await clock.sleep(0.5)
+        late.append("the whole late answer")  # its first edit waits for a token
+        await clock.sleep(2)
+        await late.finish()
+        await busy.finish()
+
+    await clock.run(scenario())
+    late_edits = [call for call in late_transport.calls if call.op == "edit"]
+    assert [call.text for call in late_edits] == ["the whole late answer"]
+    assert busy_transport.final_texts() == ["busy text"]
+
+
+async def test_an_ended_answer_waiting_for_its_first_edit_goes_before_first_texts() -> None:
+    clock = FakeClock()
+    edit_budget = RateBudget(capacity=1, refill_per_s=0.1, clock=clock)
+    transports = [MemoryTransport(clock=clock) for _ in range(4)]
+    streamers = [
+        make_streamer(clock, t, edit_budget=edit_budget, key=f"s{i}")
+        for i, t in enumerate(transports)
+    ]
+
+    async def scenario() -> None:
+        for streamer in streamers:
+            await streamer.start()
+        await clock.sleep(0.5)
+        for index, streamer in enumerate(streamers):
+            streamer.append(f"text {index}")  # s0 takes the token; s1..s3 wait, in order
+            await clock.sleep(0.1)
+        ending = asyncio.create_task(streamers[3].finish())
+        await ending
+        assert streamers[3].message_ids == ["m1"]
+        # Only s0's edit went before: s3's final overtook s1's and s2's first texts.
+        assert clock.now() < 10 + 1
+        await asyncio.gather(*(s.finish() for s in streamers[:3]))
+
+    await clock.run(scenario())
+    assert [c.text for c in transports[3].calls if c.op == "edit"] == ["text 3"]
+    assert all(t.final_texts() == [f"text {i}"] for i, t in enumerate(transports))

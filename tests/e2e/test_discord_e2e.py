@@ -6,16 +6,13 @@ import asyncio
 
 from core.store.db import Database
 from tests.adapters.discord.harness import (
-    DeployTool,
-    approval_message,
     bot_messages,
-    button_ids,
     make_world,
     running_bot,
     wait_for_text,
 )
 from tests.emulators.discord import DiscordEmulator, RateLimitConfig, UploadedFile
-from tests.emulators.openai_server import Call, Fault, OpenAIEmulator, Text, ToolCalls
+from tests.emulators.openai_server import Fault, OpenAIEmulator, Text
 
 ANSWER = "Paris is the capital of France. It sits on the Seine."
 

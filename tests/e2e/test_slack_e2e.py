@@ -12,7 +12,6 @@ from core.store.live_messages import LiveMessage, LiveMessages
 from tests.emulators.openai_server import Fault, OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
 from tests.e2e.slack_harness import (
-    ALICE,
     SlackBot,
     bot_replies,
     channel_message,
