@@ -7,8 +7,10 @@ import time
 
 from adapters.streaming import Clock, RateBudget
 
-# Tier 3: about 50 chat.update calls a minute for the whole workspace.
+# Tier 3: about 50 chat.update calls a minute for the whole workspace; Slack tolerates short
+# bursts over a tier's rate (counted like a token bucket of about this many calls).
 EDIT_CALLS_PER_MINUTE = 50.0
+EDIT_BURST_CALLS = 10.0
 # chat.postMessage: about one a second per channel, with a small burst.
 POST_CALLS_PER_S = 1.0
 POST_BURST_CALLS = 2.0
@@ -44,7 +46,9 @@ class SlackBudgets:
     def edit(self, team_id: str) -> RateBudget:
         budget = self._edits.get(team_id)
         if budget is None:
-            budget = RateBudget.per_minute(EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock)
+            budget = RateBudget.per_minute(
+                EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+            )
             self._edits[team_id] = budget
         return budget
 

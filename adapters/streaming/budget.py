@@ -1,10 +1,27 @@
-"""A token bucket shared by many streamers, granting calls by priority, round-robin by answer."""
+"""A token bucket shared by many streamers, granting calls by priority, round-robin by answer.
+
+Sizing from a published rate (`RateBudget.per_minute`) comes in two kinds:
+
+- Window-safe (the default, the platform's burst allowance unknown): the burst (a tenth of a
+  minute's calls) is taken out of the refill, so no 60-second window ever holds more calls than
+  the rate allows.
+- Platform bucket (`platform_burst` given, for a platform that counts with a token bucket, like
+  Slack's chat.update tier: 50 a minute with short bursts tolerated): the burst is the platform's
+  own, less `PLATFORM_BURST_RESERVE_CALLS`, and the refill is `PLATFORM_RATE_MARGIN` under the
+  rate. The bucket can then never run ahead of the platform's: the reserve absorbs requests that
+  reach the platform bunched up (network and event-loop jitter), and the rate margin adds to
+  that slack with every call. A 60-second window may then hold the burst plus the rate, exactly
+  what the platform's own bucket allows, and no more.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from .clock import Clock
@@ -12,8 +29,16 @@ from .clock import Clock
 # Float refills land a hair under a whole token; count those as whole so the wait loop ends.
 TOKEN_EPSILON = 1e-9
 SECONDS_PER_MINUTE = 60.0
-# Default burst of `per_minute`: this share of a minute's calls may go at once.
+# Default burst of a window-safe `per_minute`: this share of a minute's calls may go at once.
 BURST_SHARE_OF_MINUTE = 0.1
+# Platform-bucket sizing: calls kept back from the platform's burst against jitter, and how far
+# under the platform's rate the refill runs.
+PLATFORM_BURST_RESERVE_CALLS = 3.0
+PLATFORM_RATE_MARGIN = 0.02
+# A final whose message already shows answer text lets finals that are an answer's first text
+# (its message still shows the placeholder) go first, but only those requested up to this many
+# seconds after it, so it never starves.
+SHOWN_TEXT_FINAL_DEFER_S = 60.0
 
 
 class Priority(IntEnum):
@@ -24,13 +49,30 @@ class Priority(IntEnum):
     FINAL = 2
 
 
+@dataclass(eq=False, kw_only=True)
+class _Waiter:
+    future: asyncio.Future[None]
+    key: Hashable
+    shows_text: bool
+    level: Priority  # the queue it is in now; a promoted waiter's old entry is skipped
+
+
+@dataclass(order=True, kw_only=True)
+class _FinalEntry:
+    rank_at: float
+    seq: int
+    waiter: _Waiter = field(compare=False)
+
+
 class RateBudget:
     """Token bucket for one rate limit (a Slack method per workspace, a Discord channel, ...).
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
-    as tokens refill: every waiting FINAL first, then FIRST, both in arrival order, then
-    INTERMEDIATE round-robin across requester keys, so no answer starves. `penalize` (on a 429)
-    pauses the whole bucket.
+    as tokens refill: every waiting FINAL first (finals that are an answer's first text ahead of
+    finals replacing text already shown, within `SHOWN_TEXT_FINAL_DEFER_S`; otherwise in request
+    order), then FIRST in arrival order, then INTERMEDIATE round-robin across requester keys, so
+    no answer starves. A waiter can be promoted to FINAL while it waits (its answer ended).
+    `penalize` (on a 429) pauses the whole bucket.
     """
 
     def __init__(self, *, capacity: float, refill_per_s: float, clock: Clock) -> None:
@@ -44,9 +86,10 @@ class RateBudget:
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
-        self._finals: deque[asyncio.Future[None]] = deque()
-        self._firsts: deque[asyncio.Future[None]] = deque()
-        self._intermediates: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
+        self._finals: list[_FinalEntry] = []
+        self._final_seq = itertools.count()
+        self._firsts: deque[_Waiter] = deque()
+        self._intermediates: OrderedDict[Hashable, deque[_Waiter]] = OrderedDict()
         self._dispatcher: asyncio.Task[None] | None = None
 
     @classmethod
@@ -57,18 +100,29 @@ class RateBudget:
         share: float = 1.0,
         clock: Clock,
         burst: float | None = None,
+        platform_burst: float | None = None,
     ) -> RateBudget:
-        """A budget for `calls_per_minute × share` calls a minute.
+        """A budget for `calls_per_minute × share` calls a minute (see the module docstring).
 
-        The burst (default a tenth of a minute's calls, at least one) is taken out of the refill,
-        so no 60-second window ever holds more than the allowed number of calls.
+        Window-safe unless `platform_burst` is given: `burst` (default a tenth of a minute's
+        calls, at least one) is taken out of the refill. With `platform_burst` (the platform's
+        own bucket size, before `share`), the burst is that less a reserve, the refill a little
+        under the rate.
         """
         if calls_per_minute <= 0 or not 0 < share <= 1:
             raise ValueError("calls_per_minute must be positive and share in (0, 1]")
+        if burst is not None and platform_burst is not None:
+            raise ValueError("give burst (window-safe) or platform_burst, not both")
         allowed = calls_per_minute * share
-        capacity = burst if burst is not None else max(1.0, allowed * BURST_SHARE_OF_MINUTE)
-        # Tiny budgets cannot honour the window bound exactly; keep at least half the rate.
-        refill_per_minute = max(allowed - capacity, allowed / 2)
+        if platform_burst is not None:
+            if platform_burst < 1:
+                raise ValueError("platform_burst must be at least one call")
+            capacity = max(1.0, (platform_burst - PLATFORM_BURST_RESERVE_CALLS) * share)
+            refill_per_minute = allowed * (1 - PLATFORM_RATE_MARGIN)
+        else:
+            capacity = burst if burst is not None else max(1.0, allowed * BURST_SHARE_OF_MINUTE)
+            # Tiny budgets cannot honour the window bound exactly; keep at least half the rate.
+            refill_per_minute = max(allowed - capacity, allowed / 2)
         return cls(
             capacity=capacity, refill_per_s=refill_per_minute / SECONDS_PER_MINUTE, clock=clock
         )
@@ -81,24 +135,55 @@ class RateBudget:
     def refill_per_s(self) -> float:
         return self._refill_per_s
 
-    async def acquire(self, priority: Priority, requester_key: Hashable = None) -> None:
-        """Waits for one call's token. Cancelling the wait gives back a token already granted."""
+    async def acquire(
+        self,
+        priority: Priority,
+        requester_key: Hashable = None,
+        *,
+        shows_text: bool = False,
+        promote: asyncio.Event | None = None,
+    ) -> None:
+        """Waits for one call's token. Cancelling the wait gives back a token already granted.
+
+        `shows_text`: the message already shows answer text (a FINAL then defers to finals that
+        are first texts, see `SHOWN_TEXT_FINAL_DEFER_S`). `promote`: when set while a FIRST or
+        INTERMEDIATE request waits, the request becomes a FINAL one (its answer has ended).
+        """
         if not self._has_waiters() and self._take():
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if priority is Priority.FINAL:
-            self._finals.append(waiter)
+        waiter = _Waiter(
+            future=asyncio.get_running_loop().create_future(),
+            key=requester_key,
+            shows_text=shows_text,
+            level=priority,
+        )
+        if priority is Priority.FINAL or (promote is not None and promote.is_set()):
+            self._queue_final(waiter)
         elif priority is Priority.FIRST:
             self._firsts.append(waiter)
         else:
             self._intermediates.setdefault(requester_key, deque()).append(waiter)
         self._ensure_dispatcher()
         try:
-            await waiter
+            if promote is not None and waiter.level is not Priority.FINAL:
+                await self._wait_or_promote(waiter, promote)
+            await waiter.future
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self._tokens = min(self._capacity, self._tokens + 1)
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release()
+            else:
+                waiter.future.cancel()
             raise
+
+    def release(self) -> None:
+        """Gives back a token that was granted but not spent."""
+        self._refill()
+        self._tokens = min(self._capacity, self._tokens + 1)
+        if self._has_waiters():
+            # A dispatcher asleep until the next refill would leave this token unused till then.
+            if self._dispatcher is not None and not self._dispatcher.done():
+                self._dispatcher.cancel()
+            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
 
     def penalize(self, retry_after_s: float) -> None:
         """The platform said 429: send nothing until `retry_after_s` from now, then one call."""
@@ -110,6 +195,23 @@ class RateBudget:
         # the server promised.
         self._tokens = 1.0
         self._updated_at = resume_at
+
+    async def _wait_or_promote(self, waiter: _Waiter, promote: asyncio.Event) -> None:
+        promoted = asyncio.ensure_future(promote.wait())
+        try:
+            await asyncio.wait({waiter.future, promoted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            promoted.cancel()
+        if not waiter.future.done():
+            self._queue_final(waiter)
+            self._ensure_dispatcher()
+
+    def _queue_final(self, waiter: _Waiter) -> None:
+        waiter.level = Priority.FINAL
+        rank_at = self._clock.now() + (SHOWN_TEXT_FINAL_DEFER_S if waiter.shows_text else 0.0)
+        heapq.heappush(
+            self._finals, _FinalEntry(rank_at=rank_at, seq=next(self._final_seq), waiter=waiter)
+        )
 
     def _refill(self) -> None:
         now = self._clock.now()
@@ -126,12 +228,13 @@ class RateBudget:
         return True
 
     def _drop_abandoned(self) -> None:
-        for queue in (self._finals, self._firsts):
-            while queue and queue[0].done():
-                queue.popleft()
+        while self._finals and self._finals[0].waiter.future.done():
+            heapq.heappop(self._finals)
+        while self._firsts and _gone(self._firsts[0], Priority.FIRST):
+            self._firsts.popleft()
         for key in list(self._intermediates):
             queue = self._intermediates[key]
-            while queue and queue[0].done():
+            while queue and _gone(queue[0], Priority.INTERMEDIATE):
                 queue.popleft()
             if not queue:
                 del self._intermediates[key]
@@ -140,9 +243,9 @@ class RateBudget:
         self._drop_abandoned()
         return bool(self._finals or self._firsts or self._intermediates)
 
-    def _next_waiter(self) -> asyncio.Future[None]:
+    def _next_waiter(self) -> _Waiter:
         if self._finals:
-            return self._finals.popleft()
+            return heapq.heappop(self._finals).waiter
         if self._firsts:
             return self._firsts.popleft()
         key = next(iter(self._intermediates))
@@ -162,10 +265,15 @@ class RateBudget:
         # One task per budget hands out tokens while anyone waits, then ends.
         while self._has_waiters():
             if self._take():
-                self._next_waiter().set_result(None)
+                self._next_waiter().future.set_result(None)
                 continue
             now = self._clock.now()
             if now < self._paused_until:
                 await self._clock.sleep(self._paused_until - now)
             else:
                 await self._clock.sleep((1 - self._tokens) / self._refill_per_s)
+
+
+def _gone(waiter: _Waiter, level: Priority) -> bool:
+    """Done, or promoted out of the queue at `level`."""
+    return waiter.future.done() or waiter.level is not level

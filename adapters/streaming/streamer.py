@@ -80,6 +80,8 @@ class MessageStreamer:
         self._ending_requested = asyncio.Event()
         self._ending: _Ending | None = None
         self._delivered = False
+        # A token granted to a streaming update after the answer ended: the final spends it.
+        self._prepaid: RateBudget | None = None
         self._task: asyncio.Task[None] | None = None
 
     # --- what the LLM loop and the adapter call ---
@@ -183,7 +185,13 @@ class MessageStreamer:
         else:
             priority = Priority.INTERMEDIATE
         budget = self._post_budget if posting else self._edit_budget
-        if not await self._unless_ending(budget.acquire(priority, self._key)):
+        # An answer that ends while this waits is promoted to a final, and its token goes to the
+        # final text: one call instead of a text with a cursor and then the final.
+        await budget.acquire(
+            priority, self._key, shows_text=slot.has_text, promote=self._ending_requested
+        )
+        if self._ending_requested.is_set():
+            self._prepaid = budget
             return "sent"  # the final delivery takes over
         # Send the latest text: whatever arrived while waiting for the token comes along.
         text = self._snapshot()
@@ -227,6 +235,12 @@ class MessageStreamer:
     # --- the final text ---
 
     async def _deliver_final(self, ending: _Ending) -> None:
+        try:
+            await self._deliver_final_targets(ending)
+        finally:
+            self._release_prepaid()
+
+    async def _deliver_final_targets(self, ending: _Ending) -> None:
         targets = self._final_targets(ending, self._snapshot())
         delivered = True
         for index, target in enumerate(targets):
@@ -236,7 +250,7 @@ class MessageStreamer:
             slot.target = target
             if slot.message_id is not None and slot.shown == target:
                 continue
-            if not await self._deliver(slot):
+            if not await self._deliver(slot, shows_text=slot.has_text):
                 delivered = False
                 if slot.message_id is None:
                     break  # posting later parts now would put them out of order
@@ -266,15 +280,22 @@ class MessageStreamer:
         targets += [VACATED_MESSAGE_TEXT] * (len(self._slots) - len(targets))
         return targets
 
-    async def _deliver(self, slot: _Slot) -> bool:
+    async def _deliver(self, slot: _Slot, *, shows_text: bool = False) -> bool:
         """Sends `slot.target` with backoff: at most `max_final_attempts` failures, plus up to
-        `max_rate_limited_retries` waits for a 429's Retry-After."""
+        `max_rate_limited_retries` waits for a 429's Retry-After.
+
+        `shows_text`: the message shows answer text already, so finals that are other answers'
+        first texts may go ahead (within the budget's bound)."""
         text = slot.target or self._limits.empty_text
         failures = edit_failures = rate_limited = 0
         while True:
             posting = slot.message_id is None
             budget = self._post_budget if posting else self._edit_budget
-            await budget.acquire(Priority.FINAL, self._key)
+            if self._prepaid is budget:
+                self._prepaid = None
+            else:
+                self._release_prepaid()
+                await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
             try:
                 if posting:
                     await self._post(slot, text)
@@ -309,6 +330,11 @@ class MessageStreamer:
             await self._clock.sleep(self._limits.backoff_s(failures))
 
     # --- helpers ---
+
+    def _release_prepaid(self) -> None:
+        if self._prepaid is not None:
+            self._prepaid.release()
+            self._prepaid = None
 
     def _snapshot(self) -> str:
         if self._pieces:
