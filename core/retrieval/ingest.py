@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 
 # Chunks gathered across documents before one embedding call: fewer calls, same vectors.
 EMBED_BATCH_CHUNKS = 64
-CHUNK_MAX_TOKENS = 400
-CHUNK_OVERLAP_TOKENS = 50
+# The local MiniLM model reads only the first 256 word pieces of a text; chunks about that long are
+# embedded whole (and cite more precisely than longer ones).
+CHUNK_MAX_TOKENS = 256
+CHUNK_OVERLAP_TOKENS = 32
 URL_TIMEOUT_S = 20.0
 
 
