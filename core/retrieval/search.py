@@ -134,6 +134,7 @@ class PgRetriever:
         self.embedder = embedder
         self.ef_search = ef_search
         self.fulltext_candidates = fulltext_candidates
+        self._iterative_scan: bool | None = None
 
     async def has_sources(self, exposure: Exposure) -> bool:
         async with self.db.connection() as conn:
@@ -221,7 +222,7 @@ class PgRetriever:
         # SET LOCAL takes no parameters; the value is an int we control.
         ef_search = max(int(self.ef_search), k)
         await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef_search)))
-        if source_ids is not None:
+        if source_ids is not None and await self._has_iterative_scan(conn):
             # Filtering after the index scan could leave fewer than k rows; let the scan continue.
             await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         statement = vector_statement(self.embedder.name, dimension, filtered=source_ids is not None)
@@ -229,6 +230,15 @@ class PgRetriever:
         rows = await cursor.fetchall()
         # relaxed_order may return rows slightly out of order.
         return [chunk_id for chunk_id, _ in sorted(rows, key=lambda row: (row[1], row[0]))]
+
+    async def _has_iterative_scan(self, conn: AsyncConnection) -> bool:
+        """pgvector 0.8 added iterative index scans; an older server (via DATABASE_URL) rejects the setting."""
+        if self._iterative_scan is None:
+            cursor = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = await cursor.fetchone()
+            version = tuple(int(part) for part in str(row[0]).split(".")[:2] if part.isdigit()) if row else ()
+            self._iterative_scan = version >= (0, 8)
+        return self._iterative_scan
 
     async def _fulltext_ranking(
         self, conn: AsyncConnection, query: str, *, k: int, source_ids: list[int] | None
