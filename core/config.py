@@ -38,12 +38,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
     # Storage
-    database_url: str | None = None
+    database_url: str | None = Field(default=None, repr=False)  # may hold a password
     data_dir: Path = Path(".relaybot")
 
     # Language model
     llm_base_url: str = "https://api.openai.com/v1"
-    llm_api_key: str = ""
+    llm_api_key: str = Field(default="", repr=False)
     llm_model: str = "gpt-4o-mini"
     llm_upstream_model: str | None = None
     llm_model_overrides: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     embedding_provider: EmbeddingProviderName = "local"
     embedding_model: str | None = None
     embedding_base_url: str | None = None
-    embedding_api_key: str | None = None
+    embedding_api_key: str | None = Field(default=None, repr=False)
     embedding_dimension: int | None = None
 
     # Ingestion
@@ -77,16 +77,16 @@ class Settings(BaseSettings):
     ingest_max_url_bytes: int = 5_000_000
 
     # Slack
-    slack_bot_token: str | None = None
-    slack_app_token: str | None = None
-    slack_signing_secret: str | None = None
+    slack_bot_token: str | None = Field(default=None, repr=False)
+    slack_app_token: str | None = Field(default=None, repr=False)
+    slack_signing_secret: str | None = Field(default=None, repr=False)
     slack_api_url: str = "https://slack.com/api/"
     slack_team_ids: CommaList = ()
     slack_thread_followups: bool = True
     slack_rate_share: float = Field(default=1.0, gt=0, le=1)
 
     # Discord
-    discord_token: str | None = None
+    discord_token: str | None = Field(default=None, repr=False)
     discord_api_base: str | None = None
     discord_gateway_url: str | None = None
     discord_guild_ids: CommaList = ()
