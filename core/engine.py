@@ -38,6 +38,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "documents when they are relevant and cite them as [n]; say so when you do not know. Be concise and use "
     "Markdown sparingly. Use tools when they help."
 )
+# Events that end a run; they are yielded after the conversation lock is released.
+ENDING_KINDS = frozenset({"sources", "done", "failed", "approval_required"})
 DATABASE_UNAVAILABLE = "I can't reach my database right now, so I can't answer. Please try again in a minute."
 
 DecisionStatus = Literal["recorded", "ready", "not_allowed", "already_decided", "already_handled", "expired", "not_found"]
@@ -132,6 +134,7 @@ class Engine:
                 yield Failed(message=DATABASE_UNAVAILABLE, retryable=True)
                 return
             turn_id = str(uuid.uuid4())
+            ending: list[Event] = []
             async with self._locks.hold(conversation_id):
                 history = await self.history.load(conversation_id, thread_context=request.thread_context)
                 attachments = prepare_attachments(request.attachments, model=self.model)
@@ -142,7 +145,14 @@ class Engine:
                 agent = cls(deps=self._deps(), config=self._config(cls.agent_type, request), context=context)
                 events = agent.gen(query, history=history, extra_parts=attachments.parts)
                 async for event in self._persisting(agent, events, author=request.user.display, question=query):
-                    yield event
+                    if event.kind in ENDING_KINDS:
+                        ending.append(event)
+                    else:
+                        yield event
+            # The run's end is yielded after unlocking: however long a platform takes to show it,
+            # the next question in this conversation (its history already stored) need not wait.
+            for event in ending:
+                yield event
 
     async def answer(self, request: Request) -> ChatResult:
         """Drain ask() into {answer, final_answer, tools, sources} for callers that do not stream."""
@@ -215,7 +225,8 @@ class Engine:
                     message = refusal.message if refusal else wording.approval_not_found()
                 yield Failed(message=message, retryable=False)
                 return
-            final_status = "failed"
+            ending: list[Event] = []
+            agent: BaseAgent | None = None
             try:
                 try:
                     state = RunState.from_json(row.state)
@@ -236,15 +247,16 @@ class Engine:
                     events = agent.gen_continuation(state, row.decisions, continuation_id=key)
                     question = content_text(state.messages[state.turn_start])
                     async for event in self._persisting(agent, events, author=state.user_name or state.user_id, question=question):
-                        if isinstance(event, Done):
-                            final_status = "done"
-                        elif not isinstance(event, Failed) and agent.outcome is not None:
-                            final_status = "done"
-                        yield event
-                    if agent.outcome is not None:
-                        final_status = "done"
+                        if event.kind in ENDING_KINDS:
+                            ending.append(event)
+                        else:
+                            yield event
+                for event in ending:
+                    yield event
             finally:
-                await self.continuations.finish(key, status=final_status)  # type: ignore[arg-type]
+                # Finished or paused again: this continuation is done; a failed run cannot be resumed twice.
+                status = "done" if agent is not None and agent.outcome is not None else "failed"
+                await self.continuations.finish(key, status=status)
 
     # ----- scheduled maintenance ------------------------------------------------------------------
 
