@@ -20,8 +20,6 @@ log = logging.getLogger(__name__)
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 POOL_TIMEOUT_S = 30.0
-# Each running answer holds one connection for its conversation's advisory lock.
-LOCK_POOL_MAX_SIZE = 40
 
 
 class DatabaseError(Exception):
@@ -68,7 +66,6 @@ class Database:
         self._embedded = None if url else EmbeddedPostgres(data_dir / "pgdata")
         self._max_size = max_size
         self._pool: AsyncConnectionPool | None = None
-        self._lock_pool: AsyncConnectionPool | None = None
         self.url: str | None = url
 
     @property
@@ -82,22 +79,6 @@ class Database:
         if self._pool is None:
             raise DatabaseError("The database is not open yet.")
         return self._pool
-
-    @property
-    def lock_pool(self) -> AsyncConnectionPool:
-        """Autocommit connections for session-level advisory locks, separate from query traffic."""
-        if self._lock_pool is None:
-            if self.url is None:
-                raise DatabaseError("The database is not open yet.")
-            self._lock_pool = AsyncConnectionPool(
-                self.url,
-                min_size=0,
-                max_size=LOCK_POOL_MAX_SIZE,
-                timeout=POOL_TIMEOUT_S,
-                kwargs={"autocommit": True},
-                open=False,
-            )
-        return self._lock_pool
 
     async def open(self, *, migrate: bool = True) -> None:
         """Start the embedded server if needed, apply migrations, and open the pool."""
@@ -133,11 +114,9 @@ class Database:
 
     async def close(self) -> None:
         """Close the pool, then stop the embedded server if this process started it."""
-        for attribute in ("_lock_pool", "_pool"):
-            pool = getattr(self, attribute)
-            setattr(self, attribute, None)
-            if pool is not None and not pool.closed:
-                await pool.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
         if self._embedded is not None:
             await self._embedded.stop()
 

@@ -1,26 +1,38 @@
-"""Per-conversation run serialisation: a Postgres advisory lock, so it holds across processes."""
+"""Per-conversation run serialisation across processes: a lease row in Postgres, renewed while held."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import uuid
 from types import TracebackType
-
-import psycopg
 
 from core.store.db import Database
 
 log = logging.getLogger(__name__)
 
+LEASE_S = 60.0
+RENEW_EVERY_S = 20.0
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 0.5
+
 
 class ConversationLocks:
-    """One run at a time per conversation; same-process waiters queue locally first to spare connections."""
+    """One run at a time per conversation.
+
+    A lease row rather than a session advisory lock: an advisory lock needs a connection held for
+    the whole run, which caps concurrent answers at a pool's size and multiplies connections by
+    processes. A lease costs one statement to take, one per RENEW_EVERY_S, one to give back; a
+    crashed holder's lease simply runs out. Same-process waiters queue on an asyncio lock first.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._local: dict[int, asyncio.Lock] = {}
         self._users: dict[int, int] = {}
-        self._opened = False
+        self._instance = f"{socket.gethostname()}:{os.getpid()}"
 
     def hold(self, conversation_id: int | None) -> "HeldLock":
         return HeldLock(self, conversation_id)
@@ -35,27 +47,44 @@ class ConversationLocks:
             del self._users[conversation_id]
             self._local.pop(conversation_id, None)
 
-    async def _connection(self) -> psycopg.AsyncConnection:
-        pool = self._db.lock_pool
-        if not self._opened:
-            await pool.open(wait=False)
-            self._opened = True
-        return await pool.getconn()
+    def _new_holder(self) -> str:
+        return f"{self._instance}:{uuid.uuid4().hex}"
+
+    async def _try_take(self, conversation_id: int, holder: str) -> bool:
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO conversation_leases (conversation_id, holder, expires_at)"
+                " VALUES (%s, %s, now() + make_interval(secs => %s))"
+                " ON CONFLICT (conversation_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at"
+                " WHERE conversation_leases.expires_at < now() RETURNING 1",
+                (conversation_id, holder, LEASE_S),
+            )
+            return await cursor.fetchone() is not None
+
+    async def _renew(self, conversation_id: int, holder: str) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE conversation_leases SET expires_at = now() + make_interval(secs => %s)"
+                " WHERE conversation_id = %s AND holder = %s",
+                (LEASE_S, conversation_id, holder),
+            )
+
+    async def _give_back(self, conversation_id: int, holder: str) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "DELETE FROM conversation_leases WHERE conversation_id = %s AND holder = %s", (conversation_id, holder)
+            )
 
 
 class HeldLock:
-    """The lock for one run: local lock, then a pooled connection holding the advisory lock.
-
-    A class rather than a generator-based context manager: a run that is cancelled or abandoned
-    must still unlock, and a connection whose unlock failed is closed (which ends its session
-    and so its locks) instead of going back to the pool still holding the lock.
-    """
+    """The lock for one run; a class so a cancelled or abandoned run still gives its lease back."""
 
     def __init__(self, locks: ConversationLocks, conversation_id: int | None) -> None:
         self._locks = locks
         self._id = conversation_id
         self._local: asyncio.Lock | None = None
-        self._conn: psycopg.AsyncConnection | None = None
+        self._holder: str | None = None
+        self._renewer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> None:
         if self._id is None:
@@ -65,11 +94,17 @@ class HeldLock:
             await self._local.acquire()
         except BaseException:
             self._locks._forget(self._id)
+            self._local = None
             raise
         try:
-            self._conn = await self._locks._connection()
-            # Negative keys are conversations; positive ones are left for other locks (migrations).
-            await self._conn.execute("SELECT pg_advisory_lock(%s)", (-self._id,))
+            holder = self._locks._new_holder()
+            pause = POLL_FIRST_S
+            while not await self._locks._try_take(self._id, holder):
+                # Another process runs this conversation; contention is rare, so polling is cheap.
+                await asyncio.sleep(pause)
+                pause = min(POLL_MAX_S, pause * 2)
+            self._holder = holder
+            self._renewer = asyncio.create_task(self._keep_renewing(self._id, holder))
         except BaseException:
             await asyncio.shield(self._release())
             raise
@@ -79,19 +114,27 @@ class HeldLock:
     ) -> None:
         await asyncio.shield(self._release())
 
+    async def _keep_renewing(self, conversation_id: int, holder: str) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                await self._locks._renew(conversation_id, holder)
+            except Exception:
+                log.warning("could not renew the lease of conversation %s; retrying", conversation_id, exc_info=True)
+
     async def _release(self) -> None:
         if self._id is None or self._local is None:
             return
-        conn, self._conn = self._conn, None
+        renewer, self._renewer = self._renewer, None
+        holder, self._holder = self._holder, None
         try:
-            if conn is not None:
-                pool = self._locks._db.lock_pool
+            if renewer is not None:
+                renewer.cancel()
+            if holder is not None:
                 try:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (-self._id,))
+                    await self._locks._give_back(self._id, holder)
                 except Exception:
-                    log.warning("could not release the lock of conversation %s; dropping its connection", self._id)
-                    await conn.close()
-                await pool.putconn(conn)
+                    log.warning("could not give back the lease of conversation %s; it runs out in %ss", self._id, LEASE_S)
         finally:
             self._local.release()
             self._locks._forget(self._id)

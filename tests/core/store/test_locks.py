@@ -74,3 +74,18 @@ async def test_abandoned_run_releases_the_lock(db: Database) -> None:
     async with asyncio.timeout(10):
         async with locks.hold(44):
             pass
+
+
+async def test_a_crashed_holders_lease_runs_out(db: Database) -> None:
+    from core.store.conversations import ConversationStore
+    from core.requests import ConversationKey
+
+    conversation = await ConversationStore(db).get_or_create(ConversationKey(platform="t", workspace="w", channel="lease"))
+    async with db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO conversation_leases (conversation_id, holder, expires_at) VALUES (%s, 'gone:1', now() - interval '1 second')",
+            (conversation,),
+        )
+    async with asyncio.timeout(10):
+        async with ConversationLocks(db).hold(conversation):
+            pass
