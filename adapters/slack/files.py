@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -14,16 +15,31 @@ from core.requests import Attachment
 logger = logging.getLogger(__name__)
 
 MAX_FILES_PER_MESSAGE = 5
+SLACK_HOST_SUFFIX = ".slack.com"
 DOWNLOAD_TIMEOUT_S = 20.0
 
 
 async def download_attachments(
-    session: aiohttp.ClientSession, files: list[dict[str, Any]], *, bot_token: str
+    session: aiohttp.ClientSession, files: list[dict[str, Any]], *, bot_token: str, api_url: str
 ) -> tuple[Attachment, ...]:
-    """The readable files of a message; the others are skipped with a log line."""
-    wanted = [info for info in files[:MAX_FILES_PER_MESSAGE] if _wanted(info)]
+    """The readable files of a message; the others are skipped with a log line.
+
+    The bot token goes only to Slack's own hosts (or the configured API host), never to a URL
+    that merely claims to be a file.
+    """
+    trusted = {urlsplit(api_url).netloc.lower()}
+    wanted = [info for info in files[:MAX_FILES_PER_MESSAGE] if _wanted(info) and _trusted(info, trusted)]
     results = await asyncio.gather(*(_download(session, info, bot_token=bot_token) for info in wanted))
     return tuple(attachment for attachment in results if attachment is not None)
+
+
+def _trusted(info: dict[str, Any], trusted_hosts: set[str]) -> bool:
+    parts = urlsplit(str(info.get("url_private_download") or info.get("url_private") or ""))
+    host = parts.netloc.lower()
+    if host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX))):
+        return True
+    logger.warning("not sending the bot token to %s for Slack file %s", host or "an empty URL", info.get("id"))
+    return False
 
 
 def _wanted(info: dict[str, Any]) -> bool:

@@ -97,7 +97,8 @@ class EventHandlers:
         attachments: tuple[Attachment, ...] = ()
         if event.get("files"):
             attachments = await download_attachments(
-                self._session, list(event["files"]), bot_token=self._settings.slack_bot_token or ""
+                self._session, list(event["files"]), bot_token=self._settings.slack_bot_token or "",
+                api_url=self._settings.slack_api_url,
             )
         request = Request(
             question=question, conversation=key, user=Actor(id=str(event.get("user", ""))),

@@ -309,3 +309,21 @@ async def test_sources_follow_the_answer_in_one_thread_reply(
         assert texts[1].splitlines()[1].startswith("1. <https://wiki/rotation|Rotation policy>")
     finally:
         await bot.stop()
+
+
+async def test_text_files_on_the_message_reach_the_model(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    notes = slack.add_file("notes.md", b"# Plan\nShip the rocket on Friday.", "text/markdown")
+    photo = slack.add_file("photo.bin", b"\x00\x01binary", "application/octet-stream")
+    foreign = {**slack.add_file("other.txt", b"secret elsewhere", "text/plain"), "url_private_download": "http://127.0.0.2:9/steal"}
+    foreign["url_private"] = foreign["url_private_download"]
+    openai_emulator.script(Text("Friday."))
+    event = mention(slack, CHANNEL, "when do we ship?")
+    event["files"] = [notes, photo, foreign]
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], "Friday."))
+    asked = model_request_text(openai_emulator.chat_requests[-1])
+    assert "Ship the rocket on Friday." in asked
+    assert "binary" not in asked and "secret elsewhere" not in asked
