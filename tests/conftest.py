@@ -23,6 +23,8 @@ pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtur
 def pytest_configure(config: pytest.Config) -> None:
     # platformdirs warns at every embedded-server start where XDG_RUNTIME_DIR is unset (CI containers).
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR")
+    # discord.py imports audioop for voice, which relaybot does not use.
+    config.addinivalue_line("filterwarnings", "ignore:'audioop' is deprecated:DeprecationWarning")
 
 
 @pytest.fixture(scope="session")
