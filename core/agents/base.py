@@ -99,6 +99,8 @@ class BaseAgent(ABC):
     """Template: gen() wraps the subclass's _gen_inner() and turns every failure into a Failed event."""
 
     agent_type: ClassVar[str]
+    # Which sources internal_search looks in for this agent type; None = every source not `off`.
+    search_exposure: ClassVar[str | None] = None
 
     def __init__(self, *, deps: AgentDeps, config: AgentConfig, context: RunContext) -> None:
         self.deps = deps
@@ -313,8 +315,6 @@ class BaseAgent(ABC):
                 "user_name": self.context.user.name,
             },
         )
-
-    search_exposure: str | None = None
 
     def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
         """Add tool results in call order, each capped so the next call still fits the context."""
