@@ -68,10 +68,11 @@ class RateBudget:
     """Token bucket for one rate limit (a Slack method per workspace, a Discord channel, ...).
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
-    as tokens refill: every waiting FINAL first (finals that are an answer's first text ahead of
-    finals replacing text already shown, within `SHOWN_TEXT_FINAL_DEFER_S`; otherwise in request
-    order), then FIRST in arrival order, then INTERMEDIATE round-robin across requester keys, so
-    no answer starves. A waiter can be promoted to FINAL while it waits (its answer ended).
+    as tokens refill: every waiting FINAL first, then FIRST in arrival order, then INTERMEDIATE
+    round-robin across requester keys, so no answer starves. One bounded exception: a final that
+    replaces text already shown lets first texts (finals that are an answer's first text, and
+    FIRST requests) requested up to `SHOWN_TEXT_FINAL_DEFER_S` after it go ahead, so a burst of
+    answers shows every answer's first text before it polishes the ones already showing. A waiter can be promoted to FINAL while it waits (its answer ended).
     `penalize` (on a 429) pauses the whole bucket.
     """
 
@@ -244,7 +245,7 @@ class RateBudget:
         return bool(self._finals or self._firsts or self._intermediates)
 
     def _next_waiter(self) -> _Waiter:
-        if self._finals:
+        if self._finals and not self._final_yields_to_first_text():
             return heapq.heappop(self._finals).waiter
         if self._firsts:
             return self._firsts.popleft()
@@ -256,6 +257,14 @@ class RateBudget:
         else:
             del self._intermediates[key]
         return waiter
+
+    def _final_yields_to_first_text(self) -> bool:
+        """A final over text already shown lets waiting first texts go ahead, within its deferral.
+
+        Its reader already sees most of the answer; the others still see only the placeholder.
+        """
+        top = self._finals[0]
+        return bool(self._firsts) and top.waiter.shows_text and top.rank_at > self._clock.now()
 
     def _ensure_dispatcher(self) -> None:
         if self._dispatcher is None or self._dispatcher.done():

@@ -933,3 +933,47 @@ async def test_an_ended_answer_waiting_for_its_first_edit_goes_before_first_text
     await clock.run(scenario())
     assert [c.text for c in transports[3].calls if c.op == "edit"] == ["text 3"]
     assert all(t.final_texts() == [f"text {i}"] for i, t in enumerate(transports))
+
+
+async def test_a_final_over_shown_text_lets_waiting_first_texts_go_first_within_its_deferral() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+
+    async def want(name: str, priority: Priority, shows_text: bool = False) -> None:
+        await budget.acquire(priority, name, shows_text=shows_text)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        tasks = [
+            asyncio.create_task(want("final-over-shown", Priority.FINAL, shows_text=True)),
+            asyncio.create_task(want("first-b", Priority.FIRST)),
+            asyncio.create_task(want("first-c", Priority.FIRST)),
+            asyncio.create_task(want("edit-d", Priority.INTERMEDIATE)),
+        ]
+        await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    assert order == ["first-b", "first-c", "final-over-shown", "edit-d"]
+
+
+async def test_past_its_deferral_a_final_over_shown_text_goes_before_first_texts() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=0.001, clock=clock)
+    order: list[str] = []
+
+    async def want(name: str, priority: Priority, shows_text: bool = False) -> None:
+        await budget.acquire(priority, name, shows_text=shows_text)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        shown = asyncio.create_task(want("final-over-shown", Priority.FINAL, shows_text=True))
+        await clock.sleep(SHOWN_TEXT_FINAL_DEFER_S + 1)
+        first = asyncio.create_task(want("first-late", Priority.FIRST))
+        await asyncio.gather(shown, first)
+
+    await clock.run(scenario(), max_virtual_s=10_000)
+    assert order == ["final-over-shown", "first-late"]
