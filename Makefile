@@ -22,6 +22,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/engine_overhead.py
+	HF_HUB_OFFLINE=1 $(PY) -m bench.slack_stream
+	HF_HUB_OFFLINE=1 $(PY) -m bench.discord_stream
+	HF_HUB_OFFLINE=1 $(PY) bench/retrieval.py
 
 clean:
 	rm -rf $(VENV)

@@ -137,7 +137,6 @@ async def load_time_ms(engine: Engine, runs: int) -> tuple[float, float, int]:
             for role, content in pair
         ]
         await engine.conversations.append(conversation_id, uuid.uuid4(), counted)
-    request = Request(question="q", conversation=key, user=Actor(id="U1"))
     rows_samples, turns_samples = [], []
     turns: list[HistoryTurn] = []
     for _ in range(runs):
@@ -145,7 +144,7 @@ async def load_time_ms(engine: Engine, runs: int) -> tuple[float, float, int]:
         await engine.conversations.history(conversation_id)
         rows_samples.append(time.perf_counter() - started)
         started = time.perf_counter()
-        turns = await engine._history(conversation_id, request)
+        turns = await engine.history.load(conversation_id)
         turns_samples.append(time.perf_counter() - started)
     return statistics.median(rows_samples) * 1e3, statistics.median(turns_samples) * 1e3, len(turns)
 
