@@ -21,10 +21,10 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) bench/engine_overhead.py
+	HF_HUB_OFFLINE=1 $(PY) -m bench.engine_overhead
 	HF_HUB_OFFLINE=1 $(PY) -m bench.slack_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.discord_stream
-	HF_HUB_OFFLINE=1 $(PY) bench/retrieval.py
+	HF_HUB_OFFLINE=1 $(PY) -m bench.retrieval
 
 clean:
 	rm -rf $(VENV)
