@@ -31,6 +31,7 @@ def make_engine(
     *,
     registry: ToolRegistry | None = None,
     retriever: Retriever | None = None,
+    tool_extras: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> Engine:
     settings = test_settings(base_url, **overrides)
@@ -41,4 +42,11 @@ def make_engine(
         idle_timeout_s=settings.llm_idle_timeout_s,
         retry_backoff_s=0.01,
     )
-    return Engine(settings=settings, db=db, llm=llm, registry=registry or builtin_registry(), retriever=retriever)
+    return Engine(
+        settings=settings,
+        db=db,
+        llm=llm,
+        registry=registry or builtin_registry(),
+        retriever=retriever,
+        tool_extras=tool_extras,
+    )
