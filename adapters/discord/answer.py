@@ -8,27 +8,17 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import assert_never
-
 import discord
 
+from adapters import wording
+from adapters.run_player import live_message_hooks, play_run
 from adapters.streaming import Clock, MessageStreamer, MessageTransport, StreamLimits
 from core import wording as core_wording
 from core.engine import Engine
-from core.events import (
-    AnswerDelta,
-    ApprovalRequired,
-    Done,
-    Event,
-    Failed,
-    SourceItem,
-    Sources,
-    ToolCallFinished,
-    ToolCallStarted,
-)
-from core.store.live_messages import LiveMessage, LiveMessages
+from core.events import ApprovalRequired, Event, SourceItem
+from core.store.live_messages import LiveMessages
 
-from . import rendering, wording
+from . import rendering
 from .approvals import approval_view, message_ref
 from .sources import sources_embed
 from .transport import NO_PINGS, ChannelBudgets, send_reliably
@@ -77,18 +67,9 @@ class AnswerStreams:
     async def run(self, events: AsyncIterator[Event], place: AnswerPlace) -> None:
         """Consumes `events` to the end, always leaving the answer message in a final state."""
         budget = self._budgets(place.channel_id)
-
-        async def remember(message_id: str) -> None:
-            await self._live.add(
-                LiveMessage(
-                    platform=PLATFORM,
-                    workspace=place.workspace,
-                    channel=str(place.channel_id),
-                    message_id=message_id,
-                    thread=place.thread,
-                )
-            )
-
+        remember, forget = live_message_hooks(
+            self._live, platform=PLATFORM, workspace=place.workspace, channel=str(place.channel_id), thread=place.thread
+        )
         streamer = MessageStreamer(
             place.transport,
             limits=self._limits,
@@ -106,7 +87,12 @@ class AnswerStreams:
             self._background.add(typing)
             typing.add_done_callback(self._background.discard)
         try:
-            await self._consume(events, answer, place)
+            # Started on the first event: no placeholder spends a call of the channel's budget
+            # while the model has not said anything yet.
+            await play_run(
+                events, streamer, _DiscordSurface(self, place), start_on_first_event=True,
+                stopped=lambda: answer.interrupted,
+            )
         except asyncio.CancelledError:
             if not answer.interrupted:
                 await asyncio.shield(streamer.interrupt(wording.interrupted()))
@@ -114,52 +100,10 @@ class AnswerStreams:
         except Exception:
             log.exception("answer failed while streaming")
             if not answer.interrupted:
-                await streamer.fail(core_wording.unexpected_error())
+                await streamer.fail(wording.failed(core_wording.unexpected_error()))
         finally:
             self._answers.discard(answer)
-            await asyncio.shield(self._forget(place, streamer.message_ids))
-
-    async def _consume(self, events: AsyncIterator[Event], answer: _Answer, place: AnswerPlace) -> None:
-        streamer = answer.streamer
-        sources: tuple[SourceItem, ...] = ()
-        wrote = False
-        try:
-            async for event in events:
-                if answer.interrupted:
-                    return
-                # Started on the first event, not before: no placeholder spends a call of the
-                # channel's budget while the model has not said anything yet.
-                await streamer.start()
-                match event:
-                    case AnswerDelta():
-                        wrote = wrote or bool(event.text.strip())
-                        streamer.append(event.text)
-                    case ToolCallStarted():
-                        streamer.set_status(wording.tool_running(event.tool))
-                    case ToolCallFinished():
-                        streamer.set_status(None)
-                    case Sources():
-                        sources = event.items
-                    case ApprovalRequired():
-                        streamer.set_status(None)
-                        await streamer.finish(None if wrote else wording.waiting_for_approval())
-                        await self._post_approval(event, place)
-                        return
-                    case Done():
-                        ids = await streamer.finish(event.answer)
-                        await self._post_sources(sources, place, reply_to=ids[-1] if ids else None)
-                        return
-                    case Failed():
-                        await streamer.fail(event.message)
-                        return
-                    case _:
-                        assert_never(event)
-        finally:
-            close = getattr(events, "aclose", None)
-            if close is not None:
-                await close()
-        if not answer.interrupted:
-            await streamer.finish()
+            await asyncio.shield(forget(streamer.message_ids))
 
     async def _post_approval(self, event: ApprovalRequired, place: AnswerPlace) -> None:
         text = rendering.approval_text(calls=event.calls, requested_by=event.requested_by, expires_at=event.expires_at)
@@ -190,13 +134,6 @@ class AnswerStreams:
         except Exception:
             log.exception("could not post the sources of an answer")
 
-    async def _forget(self, place: AnswerPlace, message_ids: list[str]) -> None:
-        for message_id in message_ids:
-            try:
-                await self._live.remove(platform=PLATFORM, channel=str(place.channel_id), message_id=message_id)
-            except Exception:
-                log.exception("could not forget live message %s", message_id)
-
     async def interrupt_all(self) -> None:
         """Ends every answer still streaming with what it has so far plus an interrupted note."""
         answers = list(self._answers)
@@ -212,3 +149,17 @@ async def _typing(channel: discord.abc.Messageable) -> None:
         await channel.typing()
     except Exception:
         log.debug("could not show typing", exc_info=True)
+
+
+class _DiscordSurface:
+    """The approval message and the sources reply of one run."""
+
+    def __init__(self, streams: AnswerStreams, place: AnswerPlace) -> None:
+        self._streams = streams
+        self._place = place
+
+    async def show_approval(self, event: ApprovalRequired) -> None:
+        await self._streams._post_approval(event, self._place)
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        await self._streams._post_sources(items, self._place, reply_to=answer_ids[-1] if answer_ids else None)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import discord
 
+from adapters import wording as shared_wording
 from adapters.approval_flow import ClickReplies, handle_click
 from adapters.streaming import Clock
 from core import wording as core_wording
@@ -57,7 +58,7 @@ class ClickHandler:
             await self._decide(interaction, target)
         except Exception:
             log.exception("approval click failed")
-            await self._tell(interaction, wording.decision_failed())
+            await self._tell(interaction, shared_wording.click_failed())
 
     async def _decide(self, interaction: discord.Interaction, target: ButtonTarget) -> None:
         actor = actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None)

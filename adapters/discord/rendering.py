@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from adapters import wording as shared_wording
 from adapters.streaming import StreamLimits
 from adapters.streaming.splitter import close_open_fence
 from core.events import PendingCall
@@ -71,18 +72,18 @@ def decided_text(base: str, *, call_ids: Sequence[str], decisions: Mapping[str, 
         decision = decisions.get(call_id)
         if decision is None:
             continue
-        said = wording.approved_by(decision.actor) if decision.approved else wording.rejected_by(decision.actor)
+        said = shared_wording.approved_by(decision.actor) if decision.approved else shared_wording.rejected_by(decision.actor)
         lines.append(f"{index}. {said}" if len(call_ids) > 1 else said)
     return _bounded(base + ("\n\n" + "\n".join(lines) if lines else ""))
 
 
 def expired_text(base: str) -> str:
-    return _bounded(base + "\n\n" + wording.approval_expired())
+    return _bounded(base + "\n\n" + shared_wording.approval_expired())
 
 
 def interrupted_text(shown: str) -> str:
     """What an answer left streaming becomes: its text so far, without cursor, plus a note."""
-    note = wording.interrupted()
+    note = shared_wording.interrupted()
     text = shown.replace(" " + CURSOR_CHAR, "").replace(CURSOR_CHAR, "").rstrip()
     if text in ("", "_thinking…_"):
         return note

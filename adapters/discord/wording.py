@@ -1,18 +1,10 @@
-"""Every sentence the Discord adapter shows users, in one place."""
+"""Sentences only the Discord adapter shows; the shared ones are in adapters/wording.py."""
 
 from __future__ import annotations
 
 
-def interrupted() -> str:
-    return "_⚠️ This answer was interrupted because the bot restarted. Please ask again._"
-
-
 def shutting_down() -> str:
     return "The bot is restarting; please try again in a moment."
-
-
-def waiting_for_approval() -> str:
-    return "_⏸ Waiting for approval (see below)._"
 
 
 def approval_header(requester_id: str) -> str:
@@ -21,26 +13,6 @@ def approval_header(requester_id: str) -> str:
 
 def approval_footer(expires_at: float) -> str:
     return f"Expires <t:{int(expires_at)}:R>. Approve or reject each call below."
-
-
-def approved_by(name: str) -> str:
-    return f"✅ Approved by {name}"
-
-
-def rejected_by(name: str) -> str:
-    return f"❌ Rejected by {name}"
-
-
-def approval_expired() -> str:
-    return "⌛ This approval request expired; nothing was run."
-
-
-def decision_failed() -> str:
-    return "Something went wrong while recording your decision. Please try again."
-
-
-def tool_running(tool: str) -> str:
-    return f"🔧 Running `{tool}`…"
 
 
 def sources_title() -> str:

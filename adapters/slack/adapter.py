@@ -15,6 +15,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters import wording
 from adapters.http.server import HttpServer
 from core.config import Settings
 from core.engine import Engine
@@ -22,7 +23,6 @@ from core.store.db import Database
 from core.store.live_messages import LiveMessages
 from core.store.processed_events import ProcessedEvents
 
-from . import messages
 from .answers import PLATFORM, AnswerRunner
 from .approval_blocks import ACTION_PATTERN
 from .approvals import ApprovalClicks
@@ -163,7 +163,7 @@ class SlackAdapter:
             try:
                 await send_paced(
                     lambda message=message: self.client.chat_update(  # type: ignore[misc]
-                        channel=message.channel, ts=message.message_id, text=messages.interrupted()
+                        channel=message.channel, ts=message.message_id, text=wording.interrupted()
                     ),
                     budget=self._budgets.edit(message.workspace), clock=self._clock,
                 )

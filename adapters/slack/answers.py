@@ -7,26 +7,18 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import assert_never
+from collections.abc import Awaitable, Callable
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters import wording
+from adapters.run_player import live_message_hooks, play_run
 from adapters.streaming import MessageStreamer, StreamLimits
-from core import wording
+from core import wording as core_wording
 from core.engine import Engine
-from core.events import (
-    AnswerDelta,
-    ApprovalRequired,
-    Done,
-    Event,
-    Failed,
-    Sources,
-    ToolCallFinished,
-    ToolCallStarted,
-)
-from core.store.live_messages import LiveMessage, LiveMessages
+from core.events import ApprovalRequired, Event, SourceItem
+from core.store.live_messages import LiveMessages
 
-from . import messages
 from .approval_blocks import ApprovalView, approval_blocks, approval_text
 from .budgets import ScaledClock, SlackBudgets
 from .sources import sources_messages
@@ -56,6 +48,7 @@ class _Inflight:
     target: ReplyTarget
     streamer: MessageStreamer
     task: asyncio.Task[object] | None
+    forget: Callable[[list[str]], Awaitable[None]]
 
 
 class AnswerRunner:
@@ -79,21 +72,25 @@ class AnswerRunner:
 
     async def stream(self, target: ReplyTarget, events: AsyncIterator[Event]) -> None:
         """Shows the run's events in Slack until it ends (or the task is cancelled)."""
-        streamer = self._streamer(target)
-        inflight = _Inflight(target=target, streamer=streamer, task=asyncio.current_task())
+        remember, forget = live_message_hooks(
+            self._live, platform=PLATFORM, workspace=target.team_id, channel=target.channel,
+            thread=target.thread_ts or "",
+        )
+        streamer = self._streamer(target, remember)
+        inflight = _Inflight(target=target, streamer=streamer, task=asyncio.current_task(), forget=forget)
         self._inflight[id(inflight)] = inflight
         ended = False
         try:
-            await streamer.start()
-            ended = await self._consume(target, streamer, events)
+            await play_run(events, streamer, _SlackSurface(self, target))
+            ended = True
         except Exception:
             logger.exception("answer failed in %s", target.channel)
-            await streamer.fail(messages.failed(wording.unexpected_error()))
+            await streamer.fail(wording.failed(core_wording.unexpected_error()))
             ended = True
         finally:
             del self._inflight[id(inflight)]
             if ended:
-                await self._forget(target, streamer.message_ids)
+                await forget(streamer.message_ids)
 
     async def interrupt_all(self) -> None:
         """Stops every answer still streaming and ends its message with the interrupted note."""
@@ -115,50 +112,11 @@ class AnswerRunner:
 
     async def _interrupt(self, item: _Inflight) -> None:
         try:
-            await item.streamer.interrupt(messages.interrupted())
+            await item.streamer.interrupt(wording.interrupted())
         finally:
-            await self._forget(item.target, item.streamer.message_ids)
+            await item.forget(item.streamer.message_ids)
 
-    async def _consume(self, target: ReplyTarget, streamer: MessageStreamer, events: AsyncIterator[Event]) -> bool:
-        sources: Sources | None = None
-        text_seen = False
-        async for event in events:
-            match event:
-                case AnswerDelta():
-                    text_seen = text_seen or bool(event.text.strip())
-                    streamer.append(event.text)
-                case ToolCallStarted():
-                    streamer.set_status(messages.tool_running(event.tool))
-                case ToolCallFinished():
-                    streamer.set_status(None)
-                case ApprovalRequired():
-                    streamer.set_status(None)
-                    await streamer.finish(None if text_seen else messages.waiting_for_approval())
-                    await self._post_approval(target, event)
-                    return True
-                case Sources():
-                    sources = event
-                case Done():
-                    ids = await streamer.finish(None if text_seen else event.answer)
-                    if sources is not None and sources.items:
-                        await self._post_sources(target, sources, ids)
-                    return True
-                case Failed():
-                    await streamer.fail(messages.failed(event.message))
-                    return True
-                case _:
-                    assert_never(event)
-        # The run ended without saying how: show what was written.
-        await streamer.finish()
-        return True
-
-    def _streamer(self, target: ReplyTarget) -> MessageStreamer:
-        async def remember(message_ts: str) -> None:
-            await self._live.add(LiveMessage(
-                platform=PLATFORM, workspace=target.team_id, channel=target.channel, message_id=message_ts,
-                thread=target.thread_ts or "",
-            ))
-
+    def _streamer(self, target: ReplyTarget, remember: Callable[[str], Awaitable[None]]) -> MessageStreamer:
         return MessageStreamer(
             SlackTransport(self._client, channel=target.channel, thread_ts=target.thread_ts,
                            time_scale=self._clock.time_scale),
@@ -168,13 +126,6 @@ class AnswerRunner:
             clock=self._clock,
             on_message_posted=remember,
         )
-
-    async def _forget(self, target: ReplyTarget, message_ids: list[str]) -> None:
-        for message_ts in message_ids:
-            try:
-                await self._live.remove(platform=PLATFORM, channel=target.channel, message_id=message_ts)
-            except Exception:
-                logger.exception("could not forget live message %s", message_ts)
 
     async def _post_approval(self, target: ReplyTarget, event: ApprovalRequired) -> None:
         view = ApprovalView.from_event(event)
@@ -191,12 +142,26 @@ class AnswerRunner:
              "thread_ts": target.thread_ts or ""},
         )
 
-    async def _post_sources(self, target: ReplyTarget, sources: Sources, answer_ids: list[str]) -> None:
+    async def _post_sources(self, target: ReplyTarget, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         thread_ts = target.thread_ts or (answer_ids[0] if answer_ids else None)
-        for text in sources_messages(sources.items):
+        for text in sources_messages(items):
             await send_paced(
                 lambda text=text: self._client.chat_postMessage(  # type: ignore[misc]
                     channel=target.channel, thread_ts=thread_ts, text=text, unfurl_links=False, unfurl_media=False,
                 ),
                 budget=self._budgets.post(target.team_id, target.channel), clock=self._clock,
             )
+
+
+class _SlackSurface:
+    """The approval message and the sources reply of one run, in its thread."""
+
+    def __init__(self, runner: AnswerRunner, target: ReplyTarget) -> None:
+        self._runner = runner
+        self._target = target
+
+    async def show_approval(self, event: ApprovalRequired) -> None:
+        await self._runner._post_approval(self._target, event)
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        await self._runner._post_sources(self._target, items, answer_ids)

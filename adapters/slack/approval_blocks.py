@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from adapters import wording
 from core.events import ApprovalRequired
 from core.store.continuations import ContinuationRow
 
@@ -101,13 +102,13 @@ def approval_blocks(view: ApprovalView) -> list[Json]:
     args_room = min(ARGUMENTS_MAX_CHARS, ARGUMENTS_TOTAL_MAX_CHARS // max(1, len(shown)))
     blocks: list[Json] = [_section(messages.approval_heading(view.requested_by, len(view.calls)))]
     if view.state == "expired":
-        blocks.append(_section(messages.approval_expired()))
+        blocks.append(_section(wording.approval_expired()))
     for index, call in enumerate(shown):
         blocks.append(_section(_call_text(call, args_room), block_id=f"relaybot_call_{index}"))
         decision = view.decisions.get(call.call_id)
         if decision is not None:
             approved, actor = decision
-            line = messages.approved_by(actor) if approved else messages.rejected_by(actor)
+            line = wording.approved_by(actor) if approved else wording.rejected_by(actor)
             blocks.append(_context(line))
         elif view.state == "open":
             blocks.append(_buttons(
@@ -133,7 +134,7 @@ def approval_text(view: ApprovalView) -> str:
     tools = ", ".join(sorted({call.tool for call in view.calls}))
     text = messages.approval_heading(view.requested_by, len(view.calls)) + f" ({plain(tools)})"
     if view.state == "expired":
-        text += " " + messages.approval_expired()
+        text += " " + wording.approval_expired()
     return fit(text, FALLBACK_TEXT_MAX_CHARS)
 
 

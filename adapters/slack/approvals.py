@@ -7,6 +7,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters import wording
 from adapters.approval_flow import ClickReplies, handle_click
 from core.engine import DecisionOutcome, Engine
 from core.requests import Actor
@@ -66,7 +67,7 @@ class ApprovalClicks:
             )
         except Exception:
             logger.exception("approval click on %s failed", continuation_id)
-            await self._ephemeral(target, user_id, messages.click_failed())
+            await self._ephemeral(target, user_id, wording.click_failed())
 
     def _refusal(self, outcome: DecisionOutcome) -> str:
         # The policy's sentence, with Slack mentions for the people who may decide.

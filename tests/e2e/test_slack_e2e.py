@@ -239,11 +239,11 @@ async def test_killed_mid_answer_is_marked_interrupted_at_restart(
     assert await eventually(lambda: any("slow" in m.text for m in bot_replies(slack, CHANNEL, event["ts"])))
     await bot.stop()  # close() drops the stream as a crash would: no final edit
     [left] = bot_replies(slack, CHANNEL, event["ts"])
-    assert "Interrupted" not in left.text
+    assert "interrupted" not in left.text.lower()
 
     restarted = await start_bot(db, slack, openai_emulator.base_url)
     try:
-        assert "Interrupted" in slack.message(CHANNEL, left.ts).text
+        assert "interrupted" in slack.message(CHANNEL, left.ts).text.lower()
         assert await LiveMessages(db).take_all("slack") == []
     finally:
         await restarted.stop()
@@ -286,8 +286,9 @@ async def test_socket_mode_answers_a_pushed_mention(
 async def test_leftover_rows_are_only_those_of_this_platform(db) -> None:
     live = LiveMessages(db)
     await live.add(LiveMessage(platform="discord", workspace="G", channel="c", message_id="m"))
-    assert await live.take_all("slack") == []
-    assert len(await live.take_all("discord")) == 1
+    # Earlier tests may have left Slack rows behind (a stopped bot keeps them for its next start).
+    assert all(row.platform == "slack" for row in await live.take_all("slack"))
+    assert [row.message_id for row in await live.take_all("discord")] == ["m"]
 
 
 async def test_sources_follow_the_answer_in_one_thread_reply(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from adapters import wording as shared_wording
 from adapters.discord import check_discord
 from adapters.discord.approvals import CUSTOM_ID_MAX_CHARS, ButtonTarget, approval_view
 from adapters.discord.rendering import MAX_CONTENT_CHARS, approval_text, interrupted_text
@@ -60,7 +61,7 @@ def test_approval_text_stays_within_the_content_limit() -> None:
 
 
 def test_interrupted_text_keeps_what_was_shown_and_closes_fences() -> None:
-    assert interrupted_text("_thinking…_").startswith("_⚠️")
+    assert interrupted_text("_thinking…_") == shared_wording.interrupted()  # the placeholder is dropped
     text = interrupted_text("```py\nprint(1) ▌")
     assert text.startswith("```py\nprint(1)\n```") and "▌" not in text
     assert len(interrupted_text("y" * 2500)) <= MAX_CONTENT_CHARS
