@@ -8,9 +8,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, AsyncIterator, Literal, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Mapping
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from core import wording
 from core.agents import AgentConfig, AgentDeps, BaseAgent, Finished, RunContext, UnknownAgentType, agent_class
@@ -56,6 +57,16 @@ class DecisionOutcome:
     @property
     def accepted(self) -> bool:
         return self.status in ("recorded", "ready")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """An agent run ready to go: its events, and who asked what (for the stored turn)."""
+
+    agent: BaseAgent
+    events: AsyncIterator[Event]
+    author: str
+    question: str
 
 
 @dataclass(kw_only=True)
@@ -129,13 +140,14 @@ class Engine:
         with self._tracking():
             try:
                 conversation_id = await self.conversations.get_or_create(request.conversation)
-            except psycopg.Error:
+            except (psycopg.Error, PoolTimeout):
                 log.exception("could not open the conversation")
                 yield Failed(message=DATABASE_UNAVAILABLE, retryable=True)
                 return
             turn_id = str(uuid.uuid4())
-            ending: list[Event] = []
-            async with self._locks.hold(conversation_id):
+
+            async def prepare() -> RunPlan:
+                # Under the lease: the previous run in this conversation has stored its turn.
                 history = await self.history.load(conversation_id, thread_context=request.thread_context)
                 attachments = prepare_attachments(request.attachments, model=self.model)
                 query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
@@ -144,14 +156,9 @@ class Engine:
                 )
                 agent = cls(deps=self._deps(), config=self._config(cls.agent_type, request), context=context)
                 events = agent.gen(query, history=history, extra_parts=attachments.parts)
-                async for event in self._persisting(agent, events, author=request.user.display, question=query):
-                    if event.kind in ENDING_KINDS:
-                        ending.append(event)
-                    else:
-                        yield event
-            # The run's end is yielded after unlocking: however long a platform takes to show it,
-            # the next question in this conversation (its history already stored) need not wait.
-            for event in ending:
+                return RunPlan(agent=agent, events=events, author=request.user.display, question=query)
+
+            async for event in self._guard_database(self._locked_run(conversation_id, prepare)):
                 yield event
 
     async def answer(self, request: Request) -> ChatResult:
@@ -225,7 +232,6 @@ class Engine:
                     message = refusal.message if refusal else wording.approval_not_found()
                 yield Failed(message=message, retryable=False)
                 return
-            ending: list[Event] = []
             agent: BaseAgent | None = None
             try:
                 try:
@@ -235,23 +241,25 @@ class Engine:
                     log.error("cannot resume %s: %s", key, error)
                     yield Failed(message=str(error), retryable=False)
                     return
-                async with self._locks.hold(state.conversation_id):
-                    context = RunContext(
-                        conversation_id=state.conversation_id,
-                        conversation=state.conversation,
-                        user=Actor(id=state.user_id, name=state.user_name),
-                        turn_id=state.turn_id,
-                    )
-                    config = self._config(state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens)
-                    agent = cls(deps=self._deps(), config=config, context=context)
-                    events = agent.gen_continuation(state, row.decisions, continuation_id=key)
-                    question = content_text(state.messages[state.turn_start])
-                    async for event in self._persisting(agent, events, author=state.user_name or state.user_id, question=question):
-                        if event.kind in ENDING_KINDS:
-                            ending.append(event)
-                        else:
-                            yield event
-                for event in ending:
+                context = RunContext(
+                    conversation_id=state.conversation_id,
+                    conversation=state.conversation,
+                    user=Actor(id=state.user_id, name=state.user_name),
+                    turn_id=state.turn_id,
+                )
+                config = self._config(state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens)
+                agent = cls(deps=self._deps(), config=config, context=context)
+                plan = RunPlan(
+                    agent=agent,
+                    events=agent.gen_continuation(state, row.decisions, continuation_id=key),
+                    author=state.user_name or state.user_id,
+                    question=content_text(state.messages[state.turn_start]),
+                )
+
+                async def prepared() -> RunPlan:
+                    return plan
+
+                async for event in self._guard_database(self._locked_run(state.conversation_id, prepared)):
                     yield event
             finally:
                 # Finished or paused again: this continuation is done; a failed run cannot be resumed twice.
@@ -325,6 +333,34 @@ class Engine:
 
     def _tracking(self) -> "_RunTracker":
         return _RunTracker(self)
+
+    async def _guard_database(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """A database that blips mid-run ends the run with a sentence, never an exception in the adapter."""
+        try:
+            async for event in events:
+                yield event
+        except (psycopg.Error, PoolTimeout):
+            log.exception("database failure during a run")
+            yield Failed(message=DATABASE_UNAVAILABLE, retryable=True)
+
+    async def _locked_run(
+        self, conversation_id: int | None, prepare: Callable[[], Awaitable[RunPlan]]
+    ) -> AsyncIterator[Event]:
+        """Run under the conversation's lease; the events that end the run are yielded after it is given back.
+
+        However long a platform takes to show the end, the next question in the conversation
+        (whose history is already stored) need not wait for it.
+        """
+        ending: list[Event] = []
+        async with self._locks.hold(conversation_id):
+            plan = await prepare()
+            async for event in self._persisting(plan.agent, plan.events, author=plan.author, question=plan.question):
+                if event.kind in ENDING_KINDS:
+                    ending.append(event)
+                else:
+                    yield event
+        for event in ending:
+            yield event
 
     async def _persisting(
         self, agent: BaseAgent, events: AsyncIterator[Event], *, author: str, question: str
