@@ -17,6 +17,7 @@ LEASE_S = 60.0
 RENEW_EVERY_S = 20.0
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 0.5
+GIVE_BACK_ATTEMPTS = 2
 
 
 class ConversationLocks:
@@ -122,6 +123,17 @@ class HeldLock:
             except Exception:
                 log.warning("could not renew the lease of conversation %s; retrying", conversation_id, exc_info=True)
 
+    async def _give_back(self, holder: str) -> None:
+        assert self._id is not None
+        # A second try gets another pooled connection: the first may have died with a database blip.
+        for attempt in range(GIVE_BACK_ATTEMPTS):
+            try:
+                await self._locks._give_back(self._id, holder)
+                return
+            except Exception:
+                if attempt == GIVE_BACK_ATTEMPTS - 1:
+                    log.warning("could not give back the lease of conversation %s; it runs out in %ss", self._id, LEASE_S)
+
     async def _release(self) -> None:
         if self._id is None or self._local is None:
             return
@@ -131,10 +143,7 @@ class HeldLock:
             if renewer is not None:
                 renewer.cancel()
             if holder is not None:
-                try:
-                    await self._locks._give_back(self._id, holder)
-                except Exception:
-                    log.warning("could not give back the lease of conversation %s; it runs out in %ss", self._id, LEASE_S)
+                await self._give_back(holder)
         finally:
             self._local.release()
             self._locks._forget(self._id)
