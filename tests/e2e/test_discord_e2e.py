@@ -249,3 +249,27 @@ async def test_shutdown_and_crash_leave_no_answer_thinking(
     async with running_bot(dc, db, openai_emulator):
         await dc.wait_for(lambda: "interrupted" in dc.message(posted.id).content, what="marked interrupted")
     assert dc.message(posted.id).content.startswith("half an answer\n\n")
+
+
+async def test_sources_follow_the_answer_as_one_embed_reply(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    from tests.support.retriever import InMemoryRetriever, MemoryDoc
+
+    dc = discord_emulator
+    w = make_world(dc)
+    retriever = InMemoryRetriever(
+        docs=[MemoryDoc(title="Rotation policy", uri="https://wiki.example/rotation", text="staging password rotation is monthly")]
+    )
+    openai_emulator.script(Text("Monthly [1]."))
+    async with running_bot(dc, db, openai_emulator, retriever=retriever):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "staging password rotation?", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        await wait_for_text(dc, thread.id, "Monthly [1].")
+        embeds = await dc.wait_for(
+            lambda: [m for m in bot_messages(dc, thread.id) if m.embeds], what="sources embed"
+        )
+    [sources] = embeds
+    described = sources.embeds[0]["description"]
+    assert "Rotation policy" in described and "https://wiki.example/rotation" in described and "1" in described
+    assert sources.allowed_mentions is not None and sources.allowed_mentions["parse"] == []

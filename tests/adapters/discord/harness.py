@@ -10,6 +10,7 @@ from typing import Any
 from adapters.discord import DiscordAdapter, DiscordTuning
 from core.engine import Engine
 from core.store.db import Database
+from core.retriever import Retriever
 from core.tools import ToolRegistry, ToolSpec, builtin_registry
 from core.tools.registry import ToolContext
 from tests.emulators.discord import DiscordEmulator, StoredMessage, point_discord_py_at
@@ -88,9 +89,10 @@ async def running_bot(
     openai: OpenAIEmulator,
     *,
     registry: ToolRegistry | None = None,
+    retriever: Retriever | None = None,
     **overrides: Any,
 ) -> AsyncIterator[tuple[DiscordAdapter, Engine]]:
-    engine = make_engine(db, openai.base_url, registry=registry, **bot_settings(dc, **overrides))
+    engine = make_engine(db, openai.base_url, registry=registry, retriever=retriever, **bot_settings(dc, **overrides))
     adapter = DiscordAdapter(settings=engine.settings, engine=engine, db=db, tuning=tuning_for(dc.time_scale))
     engine.notifiers["discord"] = adapter.notifier
     # point_discord_py_at restores discord.py's globals that the adapter's settings changed.
