@@ -174,13 +174,14 @@ class BaseAgent(ABC):
             extra_parts=extra_parts,
         )
 
-    async def prefetch(self, query: str, *, exposure: str | None) -> list[SourceItem]:
+    async def prefetch(self, query: str, *, exposure: str | None, token_budget: int | None = None) -> list[SourceItem]:
+        """Passages for the prompt, within `token_budget` (default: the configured document budget)."""
         if self.deps.retriever is None or self.config.retrieval_chunks <= 0:
             return []
         return await self.deps.retriever.search(
             query,
             limit=self.config.retrieval_chunks,
-            token_budget=self.config.retrieval_doc_tokens,
+            token_budget=self.config.retrieval_doc_tokens if token_budget is None else token_budget,
             exposure=exposure,  # type: ignore[arg-type]
         )
 

@@ -7,7 +7,7 @@ import logging
 from typing import Any, AsyncIterator, Sequence
 
 from core.agents.base import INTERNAL_SEARCH, BaseAgent
-from core.agents.budget import HistoryTurn
+from core.agents.budget import HistoryTurn, build_messages
 from core.events import Event, ToolCallFinished, ToolCallStarted
 from core.llm import Completion
 
@@ -42,11 +42,14 @@ class ResearchAgent(BaseAgent):
         self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
     ) -> AsyncIterator[Event]:
         sub_questions = await self.plan(query)
+        # The sub-questions share one document budget, so the prompt is no bigger than a classic run's
+        # and still leaves the question and the reply room in a small context.
+        doc_budget = self.config.retrieval_doc_tokens // len(sub_questions)
         for index, sub_question in enumerate(sub_questions, start=1):
             call_id = f"research-{index}"
             arguments = {"query": sub_question}
             yield ToolCallStarted(call_id=call_id, tool=INTERNAL_SEARCH, arguments=arguments)
-            found = await self.prefetch(sub_question, exposure=None)
+            found = await self.prefetch(sub_question, exposure=None, token_budget=doc_budget)
             self.sources.add(found)
             yield ToolCallFinished(
                 call_id=call_id, tool=INTERNAL_SEARCH, status="ok", output_preview=f"{len(found)} passages"
@@ -60,7 +63,15 @@ class ResearchAgent(BaseAgent):
 
     async def plan(self, query: str) -> list[str]:
         """Sub-questions from the planner model; the question itself when the plan is unusable."""
-        messages = [{"role": "system", "content": PLANNER_PROMPT}, {"role": "user", "content": query}]
+        # A question with long attachments is middle-truncated to the planner model's context, as for the answer.
+        messages = build_messages(
+            system_prompt=PLANNER_PROMPT,
+            query=query,
+            history=(),
+            counter=self.deps.counter,
+            context_limit=self.deps.planner_model.context_limit,
+            max_tokens=self.config.max_tokens,
+        ).messages
         completion: Completion | None = None
         async for piece in self.llm_gen(messages, response_format=PLAN_SCHEMA, model=self.deps.planner_model):
             if isinstance(piece, Completion):
