@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -10,6 +11,8 @@ from core.engine import DecisionOutcome, Engine
 from core.events import Event, Failed
 from core.requests import Actor
 from core.store.continuations import ContinuationRow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +38,14 @@ async def handle_click(
     outcome = await engine.decide(continuation_id, call_id=call_id, approved=approved, actor=actor)
     if outcome.status in ("recorded", "ready"):
         if outcome.continuation is not None:
-            await replies.show(outcome.continuation)
+            try:
+                await replies.show(outcome.continuation)
+            except Exception:
+                # The decision is recorded: a message that cannot be edited must not stop the run
+                # from resuming, nor tell the clicker that the click was lost.
+                log.exception("could not show the decisions on %s", continuation_id)
+                if outcome.status == "recorded" and outcome.message:
+                    await replies.tell(outcome.message)
         if outcome.status == "ready":
             await resume_into(engine, continuation_id=continuation_id, actor=actor, replies=replies)
         return outcome

@@ -166,3 +166,17 @@ async def test_expiry_edits_the_approval_message(
     assert await bot.engine.expire_approvals() == 1
     edited = slack.message(CHANNEL, approval.ts)
     assert "⌛" in json.dumps(edited.blocks, ensure_ascii=False) and buttons(edited) == []
+
+
+async def test_a_failed_edit_of_the_approval_message_still_resumes_the_run(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str]
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, "prod", answer="Deployed despite the edit.")
+    thread, approval = await ask_for_deploy(slack, bot)
+    # The approval message cannot be edited (e.g. deleted by an admin): the decision stands anyway.
+    slack.fail_next("chat.update", error="cant_update_message")
+    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))
+    assert await eventually(lambda: any(m.text == "Deployed despite the edit." for m in bot_replies(slack, CHANNEL, thread)))
+    assert deploys == ["prod"]
+    assert not any("couldn't record" in e.text for e in slack.ephemerals), "the click was recorded"
