@@ -187,14 +187,18 @@ class Engine:
         if updated is None:
             current = await self.continuations.get(row.id)
             assert current is not None
-            if call_id is not None and call_id in current.decisions:
-                if not current.undecided and current.status == "pending":
+            targets = current.call_ids if call_id is None else (call_id,)
+            if targets and all(target in current.decisions for target in targets):
+                # Someone decided first. The same decision again (a double click, or a click on a run a
+                # crash reverted) may resume; a contrary one is refused, saying who decided.
+                contrary = [current.decisions[t] for t in targets if current.decisions[t].approved != approved]
+                if not contrary and not current.undecided and current.status == "pending":
                     return DecisionOutcome(status="ready", message="", continuation=current)
-                return DecisionOutcome(
-                    status="already_decided",
-                    message=wording.call_already_decided(current.decisions[call_id].actor),
-                    continuation=current,
-                )
+                if contrary or call_id is not None:
+                    decided_by = (contrary or [current.decisions[targets[0]]])[0].actor
+                    return DecisionOutcome(
+                        status="already_decided", message=wording.call_already_decided(decided_by), continuation=current
+                    )
             return _refusal(current) or DecisionOutcome(status="not_found", message=wording.approval_not_found())
         if updated.undecided:
             return DecisionOutcome(

@@ -104,14 +104,15 @@ class ContinuationStore:
         """Record a decision for one call, or for every undecided call when call_id is None.
 
         Returns the updated row, or None when nothing changed (not pending, expired, unknown call,
-        or that call already decided) — the caller reads the row to say which.
+        that call already decided, or no call left undecided) — the caller reads the row to say which.
         """
         if call_id is None:
             return await self._fetch_one(
                 "UPDATE continuations SET decisions ="
                 " (SELECT coalesce(jsonb_object_agg(c, %s::jsonb), '{}'::jsonb) FROM unnest(call_ids) AS c)"
                 " || decisions"
-                f" WHERE id = %s AND status = 'pending' AND expires_at > now() RETURNING {COLUMNS}",
+                " WHERE id = %s AND status = 'pending' AND expires_at > now()"
+                f" AND EXISTS (SELECT 1 FROM unnest(call_ids) AS c WHERE NOT decisions ? c) RETURNING {COLUMNS}",
                 (Jsonb(decision.to_json()), continuation_id),
             )
         return await self._fetch_one(

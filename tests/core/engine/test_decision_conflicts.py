@@ -1,0 +1,60 @@
+"""A click that contradicts a decision already recorded is refused with who decided, never taken as 'ready'."""
+
+from __future__ import annotations
+
+from core.engine import Engine
+from core.events import Done, ToolCallFinished
+from core.requests import Actor
+from core.store.db import Database
+from tests.core.engine.support import RecordingTool, approval, events_of, registry_with, request
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.support.engine import make_engine
+
+ADA = Actor(id="U1", name="Ada")
+BOB = Actor(id="U7", name="Bob")
+
+
+async def paused(db: Database, emulator: OpenAIEmulator, tool: RecordingTool, channel: str) -> tuple[Engine, str]:
+    engine = make_engine(db, emulator.base_url, registry=registry_with(tool), approvers=["U7"])
+    emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id="call_dep")]), Text("Deployed."))
+    return engine, approval(await events_of(engine, request("please deploy", channel=channel))).continuation_id
+
+
+async def test_a_reject_after_an_approve_of_the_same_call_is_refused_naming_who_approved(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-one")
+    first = await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)
+    assert first.status == "ready"
+    second = await engine.decide(continuation_id, call_id="call_dep", approved=False, actor=BOB)
+    assert second.status == "already_decided"
+    assert "Ada" in second.message
+    # The first click still resumes the run, with Ada's decision.
+    events = [event async for event in engine.resume(continuation_id, actor=ADA)]
+    assert isinstance(events[-1], Done)
+    assert tool.runs == [{"env": "prod"}]
+
+
+async def test_reject_all_after_every_call_was_approved_is_refused_naming_who_approved(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-all")
+    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).status == "ready"
+    outcome = await engine.decide(continuation_id, call_id=None, approved=False, actor=BOB)
+    assert outcome.status == "already_decided"
+    assert "Ada" in outcome.message
+
+
+async def test_the_same_decision_clicked_twice_is_still_ready_so_a_reverted_run_can_be_resumed(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-same")
+    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).status == "ready"
+    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=BOB)).status == "ready"
+    assert (await engine.decide(continuation_id, call_id=None, approved=True, actor=BOB)).status == "ready"
+    events = [event async for event in engine.resume(continuation_id, actor=BOB)]
+    assert [e.status for e in events if isinstance(e, ToolCallFinished)] == ["ok"]
+    assert tool.runs == [{"env": "prod"}]
