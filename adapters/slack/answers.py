@@ -21,14 +21,15 @@ from core.store.live_messages import LiveMessages
 
 from .approval_blocks import ApprovalView, approval_blocks, approval_text
 from .budgets import ScaledClock, SlackBudgets
+from .rendering import rendered_length
 from .sources import sources_messages
 from .transport import SlackTransport, send_paced
 
 logger = logging.getLogger(__name__)
 
 PLATFORM = "slack"
-# Streamed text rolls over into a new message here; rendering (escapes) may add a little, and
-# chat.update refuses more than 4,000 chars.
+# Streamed text rolls over into a new message here, measured as rendered (escapes count); the
+# margin is for cursor and status, and chat.update refuses more than 4,000 chars.
 STREAM_MAX_CHARS = 3800
 MIN_EDIT_INTERVAL_S = 1.0
 INTERRUPT_WAIT_S = 5.0
@@ -63,7 +64,9 @@ class AnswerRunner:
         self._live = live
         self._budgets = budgets
         self._clock = clock
-        self._limits = StreamLimits(max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S)
+        self._limits = StreamLimits(
+            max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S, measure=rendered_length
+        )
         self._inflight: dict[int, _Inflight] = {}
 
     @property

@@ -77,6 +77,11 @@ def message_text(markdown: str) -> str:
     return fit(to_mrkdwn(markdown), MAX_MESSAGE_TEXT_CHARS)
 
 
+def rendered_length(markdown: str) -> int:
+    """How long Slack finds `markdown` once rendered (escapes count): the streamer's measure."""
+    return len(to_mrkdwn(markdown))
+
+
 def plain(text: str) -> str:
     """Untrusted text shown as-is inside mrkdwn (titles, snippets, tool names): escaped, no pings."""
     return neutralise_pings(escape(text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .splitter import CLOSE_RESERVE_CHARS, MIN_SPLIT_CHARS
@@ -33,6 +34,8 @@ class StreamLimits:
     backoff_base_s: float = BACKOFF_BASE_S
     backoff_cap_s: float = BACKOFF_CAP_S
     call_timeout_s: float = CALL_TIMEOUT_S
+    # How long the platform finds a text: a transport that escapes characters counts the escapes.
+    measure: Callable[[str], int] = len
 
     def __post_init__(self) -> None:
         if self.max_chars < MIN_MESSAGE_CHARS:

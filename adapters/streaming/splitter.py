@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FENCE = "```"
@@ -69,12 +70,16 @@ def close_open_fence(text: str, *, start_fence: str | None = None) -> str:
     return text + fence_closer(text)
 
 
-def split_parts(text: str, max_chars: int, *, start_fence: str | None = None) -> list[SplitPart]:
-    """Cuts `text` into parts whose `text` is at most `max_chars` long.
+def split_parts(
+    text: str, max_chars: int, *, start_fence: str | None = None, measure: Callable[[str], int] = len
+) -> list[SplitPart]:
+    """Cuts `text` into parts whose `text` measures at most `max_chars`.
 
     Cuts prefer a paragraph break, then a line break, then a space; a word is cut only when no
     space is near. A part cut inside a code block closes it, and the next part reopens it with
     the same language, so every part renders on its own. Joining the bodies gives `text` back.
+    `measure` is how long the platform will find a part (e.g. after escaping); parts whose body
+    would be under MIN_SPLIT_CHARS are the one exception to the bound.
     """
     if max_chars < MIN_SPLIT_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_SPLIT_CHARS}")
@@ -87,16 +92,24 @@ def split_parts(text: str, max_chars: int, *, start_fence: str | None = None) ->
         remaining = text[start:]
         fence_at_end = open_fence(remaining, start_fence=fence)
         close = "" if fence_at_end is None else fence_closer(remaining)
-        if len(remaining) + len(close) <= room:
+        if len(remaining) + len(close) <= room and measure(reopen + remaining + close) <= max_chars:
             parts.append(
                 SplitPart(reopen=reopen, body=remaining, close=close, fence_after=fence_at_end)
             )
             return parts
-        end = start + _cut_position(remaining, room - CLOSE_RESERVE_CHARS)
-        body = text[start:end]
-        after = open_fence(body, start_fence=fence)
-        close = "" if after is None else fence_closer(body)
-        parts.append(SplitPart(reopen=reopen, body=body, close=close, fence_after=after))
+        body_room = room - CLOSE_RESERVE_CHARS
+        while True:
+            end = start + _cut_position(remaining, body_room)
+            body = text[start:end]
+            after = open_fence(body, start_fence=fence)
+            close = "" if after is None else fence_closer(body)
+            part = SplitPart(reopen=reopen, body=body, close=close, fence_after=after)
+            measured = measure(part.text)
+            if measured <= max_chars or body_room <= MIN_SPLIT_CHARS:
+                break
+            # Text that grows when rendered: shrink the room in proportion, always by at least one.
+            body_room = max(MIN_SPLIT_CHARS, min(body_room - 1, body_room * max_chars // measured))
+        parts.append(part)
         fence = after
         start = end
 

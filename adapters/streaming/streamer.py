@@ -224,7 +224,7 @@ class MessageStreamer:
         # Seal the current message with its final slice and move on, before it outgrows the limit.
         while self._needs_roll_over(text):
             room = self._limits.live_room(self._status)
-            part = split_parts(text[self._base :], room, start_fence=self._fence)[0]
+            part = split_parts(text[self._base :], room, start_fence=self._fence, measure=self._limits.measure)[0]
             sealed = self._slots[-1]
             sealed.target = part.text
             self._base += len(part.body)
@@ -263,19 +263,21 @@ class MessageStreamer:
             final = text if ending.text is None else ending.text
             if final.startswith(text[: self._base]):
                 rest = final[self._base :]
-                parts = split_parts(rest, self._limits.max_chars, start_fence=self._fence)
+                parts = split_parts(
+                    rest, self._limits.max_chars, start_fence=self._fence, measure=self._limits.measure
+                )
                 targets = sealed + [part.text for part in parts]
             else:
                 # A corrected answer that changes text already sealed: lay it out afresh.
-                targets = [part.text for part in split_parts(final, self._limits.max_chars)]
+                targets = _texts(final, self._limits)
         elif ending.kind == "fail":
-            targets = sealed + _texts(ending.text or "", self._limits.max_chars)
+            targets = sealed + _texts(ending.text or "", self._limits)
         else:
             shown = reopen + text[self._base :]
             note = ending.text or ""
             if shown.strip():
                 note = close_open_fence(shown).rstrip() + "\n\n" + note
-            targets = sealed + _texts(note, self._limits.max_chars)
+            targets = sealed + _texts(note, self._limits)
         targets = [target if target.strip() else self._limits.empty_text for target in targets]
         targets += [VACATED_MESSAGE_TEXT] * (len(self._slots) - len(targets))
         return targets
@@ -343,8 +345,11 @@ class MessageStreamer:
         return self._text
 
     def _needs_roll_over(self, text: str) -> bool:
-        reopen_len = 0 if self._fence is None else len(fence_reopener(self._fence))
-        return reopen_len + len(text) - self._base > self._limits.live_room(self._status)
+        reopen = "" if self._fence is None else fence_reopener(self._fence)
+        room = self._limits.live_room(self._status)
+        if len(reopen) + len(text) - self._base > room:
+            return True
+        return self._limits.measure(reopen + text[self._base :]) > room
 
     def _live_text(self, text: str) -> str:
         body = text[self._base :]
@@ -403,5 +408,5 @@ class MessageStreamer:
         return True
 
 
-def _texts(text: str, max_chars: int) -> list[str]:
-    return [part.text for part in split_parts(text, max_chars)]
+def _texts(text: str, limits: StreamLimits) -> list[str]:
+    return [part.text for part in split_parts(text, limits.max_chars, measure=limits.measure)]

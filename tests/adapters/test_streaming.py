@@ -977,3 +977,14 @@ async def test_past_its_deferral_a_final_over_shown_text_goes_before_first_texts
 
     await clock.run(scenario(), max_virtual_s=10_000)
     assert order == ["final-over-shown", "first-late"]
+
+
+def test_split_parts_bounds_the_measured_length_of_text_that_grows_when_rendered() -> None:
+    def escaped(text: str) -> int:
+        return len(text) + 3 * (text.count("<") + text.count(">"))
+
+    text = " ".join("<b>x</b>" for _ in range(300))
+    parts = split_parts(text, 500, measure=escaped)
+    assert "".join(part.body for part in parts) == text
+    assert all(escaped(part.text) <= 500 for part in parts)
+    assert all(escaped(part.text) > 250 for part in parts[:-1]), "parts are not needlessly small"

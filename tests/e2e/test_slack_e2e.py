@@ -328,3 +328,24 @@ async def test_text_files_on_the_message_reach_the_model(
     asked = model_request_text(openai_emulator.chat_requests[-1])
     assert "Ship the rocket on Friday." in asked
     assert "binary" not in asked and "secret elsewhere" not in asked
+
+
+async def test_an_answer_full_of_escaped_characters_arrives_whole(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    # `<`, `>` and `&` grow four- or five-fold when escaped for Slack: the rollover must count the
+    # escaped text, or the end of each message is cut off.
+    slack = slack_emulator
+    answer = " ".join(f"a<b&&c>{n:04d}" for n in range(700))
+    openai_emulator.script(Text(answer, chunk_chars=400))
+    event = mention(slack, CHANNEL, "write html")
+    await slack.deliver_event(bot.url, event)
+
+    def unescaped() -> str:
+        texts = [m.text for m in bot_replies(slack, CHANNEL, event["ts"])]
+        joined = "".join(texts).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        return joined.replace(" ", "").replace("\n", "")
+
+    assert await eventually(lambda: unescaped() == answer.replace(" ", ""), limit_s=30), unescaped()[-200:]
+    for message in bot_replies(slack, CHANNEL, event["ts"]):
+        assert all(len(t) <= 4000 for t in [message.text] + [e.text for e in message.edits])
