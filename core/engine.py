@@ -266,9 +266,14 @@ class Engine:
                 async for event in self._guard_database(self._locked_run(state.conversation_id, prepared)):
                     yield event
             finally:
-                # Finished or paused again: this continuation is done; a failed run cannot be resumed twice.
-                status = "done" if agent is not None and agent.outcome is not None else "failed"
-                await self.continuations.finish(key, status=status)
+                # Finished or paused again: this continuation is done. A run that ended before any approved
+                # call started (cancelled while waiting for the conversation, a database blip, a model
+                # failure after rejections) goes back to pending so a click can resume it; once a call has
+                # started, a failed run cannot be resumed twice.
+                if agent is not None and agent.outcome is not None:
+                    await self.continuations.finish(key, status="done")
+                elif not await self.continuations.release(key, started_calls=len(row.started_calls)):
+                    await self.continuations.finish(key, status="failed")
 
     # ----- scheduled maintenance ------------------------------------------------------------------
 

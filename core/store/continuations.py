@@ -149,6 +149,16 @@ class ContinuationStore:
                 (status, continuation_id),
             )
 
+    async def release(self, continuation_id: uuid.UUID, *, started_calls: int) -> bool:
+        """resuming → pending when no call started since the claim (which saw `started_calls`); True if released."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE continuations SET status = 'pending', claimed_by = NULL, claimed_at = NULL"
+                " WHERE id = %s AND status = 'resuming' AND cardinality(started_calls) = %s RETURNING 1",
+                (continuation_id, started_calls),
+            )
+            return await cursor.fetchone() is not None
+
     async def expire_due(self) -> list[ContinuationRow]:
         """Close pending runs past their expiry; returns them so their messages can be edited."""
         return await self._fetch_all(
