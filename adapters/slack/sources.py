@@ -16,7 +16,7 @@ SOURCES_MESSAGE_MAX_CHARS = 3500
 def source_line(number: int, item: SourceItem) -> str:
     title = plain(fit(" ".join((item.title or item.source or item.uri or "source").split()), TITLE_MAX_CHARS))
     uri = item.uri.strip()
-    label = f"<{uri.replace('>', '%3E').replace('|', '%7C')}|{title}>" if _is_web(uri) else f"*{title}*"
+    label = f"<{uri.replace('<', '%3C').replace('>', '%3E').replace('|', '%7C')}|{title}>" if _is_web(uri) else f"*{title}*"
     snippet = " ".join(item.text.split())
     line = f"{number}. {label}"
     if snippet:

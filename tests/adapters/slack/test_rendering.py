@@ -59,3 +59,10 @@ def test_sources_are_numbered_linked_and_escaped() -> None:
     assert lines[1].startswith("1. <https://wiki/runbook|Runbook &lt;ops&gt;> — _Restart the worker")
     assert lines[2].startswith("2. *notes.md*") and "@channel" not in lines[2]
     assert sources_messages(()) == []
+
+
+def test_a_source_uri_cannot_smuggle_a_mass_ping_into_the_link() -> None:
+    # Slack reads `<!here|label>` inside the link as a mention of everyone here.
+    item = SourceItem(title="Runbook", uri="https://docs.example/<!here", text="steps")
+    [text] = sources_messages((item,))
+    assert "<!" not in text and "Runbook" in text
