@@ -142,8 +142,9 @@ def _call_text(call: CallView, args_room: int) -> str:
     text = f"*`{plain(call.tool)}`*"
     if call.description:
         text += " — " + plain(fit(" ".join(call.description.split()), DESCRIPTION_MAX_CHARS))
-    arguments = fit(call.arguments, args_room).replace("```", "ˋˋˋ")
-    text += "\n```\n" + plain(arguments) + "\n```"
+    # Escaped before it is cut: `<` and `&` grow when escaped, and the room is for what Slack counts.
+    arguments = fit(plain(call.arguments.replace("```", "ˋˋˋ")), args_room)
+    text += "\n```\n" + arguments + "\n```"
     return fit(text, SECTION_TEXT_MAX_CHARS)
 
 

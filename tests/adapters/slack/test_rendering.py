@@ -66,3 +66,15 @@ def test_a_source_uri_cannot_smuggle_a_mass_ping_into_the_link() -> None:
     item = SourceItem(title="Runbook", uri="https://docs.example/<!here", text="steps")
     [text] = sources_messages((item,))
     assert "<!" not in text and "Runbook" in text
+
+
+def test_approval_blocks_count_escaped_characters_against_the_total() -> None:
+    # Escaping grows `<` fourfold: the argument room must be spent on the escaped text.
+    calls = tuple(CallView(call_id=f"call_{n}", tool="send_html", arguments=json.dumps({"html": "<p>" * 2000}))
+                  for n in range(6))
+    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=calls)
+    blocks = approval_blocks(view)
+    texts = [b["text"]["text"] for b in blocks if b["type"] == "section"]
+    texts += [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
+    assert all(len(t) <= 3000 for t in texts) and sum(map(len, texts)) <= 12_000
+    assert all(t.count("```") % 2 == 0 for t in texts)
