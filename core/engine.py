@@ -225,6 +225,13 @@ class Engine:
         if key is None:
             yield Failed(message=wording.approval_not_found(), retryable=False)
             return
+        current = await self.continuations.get(key)
+        if current is not None and not self.policy.may_decide(
+            actor=actor.id, requested_by=current.requested_by, actor_roles=actor.roles, actor_is_admin=actor.is_admin
+        ):
+            # Only someone who may decide may set the decided run going, even when others decided it.
+            yield Failed(message=self.policy.describe(current.requested_by), retryable=False)
+            return
         with self._tracking():
             row = await self.continuations.claim(key, actor=actor.display)
             if row is None:
@@ -270,10 +277,14 @@ class Engine:
                 # call started (cancelled while waiting for the conversation, a database blip, a model
                 # failure after rejections) goes back to pending so a click can resume it; once a call has
                 # started, a failed run cannot be resumed twice.
-                if agent is not None and agent.outcome is not None:
-                    await self.continuations.finish(key, status="done")
-                elif not await self.continuations.release(key, started_calls=len(row.started_calls)):
-                    await self.continuations.finish(key, status="failed")
+                try:
+                    if agent is not None and agent.outcome is not None:
+                        await self.continuations.finish(key, status="done")
+                    elif not await self.continuations.release(key, started_calls=len(row.started_calls)):
+                        await self.continuations.finish(key, status="failed")
+                except (psycopg.Error, PoolTimeout):
+                    # The run already told the user how it ended; the stuck-run job tidies the row later.
+                    log.exception("could not record how resumed run %s ended", key)
 
     # ----- scheduled maintenance ------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ INTERNAL_SEARCH = "internal_search"
 TOOL_OUTPUT_MAX_TOKENS = 2000
 TOOL_OUTPUT_MIN_TOKENS = 64
 PREVIEW_CHARS = 300
+# Prefetched documents leave the question, history and reply room even in a small context.
+MAX_DOCUMENT_FRACTION = 0.4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +176,11 @@ class BaseAgent(ABC):
             extra_parts=extra_parts,
         )
 
+    @property
+    def document_budget(self) -> int:
+        """Tokens of documents a prompt may carry: the setting, but never most of a small model's context."""
+        return min(self.config.retrieval_doc_tokens, int(self.deps.model.context_limit * MAX_DOCUMENT_FRACTION))
+
     async def prefetch(self, query: str, *, exposure: str | None, token_budget: int | None = None) -> list[SourceItem]:
         """Passages for the prompt, within `token_budget` (default: the configured document budget)."""
         if self.deps.retriever is None or self.config.retrieval_chunks <= 0:
@@ -181,7 +188,7 @@ class BaseAgent(ABC):
         return await self.deps.retriever.search(
             query,
             limit=self.config.retrieval_chunks,
-            token_budget=self.config.retrieval_doc_tokens if token_budget is None else token_budget,
+            token_budget=self.document_budget if token_budget is None else token_budget,
             exposure=exposure,  # type: ignore[arg-type]
         )
 

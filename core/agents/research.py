@@ -44,7 +44,7 @@ class ResearchAgent(BaseAgent):
         sub_questions = await self.plan(query)
         # The sub-questions share one document budget, so the prompt is no bigger than a classic run's
         # and still leaves the question and the reply room in a small context.
-        doc_budget = self.config.retrieval_doc_tokens // len(sub_questions)
+        doc_budget = self.document_budget // len(sub_questions)
         for index, sub_question in enumerate(sub_questions, start=1):
             call_id = f"research-{index}"
             arguments = {"query": sub_question}

@@ -168,10 +168,16 @@ class ContinuationStore:
         )
 
     async def revert_stuck(self, *, older_than_s: float) -> list[ContinuationRow]:
-        """Runs left in `resuming` by a crash go back to `pending`; started calls stay marked."""
+        """Runs left in `resuming` by a crash go back to `pending`; started calls stay marked.
+
+        A run whose conversation lease is still being renewed is alive, however long it takes,
+        and is left alone (reverting it would let a click start a second pass).
+        """
         return await self._fetch_all(
             "UPDATE continuations SET status = 'pending', claimed_by = NULL, claimed_at = NULL"
             " WHERE status = 'resuming' AND claimed_at < now() - make_interval(secs => %s)"
+            " AND NOT EXISTS (SELECT 1 FROM conversation_leases l"
+            "  WHERE l.conversation_id = continuations.conversation_id AND l.expires_at > now())"
             f" RETURNING {COLUMNS}",
             (older_than_s,),
         )

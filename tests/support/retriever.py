@@ -45,10 +45,14 @@ class InMemoryRetriever:
             if score:
                 scored.append((score, doc))
         scored.sort(key=lambda pair: -pair[0])
-        return [
-            SourceItem(title=doc.title, uri=doc.uri, text=doc.text, source=doc.source, score=float(score))
-            for score, doc in scored[:limit]
-        ]
+        found, used = [], 0
+        for score, doc in scored[:limit]:
+            cost = len(doc.text) // 4  # a rough token count is enough for a test retriever
+            if token_budget is not None and used + cost > token_budget:
+                break
+            used += cost
+            found.append(SourceItem(title=doc.title, uri=doc.uri, text=doc.text, source=doc.source, score=float(score)))
+        return found
 
     async def has_sources(self, exposure: str) -> bool:
         return any(doc.exposure == exposure for doc in self.docs)
