@@ -33,12 +33,17 @@ class RunSurface(Protocol):
         """Called only when there are sources."""
         ...
 
+    async def show_notice(self, text: str) -> None:
+        """A short message in the answer's place (thread, DM or channel)."""
+        ...
+
 
 async def play_run(
     events: AsyncIterator[Event],
     streamer: MessageStreamer,
     surface: RunSurface,
     *,
+    withdraw_approval: Callable[[str], Awaitable[bool]],
     start_on_first_event: bool = False,
     stopped: Callable[[], bool] = lambda: False,
 ) -> None:
@@ -47,6 +52,8 @@ async def play_run(
     `start_on_first_event`: post nothing until the engine says something (Discord spares its
     per-channel budget the placeholder); otherwise the placeholder goes out at once.
     `stopped`: the platform is interrupting this answer; stop reading.
+    `withdraw_approval`: closes a paused run whose approval message could not be posted, so no
+    request sits pending where nobody can see it.
     """
     if not start_on_first_event:
         await streamer.start()
@@ -70,7 +77,12 @@ async def play_run(
                 case ApprovalRequired():
                     streamer.set_status(None)
                     await streamer.finish(None if wrote else wording.waiting_for_approval())
-                    await surface.show_approval(event)
+                    try:
+                        await surface.show_approval(event)
+                    except Exception:
+                        log.exception("could not post approval request %s; withdrawing it", event.continuation_id)
+                        await withdraw_approval(event.continuation_id)
+                        await surface.show_notice(wording.approval_not_shown())
                     return
                 case Done():
                     # What this stream showed is its final text: a resumed run's message holds only

@@ -33,3 +33,7 @@ def approval_expired() -> str:
 
 def click_failed() -> str:
     return "Sorry, I couldn't record that click. Please try again in a moment."
+
+
+def approval_not_shown() -> str:
+    return "⚠️ I couldn't post the approval request, so nothing was run. Please ask again."

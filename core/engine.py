@@ -286,6 +286,11 @@ class Engine:
                     # The run already told the user how it ended; the stuck-run job tidies the row later.
                     log.exception("could not record how resumed run %s ended", key)
 
+    async def withdraw_approval(self, continuation_id: str) -> bool:
+        """Close a paused run whose approval request could not be shown; nothing of it will run."""
+        key = _parse_uuid(continuation_id)
+        return key is not None and await self.continuations.withdraw(key)
+
     # ----- scheduled maintenance ------------------------------------------------------------------
 
     async def expire_approvals(self) -> int:

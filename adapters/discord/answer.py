@@ -92,6 +92,7 @@ class AnswerStreams:
             await play_run(
                 events, streamer, _DiscordSurface(self, place), start_on_first_event=True,
                 stopped=lambda: answer.interrupted,
+                withdraw_approval=self._engine.withdraw_approval,
             )
         except asyncio.CancelledError:
             if not answer.interrupted:
@@ -163,3 +164,9 @@ class _DiscordSurface:
 
     async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         await self._streams._post_sources(items, self._place, reply_to=answer_ids[-1] if answer_ids else None)
+
+    async def show_notice(self, text: str) -> None:
+        budget = self._streams._budgets(self._place.channel_id)
+        await send_reliably(
+            budget, lambda: self._place.channel.send(text, allowed_mentions=NO_PINGS), clock=self._streams._clock
+        )

@@ -21,7 +21,7 @@ from core.store.live_messages import LiveMessages
 
 from .approval_blocks import ApprovalView, approval_blocks, approval_text
 from .budgets import ScaledClock, SlackBudgets
-from .rendering import rendered_length
+from .rendering import message_text, rendered_length
 from .sources import sources_messages
 from .transport import SlackTransport, send_paced
 
@@ -84,7 +84,9 @@ class AnswerRunner:
         self._inflight[id(inflight)] = inflight
         ended = False
         try:
-            await play_run(events, streamer, _SlackSurface(self, target))
+            await play_run(
+                events, streamer, _SlackSurface(self, target), withdraw_approval=self._engine.withdraw_approval
+            )
             ended = True
         except Exception:
             logger.exception("answer failed in %s", target.channel)
@@ -145,6 +147,14 @@ class AnswerRunner:
              "thread_ts": target.thread_ts or ""},
         )
 
+    async def _post_notice(self, target: ReplyTarget, text: str) -> None:
+        await send_paced(
+            lambda: self._client.chat_postMessage(
+                channel=target.channel, thread_ts=target.thread_ts, text=message_text(text)
+            ),
+            budget=self._budgets.post(target.team_id, target.channel), clock=self._clock,
+        )
+
     async def _post_sources(self, target: ReplyTarget, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         thread_ts = target.thread_ts or (answer_ids[0] if answer_ids else None)
         for text in sources_messages(items):
@@ -168,3 +178,6 @@ class _SlackSurface:
 
     async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         await self._runner._post_sources(self._target, items, answer_ids)
+
+    async def show_notice(self, text: str) -> None:
+        await self._runner._post_notice(self._target, text)

@@ -159,6 +159,16 @@ class ContinuationStore:
             )
             return await cursor.fetchone() is not None
 
+    async def withdraw(self, continuation_id: uuid.UUID) -> bool:
+        """Close a pending run nobody can decide (its approval message could not be shown)."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE continuations SET status = 'failed', finished_at = now() WHERE id = %s AND status = 'pending'"
+                " RETURNING 1",
+                (continuation_id,),
+            )
+            return await cursor.fetchone() is not None
+
     async def expire_due(self) -> list[ContinuationRow]:
         """Close pending runs past their expiry; returns them so their messages can be edited."""
         return await self._fetch_all(

@@ -52,3 +52,14 @@ async def test_prefetched_documents_leave_room_in_a_small_context(db: Database, 
     sent = openai_emulator.chat_requests[-1]["messages"]
     assert "Runbook 0" in sent[0]["content"]  # documents were prefetched…
     assert sent[-1]["content"] == "how do I deploy"  # …but never squeeze the question out
+
+
+async def test_a_withdrawn_approval_cannot_be_decided(db: Database, openai_emulator: OpenAIEmulator) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
+    openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed."))
+    [paused] = [e for e in await events_of(engine, request("deploy", channel="C-withdraw")) if isinstance(e, ApprovalRequired)]
+    assert await engine.withdraw_approval(paused.continuation_id) is True
+    assert await engine.withdraw_approval(paused.continuation_id) is False
+    outcome = await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
+    assert outcome.status == "already_handled" and tool.runs == []
