@@ -128,7 +128,15 @@ class InteractionTransport:
             )
             self._original_id = str(message.id)
             return self._original_id
-        followup = await guarded(self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS))
+        try:
+            followup = await guarded(self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS))
+        except discord.HTTPException as exc:
+            # Past the token's 15 minutes an overflow goes to the channel as a plain message.
+            if exc.status not in (401, 404) or self._interaction.channel is None:
+                raise
+            log.info("interaction token no longer valid; posting the rest of the answer in the channel")
+            channel = self._interaction.channel
+            followup = await guarded(channel.send(text, allowed_mentions=NO_PINGS))  # type: ignore[union-attr]
         return str(followup.id)
 
     async def edit(self, message_id: str, text: str) -> None:

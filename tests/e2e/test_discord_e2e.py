@@ -273,3 +273,21 @@ async def test_sources_follow_the_answer_as_one_embed_reply(
     described = sources.embeds[0]["description"]
     assert "Rotation policy" in described and "https://wiki.example/rotation" in described and "1" in described
     assert sources.allowed_mentions is not None and sources.allowed_mentions["parse"] == []
+
+
+async def test_ask_overflow_after_the_interaction_token_expired_goes_to_the_channel(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    # time_scale 0.002: the 15-minute interaction token lasts 1.8 s here.
+    async with DiscordEmulator(time_scale=0.002, rate_limit=RateLimitConfig()) as dc:
+        w = make_world(dc)
+        long_answer = "word " * 900  # 4,500 chars: the second and third messages come after the token expired
+        openai_emulator.script(Text(long_answer, chunk_chars=50, delay_s=0.05))
+        async with running_bot(dc, db, openai_emulator):
+            await dc.invoke_slash("ask", {"question": "long one"}, w.alice, w.channel_id)
+
+            def shown() -> str:
+                return "".join(m.content for m in bot_messages(dc, w.channel_id))
+
+            await dc.wait_for(lambda: shown() == long_answer, 30, what="the whole answer")
+        assert all(len(m.content) <= 2000 for m in bot_messages(dc, w.channel_id))
