@@ -116,10 +116,6 @@ class Settings(BaseSettings):
             return json.loads(value) if value.strip() else {}
         return value
 
-    @property
-    def uses_embedded_database(self) -> bool:
-        return not self.database_url
-
 
 def load_settings(**overrides: Any) -> Settings:
     """Build Settings, turning validation errors into one sentence per bad variable."""

@@ -33,16 +33,8 @@ def call_already_decided(decided_by: str) -> str:
     return f"That tool call was already decided by {decided_by}."
 
 
-def not_allowed_to_decide(who_may: str) -> str:
-    return who_may
-
-
 def decision_recorded(remaining: int) -> str:
     return f"Decision recorded; {remaining} more call{'s' if remaining != 1 else ''} still need a decision."
-
-
-def tool_declined(comment: str) -> str:
-    return "The user declined this tool call" + (f": {comment}" if comment else ".")
 
 
 def tool_outcome_unknown() -> str:
@@ -51,10 +43,6 @@ def tool_outcome_unknown() -> str:
 
 def unknown_agent_type(name: str, known: list[str]) -> str:
     return f"Unknown agent type {name!r}; use one of {', '.join(known)}."
-
-
-def reminder_text(text: str, user_mention: str) -> str:
-    return f"⏰ Reminder for {user_mention}: {text}"
 
 
 def reminder_created(due: datetime) -> str:

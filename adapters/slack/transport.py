@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -84,7 +84,3 @@ async def send_paced(
     return await paced(
         call, budget=budget, clock=clock, key=key, translate=lambda exc: translate_error(exc, time_scale=clock.time_scale)
     )
-
-
-def thread_kwargs(thread_ts: str | None) -> dict[str, Any]:
-    return {"thread_ts": thread_ts} if thread_ts else {}

@@ -110,7 +110,6 @@ class BaseAgent(ABC):
         self.context = context
         self.sources = SourceCollector()
         self.outcome: Finished | Paused | None = None
-        self._answer_parts: list[str] = []
         self._usage = Usage()
 
     # ----- entry points -------------------------------------------------------------------------

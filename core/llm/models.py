@@ -110,10 +110,6 @@ def resolve_model(name: str, *, upstream_id: str | None = None, overrides: Mappi
     return info
 
 
-def is_known_model(name: str) -> bool:
-    return _lookup(name) is not None
-
-
 def _lookup(model_id: str) -> _Spec | None:
     # Providers prefix ids with an org or route ("meta-llama/…", "openrouter/openai/…"); ignore it.
     key = model_id.rsplit("/", 1)[-1].strip().lower()

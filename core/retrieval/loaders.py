@@ -23,7 +23,6 @@ BINARY_SNIFF_BYTES = 8192
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
 HTML_SUFFIXES = frozenset({".html", ".htm"})
 PDF_SUFFIXES = frozenset({".pdf"})
-SUPPORTED_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | PDF_SUFFIXES
 
 
 @dataclass(frozen=True, kw_only=True)

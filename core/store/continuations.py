@@ -200,13 +200,6 @@ class ContinuationStore:
                 (Jsonb([ref]), continuation_id),
             )
 
-    async def pending_for_conversation(self, conversation_id: int) -> list[ContinuationRow]:
-        return await self._fetch_all(
-            f"SELECT {COLUMNS} FROM continuations WHERE conversation_id = %s AND status = 'pending'"
-            " ORDER BY created_at",
-            (conversation_id,),
-        )
-
     async def _fetch_one(self, query: str, params: tuple[Any, ...]) -> ContinuationRow | None:
         rows = await self._fetch_all(query, params)
         return rows[0] if rows else None
