@@ -36,10 +36,12 @@ class SourceCollector:
         return len(self._items)
 
 
-def render_numbered(items: Iterable[SourceItem], numbers: Iterable[int]) -> str:
-    """Numbered passages the model can cite as [n]."""
+def render_numbered(
+    items: Iterable[SourceItem], numbers: Iterable[int], *, max_chars: int | None = SNIPPET_CHARS
+) -> str:
+    """Numbered passages the model can cite as [n]; each text cut at max_chars (None: whole)."""
     blocks = []
     for number, item in zip(numbers, items):
         location = f" ({item.uri})" if item.uri else ""
-        blocks.append(f"[{number}] {item.title}{location}\n{item.text[:SNIPPET_CHARS]}")
+        blocks.append(f"[{number}] {item.title}{location}\n{item.text[:max_chars]}")
     return "\n\n".join(blocks)

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, ClassVar, Mapping, Sequence
 
 from core import wording
 from core.agents.budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
-from core.sources import SourceCollector
+from core.sources import SourceCollector, render_numbered
 from core.agents.state import PendingToolCall, RunState
 from core.events import (
     AnswerDelta,
@@ -148,11 +148,8 @@ class BaseAgent(ABC):
         """The configured prompt, plus numbered documents when there are any."""
         prompt = self.config.system_prompt
         if documents:
-            numbers = self.sources.add(documents)
-            rendered = "\n\n".join(
-                f"[{number}] {item.title}{f' ({item.uri})' if item.uri else ''}\n{item.text}"
-                for number, item in zip(numbers, documents)
-            )
+            # Prefetched text is already within the document token budget: rendered whole.
+            rendered = render_numbered(documents, self.sources.add(documents), max_chars=None)
             prompt += (
                 "\n\nDocuments from the team's knowledge base (cite them as [n] where you use them):\n\n" + rendered
             )
