@@ -55,15 +55,19 @@ async def play_run(
     `withdraw_approval`: closes a paused run whose approval message could not be posted, so no
     request sits pending where nobody can see it.
     """
+    started = False
     if not start_on_first_event:
         await streamer.start()
+        started = True
     sources: tuple[SourceItem, ...] = ()
     wrote = False
     try:
         async for event in events:
             if stopped():
                 return
-            await streamer.start()
+            if not started:
+                await streamer.start()
+                started = True
             match event:
                 case AnswerDelta():
                     wrote = wrote or bool(event.text.strip())
