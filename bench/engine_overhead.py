@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.agents.budget import HistoryTurn, build_messages  # noqa: E402
+from core.agents.token_budget import HistoryTurn, build_messages  # noqa: E402
 from core.engine import Engine  # noqa: E402
 from core.events import Done  # noqa: E402
 from core.llm import LLMClient, TextPiece  # noqa: E402

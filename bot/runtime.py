@@ -78,7 +78,7 @@ class Runtime:
         return self.engine
 
     async def _build_retriever(self) -> Any:
-        from bot.ingest_cli import build_retriever
+        from bot.retrieval import build_retriever
 
         return await build_retriever(self.settings, self.db)
 

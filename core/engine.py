@@ -23,7 +23,7 @@ from core.events import Done, Event, Failed, SourceItem, Sources, ToolCallFinish
 from core.llm import LLMClient, ModelInfo, resolve_model
 from core.notifier import Notifier
 from core.requests import Actor, Request
-from core.retriever import Retriever
+from core.retrieval.retriever import Retriever
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
 from core.store.conversations import ConversationStore
 from core.store.db import Database

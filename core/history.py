@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import psycopg
 
-from core.agents.budget import HistoryTurn, complete_tool_rounds
+from core.agents.token_budget import HistoryTurn, complete_tool_rounds
 from core.events import SourceItem
 from core.requests import PriorMessage
 from core.store.conversations import ConversationStore, NewMessage, StoredMessage

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .budget import Priority, RateBudget
+from .rate_budget import Priority, RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import SplitPart, split_for_limit, split_parts

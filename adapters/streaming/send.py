@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
-from adapters.streaming.budget import Priority, RateBudget
+from adapters.streaming.rate_budget import Priority, RateBudget
 from adapters.streaming.clock import Clock
 from adapters.streaming.transport import RateLimited, TransientSendError
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from .budget import Priority, RateBudget
+from .rate_budget import Priority, RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts

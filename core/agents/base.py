@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator, ClassVar, Mapping, Sequence
 
 from core import wording
-from core.agents.budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
+from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
 from core.sources import SourceCollector, render_numbered
 from core.agents.state import PendingToolCall, RunState
 from core.events import (
@@ -29,7 +29,7 @@ from core.events import (
 )
 from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
 from core.requests import Actor, ConversationKey
-from core.retriever import Retriever
+from core.retrieval.retriever import Retriever
 from core.store.continuations import ContinuationStore, Decision
 from core.tokens import TokenCounter
 from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult

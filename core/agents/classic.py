@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Sequence
 
 from core.agents.base import BaseAgent
-from core.agents.budget import HistoryTurn
+from core.agents.token_budget import HistoryTurn
 from core.events import Event
 
 

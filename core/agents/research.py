@@ -7,7 +7,7 @@ import logging
 from typing import Any, AsyncIterator, Sequence
 
 from core.agents.base import INTERNAL_SEARCH, BaseAgent
-from core.agents.budget import HistoryTurn, build_messages
+from core.agents.token_budget import HistoryTurn, build_messages
 from core.events import Event, ToolCallFinished, ToolCallStarted
 from core.llm import Completion
 

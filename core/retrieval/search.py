@@ -14,7 +14,7 @@ from core.events import SourceItem
 from core.retrieval.chunking import HEADING_PATH_SEPARATOR
 from core.retrieval.embeddings import EmbeddingError, EmbeddingProvider
 from core.retrieval.store import vector_expression, vector_predicate
-from core.retriever import Exposure
+from core.retrieval.retriever import Exposure
 from core.store.db import Database
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from adapters.streaming import (
     split_for_limit,
     split_parts,
 )
-from adapters.streaming.budget import PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S
+from adapters.streaming.rate_budget import PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 pytestmark = pytest.mark.timeout(30)

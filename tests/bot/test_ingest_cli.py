@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from bot.ingest_cli import ProgressLine, add_ingest_commands, describe_embeddings
+from bot.ingest_cli import ProgressLine, add_ingest_commands
+from bot.retrieval import describe_embeddings
 from core.config import Settings
 from core.retrieval.ingest import IngestProgress
 

@@ -11,7 +11,7 @@ from typing import Any
 from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
 from core.engine import Engine
-from core.retriever import Retriever
+from core.retrieval.retriever import Retriever
 from core.store.db import Database
 from core.tools import ToolRegistry
 from tests.emulators.slack import SlackEmulator, app_mention_event, channel_message_event, dm_message_event

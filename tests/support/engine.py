@@ -7,7 +7,7 @@ from typing import Any
 from core.config import Settings
 from core.engine import Engine
 from core.llm import LLMClient
-from core.retriever import Retriever
+from core.retrieval.retriever import Retriever
 from core.store.db import Database
 from core.tools import ToolRegistry, builtin_registry
 

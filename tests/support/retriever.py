@@ -1,4 +1,4 @@
-"""An in-memory retriever implementing core.retriever.Retriever, for engine tests."""
+"""An in-memory retriever implementing core.retrieval.retriever.Retriever, for engine tests."""
 
 from __future__ import annotations
 

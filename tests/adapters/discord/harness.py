@@ -10,7 +10,7 @@ from typing import Any
 from adapters.discord import DiscordAdapter, DiscordTuning
 from core.engine import Engine
 from core.store.db import Database
-from core.retriever import Retriever
+from core.retrieval.retriever import Retriever
 from core.tools import ToolRegistry, ToolSpec, builtin_registry
 from core.tools.registry import ToolContext
 from tests.emulators.discord import DiscordEmulator, StoredMessage, point_discord_py_at

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from core.agents.budget import (
+from core.agents.token_budget import (
     DEFAULT_REPLY_RESERVE_TOKENS,
     HistoryTurn,
     build_messages,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from core.agents.budget import plan_budget
+from core.agents.token_budget import plan_budget
 from core.events import Done, SourceItem
 from core.store.db import Database
 from core.tokens import get_token_counter
