@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from core.approvals import ApprovalView
 from core.requests import ConversationKey
 
 
 class Notifier(Protocol):
-    """Implemented by each adapter; the engine picks one by the conversation's platform."""
+    """Implemented by each adapter; the process's jobs pick one by the platform of the row."""
 
-    async def approval_expired(self, *, continuation_id: str, message_refs: list[dict[str, Any]]) -> None:
-        """Edit the approval messages of a run that expired to say so."""
+    async def approval_expired(self, *, view: ApprovalView, message_refs: list[dict[str, Any]]) -> None:
+        """Edit the messages that showed an approval to say it expired (buttons gone)."""
         ...
 
     async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:

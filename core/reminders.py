@@ -17,7 +17,10 @@ from core.store.db import Database
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_S = 60
+SWEEP_INTERVAL_S = 10
+# Each sweep arms a precise wake-up for reminders due before the sweep after next, so a reminder
+# written by the create_reminder tool (which only stores the row) fires on time.
+ARM_AHEAD_S = 2 * SWEEP_INTERVAL_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,27 +36,42 @@ def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+async def _insert(db: Database, *, conversation: ConversationKey, user_id: str, text: str, due_at: datetime) -> Reminder:
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "INSERT INTO reminders (platform, workspace, channel, thread, user_id, text, due_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (conversation.platform, conversation.workspace, conversation.channel, conversation.thread, user_id, text, due_at),
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return Reminder(id=int(row[0]), conversation=conversation, user_id=user_id, text=text, due_at=due_at)
+
+
+class ReminderBook:
+    """Writes reminders for the create_reminder tool; whichever process serves the platform delivers them."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, *, conversation: ConversationKey, user_id: str, text: str, due_at: datetime) -> Reminder:
+        return await _insert(self._db, conversation=conversation, user_id=user_id, text=text, due_at=due_at)
+
+
 class ReminderService:
-    """Creates reminders, arms in-memory jobs for them, and fires each exactly once across instances."""
+    """Arms in-memory wake-ups for the reminders of the platforms this process serves, and fires each once across instances."""
 
     def __init__(
         self, db: Database, scheduler: AsyncIOScheduler, notifiers: Mapping[str, Notifier], *, instance: str | None = None
     ) -> None:
         self._db = db
         self._scheduler = scheduler
-        self._notifiers = notifiers
+        self._notifiers = dict(notifiers)
+        self._platforms = sorted(self._notifiers)
         self.instance = instance or instance_name()
 
     async def create(self, *, conversation: ConversationKey, user_id: str, text: str, due_at: datetime) -> Reminder:
-        async with self._db.connection() as conn:
-            cursor = await conn.execute(
-                "INSERT INTO reminders (platform, workspace, channel, thread, user_id, text, due_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (conversation.platform, conversation.workspace, conversation.channel, conversation.thread, user_id, text, due_at),
-            )
-            row = await cursor.fetchone()
-        assert row is not None
-        reminder = Reminder(id=int(row[0]), conversation=conversation, user_id=user_id, text=text, due_at=due_at)
+        reminder = await _insert(self._db, conversation=conversation, user_id=user_id, text=text, due_at=due_at)
         self.arm(reminder.id, due_at)
         return reminder
 
@@ -70,22 +88,31 @@ class ReminderService:
         )
 
     async def rearm_all(self) -> int:
-        """At startup: arm every pending reminder from the table."""
+        """At startup: arm every pending reminder of the platforms this process serves."""
         async with self._db.connection() as conn:
-            cursor = await conn.execute("SELECT id, due_at FROM reminders WHERE status = 'pending'")
+            cursor = await conn.execute(
+                "SELECT id, due_at FROM reminders WHERE status = 'pending' AND platform = ANY(%s)", (self._platforms,)
+            )
             rows = await cursor.fetchall()
         for reminder_id, due_at in rows:
             self.arm(int(reminder_id), due_at)
         return len(rows)
 
     async def sweep(self) -> int:
-        """Fire due reminders whose job lives in no running process (e.g. created by one that stopped)."""
+        """Fire due reminders nobody fired yet, and arm those due before the next sweeps; returns how many fired."""
         async with self._db.connection() as conn:
-            cursor = await conn.execute("SELECT id FROM reminders WHERE status = 'pending' AND due_at <= now()")
-            due = [int(row[0]) for row in await cursor.fetchall()]
+            cursor = await conn.execute(
+                "SELECT id, due_at, due_at <= now() FROM reminders WHERE status = 'pending' AND platform = ANY(%s)"
+                " AND due_at <= now() + make_interval(secs => %s)",
+                (self._platforms, ARM_AHEAD_S),
+            )
+            rows = await cursor.fetchall()
         fired = 0
-        for reminder_id in due:
-            fired += await self.fire(reminder_id)
+        for reminder_id, due_at, overdue in rows:
+            if overdue:
+                fired += await self.fire(int(reminder_id))
+            else:
+                self.arm(int(reminder_id), due_at)
         return fired
 
     async def fire(self, reminder_id: int) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,4 +59,3 @@ class Request:
     agent_type: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
-    platform_refs: dict[str, str] = field(default_factory=dict)

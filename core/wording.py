@@ -5,6 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 
+def database_unavailable() -> str:
+    return "I can't reach my database right now, so I can't answer. Please try again in a minute."
+
+
 def unexpected_error() -> str:
     return "Something went wrong on my side while answering. Please try again in a moment."
 

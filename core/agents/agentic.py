@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Sequence
 
-from core.agents.base import BaseAgent
+from core.agents.base import AgentOutput, BaseAgent
 from core.agents.token_budget import HistoryTurn
-from core.events import Event
 
 SEARCH_HINT = (
     "\n\nUse the internal_search tool to look up the team's documents before answering questions about them, "
@@ -20,7 +19,7 @@ class AgenticAgent(BaseAgent):
 
     async def _gen_inner(
         self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AgentOutput]:
         tools = self.offered_tools(internal_search=True)
         prompt = self.system_prompt() + (SEARCH_HINT if "internal_search" in tools else "")
         built = self.build(system_prompt=prompt, query=query, history=history, extra_parts=extra_parts)

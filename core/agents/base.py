@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator, ClassVar, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, Sequence, Union
 
 from core import wording
 from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
@@ -16,13 +14,10 @@ from core.sources import SourceCollector, render_numbered
 from core.agents.state import PendingToolCall, RunState
 from core.events import (
     AnswerDelta,
-    ApprovalRequired,
-    Done,
     Event,
     Failed,
     PendingCall,
     SourceItem,
-    Sources,
     ToolCallFinished,
     ToolCallStarted,
     Usage,
@@ -30,13 +25,14 @@ from core.events import (
 from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
 from core.requests import Actor, ConversationKey
 from core.retrieval.retriever import Retriever
-from core.store.continuations import ContinuationStore, Decision
+from core.store.continuations import Decision
 from core.tokens import TokenCounter
-from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult
+from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult, ToolServices
+from core.tools.internal_search import INTERNAL_SEARCH as INTERNAL_SEARCH_TOOL
 
 log = logging.getLogger(__name__)
 
-INTERNAL_SEARCH = "internal_search"
+INTERNAL_SEARCH = INTERNAL_SEARCH_TOOL.name
 TOOL_OUTPUT_MAX_TOKENS = 2000
 TOOL_OUTPUT_MIN_TOKENS = 64
 PREVIEW_CHARS = 300
@@ -55,7 +51,6 @@ class AgentConfig:
     retrieval_doc_tokens: int = 2000
     temperature: float | None = None
     max_tokens: int | None = None
-    approval_expiry_s: float = 24 * 3600
     base_tools: tuple[str, ...] = ()
 
 
@@ -69,8 +64,7 @@ class AgentDeps:
     executor: ToolExecutor
     retriever: Retriever | None
     counter: TokenCounter
-    continuations: ContinuationStore
-    tool_extras: Mapping[str, Any] = field(default_factory=dict)
+    tool_services: ToolServices = field(default_factory=ToolServices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,11 +84,21 @@ class Finished:
     answer: str
     turn_messages: list[dict[str, Any]]
     sources: list[SourceItem]
+    usage: Usage
 
 
 @dataclass(frozen=True, kw_only=True)
 class Paused:
-    continuation_id: uuid.UUID
+    """The run stopped on calls that need a person's decision; `state` is everything needed to resume."""
+
+    state: RunState
+    calls: tuple[PendingCall, ...]
+
+
+RunEnd = Union[Finished, Paused]
+# What an agent yields: events for the user, then (unless it failed) how the run ended, as data.
+AgentOutput = Union[Event, Finished, Paused]
+MarkStarted = Callable[[str], Awaitable[bool]]
 
 
 class BaseAgent(ABC):
@@ -109,29 +113,34 @@ class BaseAgent(ABC):
         self.config = config
         self.context = context
         self.sources = SourceCollector()
-        self.outcome: Finished | Paused | None = None
-        self._usage = Usage()
 
     # ----- entry points -------------------------------------------------------------------------
 
     async def gen(
         self, query: str, *, history: Sequence[HistoryTurn] = (), extra_parts: Sequence[dict[str, Any]] = ()
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AgentOutput]:
+        """Events, ending in Finished or Paused (or a Failed event)."""
         async for event in self._guarded(self._gen_inner(query, history=history, extra_parts=extra_parts)):
             yield event
 
-    async def gen_continuation(self, state: RunState, decisions: Mapping[str, Decision], *, continuation_id: uuid.UUID) -> AsyncIterator[Event]:
-        """Resume a paused run: run approved calls once, report rejected ones, continue the loop."""
-        async for event in self._guarded(self._continue(state, decisions, continuation_id)):
+    async def gen_continuation(
+        self, state: RunState, decisions: Mapping[str, Decision], *, mark_started: MarkStarted
+    ) -> AsyncIterator[AgentOutput]:
+        """Resume a paused run: run approved calls once, report rejected ones, continue the loop.
+
+        `mark_started(call_id)` records that a call is about to run and says False if it already
+        had, so no approved call ever runs twice.
+        """
+        async for event in self._guarded(self._continue(state, decisions, mark_started)):
             yield event
 
     @abstractmethod
     def _gen_inner(
         self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
-    ) -> AsyncIterator[Event]:
-        """The agent type's own steps; ends by delegating to _run_loop."""
+    ) -> AsyncIterator[AgentOutput]:
+        """The agent type's own steps; ends by delegating to run_loop."""
 
-    async def _guarded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async def _guarded(self, events: AsyncIterator[AgentOutput]) -> AsyncIterator[AgentOutput]:
         try:
             async for event in events:
                 yield event
@@ -228,7 +237,7 @@ class BaseAgent(ABC):
 
     # ----- the loop -----------------------------------------------------------------------------
 
-    async def run_loop(self, state: RunState) -> AsyncIterator[Event]:
+    async def run_loop(self, state: RunState) -> AsyncIterator[AgentOutput]:
         """Call the model, run tools, repeat until an answer, a pause, or the round limit."""
         while state.rounds_used < self.config.loop_limit:
             state.rounds_used += 1
@@ -246,8 +255,12 @@ class BaseAgent(ABC):
             )
             if not completion.tool_calls:
                 state.messages.append({"role": "assistant", "content": completion.text})
-                async for event in self._finish(state):
-                    yield event
+                yield Finished(
+                    answer=state.answer_so_far,
+                    turn_messages=state.messages[state.turn_start :],
+                    sources=self.sources.items,
+                    usage=state.usage,
+                )
                 return
             state.messages.append(_assistant_tool_message(completion))
             pending: list[PendingToolCall] = []
@@ -264,12 +277,13 @@ class BaseAgent(ABC):
                         yield event
             self._append_results(state, results)
             if pending:
-                async for event in self._pause(state, pending):
-                    yield event
+                yield self._pause(state, pending)
                 return
         yield Failed(message=wording.loop_limit_reached(self.config.loop_limit), retryable=False)
 
-    async def _continue(self, state: RunState, decisions: Mapping[str, Decision], continuation_id: uuid.UUID) -> AsyncIterator[Event]:
+    async def _continue(
+        self, state: RunState, decisions: Mapping[str, Decision], mark_started: MarkStarted
+    ) -> AsyncIterator[AgentOutput]:
         self.sources = SourceCollector(state.sources)
         results: list[ToolResult] = []
         for pending in state.pending:
@@ -285,7 +299,7 @@ class BaseAgent(ABC):
                 results.append(parsed)
                 yield ToolCallFinished(call_id=call.id, tool=call.name, status="error", output_preview=_preview(parsed.output))
                 continue
-            if not await self.deps.continuations.mark_started(continuation_id, call.id):
+            if not await mark_started(call.id):
                 result = ToolResult(call_id=call.id, tool=call.name, status="error", output=wording.tool_outcome_unknown(), arguments=parsed.arguments)
                 results.append(result)
                 yield ToolCallFinished(call_id=call.id, tool=call.name, status="error", output_preview=_preview(result.output))
@@ -306,18 +320,14 @@ class BaseAgent(ABC):
     def _tool_context(self) -> ToolContext:
         return ToolContext(
             user=self.context.user.id,
+            user_name=self.context.user.name,
             conversation_id=self.context.conversation_id,
-            platform=self.context.conversation.platform,
-            channel=self.context.conversation.channel,
-            extras={
-                **self.deps.tool_extras,
-                "retriever": self.deps.retriever,
-                "sources": self.sources,
-                "search_exposure": self.search_exposure,
-                "retrieval_chunks": self.config.retrieval_chunks,
-                "conversation": self.context.conversation,
-                "user_name": self.context.user.name,
-            },
+            conversation=self.context.conversation,
+            services=self.deps.tool_services,
+            retriever=self.deps.retriever,
+            sources=self.sources,
+            search_exposure=self.search_exposure,
+            retrieval_chunks=self.config.retrieval_chunks,
         )
 
     def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
@@ -335,19 +345,9 @@ class BaseAgent(ABC):
             state.messages.append({"role": "tool", "tool_call_id": result.call_id, "content": output})
         state.sources = self.sources.items
 
-    async def _pause(self, state: RunState, pending: list[PendingToolCall]) -> AsyncIterator[Event]:
+    def _pause(self, state: RunState, pending: list[PendingToolCall]) -> Paused:
         state.pending = pending
         state.sources = self.sources.items
-        expires = datetime.now(timezone.utc).timestamp() + self.config.approval_expiry_s
-        continuation_id = await self.deps.continuations.save(
-            conversation_id=state.conversation_id,
-            schema_version=state.schema_version,
-            state=state.to_json(),
-            call_ids=tuple(call.call_id for call in pending),
-            requested_by=state.user_id,
-            expires_at=datetime.fromtimestamp(expires, timezone.utc),
-        )
-        self.outcome = Paused(continuation_id=continuation_id)
         registry = self.deps.executor.registry
         calls = tuple(
             PendingCall(
@@ -358,18 +358,7 @@ class BaseAgent(ABC):
             )
             for call in pending
         )
-        yield ApprovalRequired(
-            continuation_id=str(continuation_id), calls=calls, requested_by=state.user_id, expires_at=expires
-        )
-
-    async def _finish(self, state: RunState) -> AsyncIterator[Event]:
-        answer = state.answer_so_far
-        self.outcome = Finished(
-            answer=answer, turn_messages=state.messages[state.turn_start :], sources=self.sources.items
-        )
-        if len(self.sources):
-            yield Sources(items=tuple(self.sources.items))
-        yield Done(answer=answer, usage=state.usage)
+        return Paused(state=state, calls=calls)
 
 
 def _assistant_tool_message(completion: Completion) -> dict[str, Any]:

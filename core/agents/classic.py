@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Sequence
 
-from core.agents.base import BaseAgent
+from core.agents.base import AgentOutput, BaseAgent
 from core.agents.token_budget import HistoryTurn
-from core.events import Event
 
 
 class ClassicAgent(BaseAgent):
@@ -15,7 +14,7 @@ class ClassicAgent(BaseAgent):
 
     async def _gen_inner(
         self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AgentOutput]:
         documents = await self.prefetch(query, exposure="prefetch")
         retriever = self.deps.retriever
         mixed = retriever is not None and await retriever.has_sources("agentic_tool")

@@ -6,9 +6,9 @@ import json
 import logging
 from typing import Any, AsyncIterator, Sequence
 
-from core.agents.base import INTERNAL_SEARCH, BaseAgent
+from core.agents.base import INTERNAL_SEARCH, AgentOutput, BaseAgent
 from core.agents.token_budget import HistoryTurn, build_messages
-from core.events import Event, ToolCallFinished, ToolCallStarted
+from core.events import ToolCallFinished, ToolCallStarted
 from core.llm import Completion
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class ResearchAgent(BaseAgent):
 
     async def _gen_inner(
         self, query: str, *, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AgentOutput]:
         sub_questions = await self.plan(query)
         # The sub-questions share one document budget, so the prompt is no bigger than a classic run's
         # and still leaves the question and the reply room in a small context.

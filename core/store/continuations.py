@@ -16,7 +16,7 @@ ContinuationStatus = Literal["pending", "resuming", "done", "expired", "failed"]
 
 COLUMNS = (
     "id, conversation_id, status, schema_version, state, call_ids, decisions, started_calls, requested_by,"
-    " message_refs, claimed_by, claimed_at, created_at, expires_at, finished_at"
+    " message_refs, claimed_by, claimed_at, created_at, expires_at, finished_at, platform, calls"
 )
 
 
@@ -34,6 +34,26 @@ class Decision:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
         return cls(approved=bool(data["approved"]), actor=str(data.get("actor", "")), comment=str(data.get("comment", "")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredCall:
+    """A pending call as an approval shows it; `arguments` is the model's raw JSON, keys in its order."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    description: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments, "description": self.description}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "StoredCall":
+        return cls(
+            call_id=str(data.get("call_id", "")), tool=str(data.get("tool", "")),
+            arguments=str(data.get("arguments", "")), description=str(data.get("description", "")),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +75,8 @@ class ContinuationRow:
     created_at: datetime | None = None
     expires_at: datetime | None = None
     finished_at: datetime | None = None
+    platform: str = ""
+    calls: tuple[StoredCall, ...] = ()
 
     @property
     def undecided(self) -> tuple[str, ...]:
@@ -66,6 +88,7 @@ def _row(data: dict[str, Any]) -> ContinuationRow:
     data["call_ids"] = tuple(data["call_ids"])
     data["started_calls"] = tuple(data["started_calls"])
     data["decisions"] = {call_id: Decision.from_json(value) for call_id, value in data["decisions"].items()}
+    data["calls"] = tuple(StoredCall.from_json(call) for call in data.get("calls") or ())
     return ContinuationRow(**data)
 
 
@@ -81,17 +104,21 @@ class ContinuationStore:
         conversation_id: int | None,
         schema_version: int,
         state: dict[str, Any],
-        call_ids: tuple[str, ...],
+        calls: tuple[StoredCall, ...],
         requested_by: str,
         expires_at: datetime,
+        platform: str,
     ) -> uuid.UUID:
         """Store a paused run (committed when this returns)."""
         continuation_id = uuid.uuid4()
         async with self._db.connection() as conn:
             await conn.execute(
-                "INSERT INTO continuations (id, conversation_id, schema_version, state, call_ids, requested_by,"
-                " expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (continuation_id, conversation_id, schema_version, Jsonb(state), list(call_ids), requested_by, expires_at),
+                "INSERT INTO continuations (id, conversation_id, schema_version, state, call_ids, calls, requested_by,"
+                " expires_at, platform) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    continuation_id, conversation_id, schema_version, Jsonb(state), [call.call_id for call in calls],
+                    Jsonb([call.to_json() for call in calls]), requested_by, expires_at, platform,
+                ),
             )
         return continuation_id
 

@@ -71,6 +71,10 @@ class ConversationStore:
             row = await cursor.fetchone()
         return int(row[0]) if row else None
 
+    async def exists(self, key: ConversationKey) -> bool:
+        """Implements core.ports.KnownConversations."""
+        return await self.find(key) is not None
+
     async def append(self, conversation_id: int, turn_id: uuid.UUID, messages: Sequence[NewMessage]) -> None:
         """Append one turn's messages in order, in one transaction."""
         if not messages:

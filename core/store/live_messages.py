@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from core.ports import LiveMessage
 from core.store.db import Database
 
 
-@dataclass(frozen=True, kw_only=True)
-class LiveMessage:
-    platform: str
-    workspace: str
-    channel: str
-    message_id: str
-    thread: str = ""
-
-
 class LiveMessages:
-    """Adapters add a message when they post it and remove it once its final text is delivered."""
+    """Implements core.ports.LiveAnswerLog. Adapters add a message when they post it and remove it once its final text is delivered."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -6,7 +6,8 @@ from core.tools.calculator import CALCULATOR
 from core.tools.clock import current_time_tool
 from core.tools.executor import ParsedCall, ToolCallRequest, ToolExecutor, ToolResult, truncate_middle
 from core.tools.policy import ApprovalPolicy
-from core.tools.registry import ToolContext, ToolError, ToolRegistry, ToolSpec
+from core.tools.context import ToolContext, ToolServices
+from core.tools.registry import ToolError, ToolRegistry, ToolSpec
 
 
 def builtin_registry(*, default_timezone: str = "UTC") -> ToolRegistry:
@@ -24,6 +25,7 @@ __all__ = [
     "ToolExecutor",
     "ToolRegistry",
     "ToolResult",
+    "ToolServices",
     "ToolSpec",
     "builtin_registry",
     "current_time_tool",

@@ -7,7 +7,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from core.tools.registry import ToolContext, ToolError, ToolSpec
+from core.tools.context import ToolContext
+from core.tools.registry import ToolError, ToolSpec
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 1000

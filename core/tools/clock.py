@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.tools.registry import ToolContext, ToolError, ToolSpec
+from core.tools.context import ToolContext
+from core.tools.registry import ToolError, ToolSpec
 
 MAX_TIMEZONE_CHARS = 64
 

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from jsonschema.exceptions import best_match
 
 from core.llm.results import ToolCallRequest
-from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolContext, ToolError, ToolRegistry, ToolSpec
+from core.tools.context import ToolContext
+from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolError, ToolRegistry, ToolSpec
 
 logger = logging.getLogger(__name__)
 

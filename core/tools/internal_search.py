@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from core.sources import render_numbered
-from core.tools.registry import ToolContext, ToolError, ToolSpec
+from core.tools.context import ToolContext
+from core.tools.registry import ToolError, ToolSpec
 
 DEFAULT_RESULTS = 6
 
 
 async def _search(ctx: ToolContext, arguments: dict[str, Any]) -> str:
-    retriever = ctx.extras.get("retriever")
-    collector = ctx.extras.get("sources")
+    retriever, collector = ctx.retriever, ctx.sources
     if retriever is None or collector is None:
         raise ToolError("document search is not available in this conversation")
-    limit = int(ctx.extras.get("retrieval_chunks") or DEFAULT_RESULTS)
-    items = await retriever.search(arguments["query"], limit=limit, exposure=ctx.extras.get("search_exposure"))
+    limit = ctx.retrieval_chunks or DEFAULT_RESULTS
+    items = await retriever.search(arguments["query"], limit=limit, exposure=ctx.search_exposure)
     if not items:
         return "No matching passages were found. Try other words, or answer without the documents."
     numbers = collector.add(items)

@@ -11,6 +11,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from core.tools.context import ToolContext
+
 DEFAULT_TOOL_TIMEOUT_S = 20.0
 DEFAULT_MAX_OUTPUT_CHARS = 8000
 # OpenAI (and compatible providers) reject function names outside this pattern with a 400.
@@ -19,17 +21,6 @@ TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 class ToolError(Exception):
     """A failure a tool reports on purpose; its message is written for the model to act on."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolContext:
-    """Who and where a tool runs for; `extras` carries engine-provided services (retriever, notifier)."""
-
-    user: str
-    conversation_id: int | None
-    platform: str
-    channel: str
-    extras: Mapping[str, Any] = field(default_factory=dict)
 
 
 ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from core import wording
-from core.tools.registry import ToolContext, ToolError, ToolSpec
+from core.tools.context import ToolContext
+from core.tools.registry import ToolError, ToolSpec
 
 RELATIVE = re.compile(r"^\s*in\s+(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
@@ -34,12 +35,11 @@ def parse_when(value: str, *, now: datetime) -> datetime:
 
 
 async def _create(ctx: ToolContext, arguments: dict[str, Any]) -> str:
-    service = ctx.extras.get("reminders")
-    conversation = ctx.extras.get("conversation")
-    if service is None or conversation is None:
+    service = ctx.services.reminders
+    if service is None:
         raise ToolError("reminders are not available in this conversation")
     due = parse_when(arguments["when"], now=datetime.now(timezone.utc))
-    await service.create(conversation=conversation, user_id=ctx.user, text=arguments["text"], due_at=due)
+    await service.create(conversation=ctx.conversation, user_id=ctx.user, text=arguments["text"], due_at=due)
     return wording.reminder_created(due)
 
 

@@ -12,7 +12,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from core.reminders import ReminderService
 from core.requests import ConversationKey
 from core.store.db import Database
-from core.tools.registry import ToolContext, ToolError
+from core.tools import ToolContext, ToolServices
+from core.tools.registry import ToolError
 from core.tools.reminders import CREATE_REMINDER, parse_when
 
 KEY = ConversationKey(platform="test", workspace="W", channel="C", thread="t1")
@@ -83,6 +84,6 @@ async def test_create_reminder_tool_needs_approval_and_parses_time(db: Database)
         parse_when("next blue moon", now=now)
     scheduler = AsyncIOScheduler(timezone=timezone.utc)
     service = ReminderService(db, scheduler, {})
-    ctx = ToolContext(user="U1", conversation_id=None, platform="test", channel="C", extras={"reminders": service, "conversation": KEY})
+    ctx = ToolContext(user="U1", conversation_id=None, conversation=KEY, services=ToolServices(reminders=service))
     output = await CREATE_REMINDER.run(ctx, {"text": "ship it", "when": "in 2 hours"})
     assert output.startswith("Reminder set for")

@@ -9,7 +9,7 @@ from core.engine import Engine
 from core.llm import LLMClient
 from core.retrieval.retriever import Retriever
 from core.store.db import Database
-from core.tools import ToolRegistry, builtin_registry
+from core.tools import ToolRegistry, ToolServices, builtin_registry
 
 
 def test_settings(base_url: str, **overrides: Any) -> Settings:
@@ -31,7 +31,7 @@ def make_engine(
     *,
     registry: ToolRegistry | None = None,
     retriever: Retriever | None = None,
-    tool_extras: dict[str, Any] | None = None,
+    tool_services: ToolServices | None = None,
     **overrides: Any,
 ) -> Engine:
     settings = test_settings(base_url, **overrides)
@@ -48,5 +48,5 @@ def make_engine(
         llm=llm,
         registry=registry or builtin_registry(),
         retriever=retriever,
-        tool_extras=tool_extras,
+        tool_services=tool_services,
     )

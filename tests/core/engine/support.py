@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
+from core.approvals import failed_click
 from core.engine import Engine
 from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed
 from core.requests import Actor, ConversationKey, Request
@@ -54,6 +55,18 @@ def registry_with(*tools: RecordingTool) -> ToolRegistry:
     for tool in tools:
         registry.register(tool.spec())
     return registry
+
+
+async def resumed_run(
+    engine: Engine, continuation_id: str, decisions: Mapping[str, Any] | None = None, *, actor: Actor
+) -> AsyncIterator[Event]:
+    """Decide (optionally) and claim through the approval service; a click that sets nothing going yields its refusal as Failed."""
+    result = await engine.approvals.submit(continuation_id, decisions or {}, actor=actor)
+    if result.events is None:
+        yield failed_click(result)
+        return
+    async for event in result.events:
+        yield event
 
 
 async def events_of(engine: Engine, req: Request) -> list[Event]:

@@ -9,8 +9,10 @@ from typing import Any
 from core.engine import Engine
 from core.events import ApprovalRequired, Done, Event, Failed, ToolCallFinished
 from core.requests import Actor
+from core.store.continuations import ContinuationStore
 from core.store.db import Database
 from tests.core.engine.support import (
+    resumed_run,
     RecordingTool,
     approval,
     assert_valid_chat_request,
@@ -37,7 +39,7 @@ async def pause(engine: Engine, emulator: OpenAIEmulator, *replies: Any, channel
 
 
 async def resumed(engine: Engine, continuation_id: str, actor: Actor = REQUESTER) -> list[Event]:
-    return [event async for event in engine.resume(continuation_id, actor=actor)]
+    return [event async for event in resumed_run(engine, continuation_id, actor=actor)]
 
 
 def engine_with(db: Database, emulator: OpenAIEmulator, tool: RecordingTool, **overrides: Any) -> Engine:
@@ -63,14 +65,14 @@ async def test_pause_is_announced_after_the_row_is_committed_then_approve_runs_t
     assert paused.requested_by == "U1"
     assert tool.runs == []
 
-    outcome = await engine.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
-    assert outcome.status == "ready"
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    assert outcome.outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert tool.runs == [{"env": "prod"}]
     assert last_done(after).answer == "Deployed to prod."
     assert_valid_chat_request(openai_emulator.chat_requests[-1])
     assert tool_messages(openai_emulator.chat_requests[-1]) == {"call_dep": "deployed prod"}
-    row = await engine.continuations.get(uuid.UUID(paused.continuation_id))
+    row = await ContinuationStore(db).get(uuid.UUID(paused.continuation_id))
     assert row is not None and row.status == "done"
 
     again = await resumed(engine, paused.continuation_id)
@@ -82,10 +84,10 @@ async def test_a_rejection_with_a_comment_is_what_the_model_hears(db: Database, 
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Understood, not deploying."), channel="C-reject")
-    outcome = await engine.decide(
+    outcome = await engine.approvals.decide(
         paused.continuation_id, call_id=None, approved=False, actor=REQUESTER, comment="not on a Friday"
     )
-    assert outcome.status == "ready"
+    assert outcome.outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert tool.runs == []
     assert [e.status for e in after if isinstance(e, ToolCallFinished)] == ["rejected"]
@@ -102,14 +104,14 @@ async def test_two_pending_calls_decided_one_by_one_resume_once(db: Database, op
     paused = await pause(engine, openai_emulator, two, Text("Prod done, dev skipped."), channel="C-two")
     assert [call.call_id for call in paused.calls] == ["call_p", "call_d"]
 
-    first = await engine.decide(paused.continuation_id, call_id="call_p", approved=True, actor=REQUESTER)
-    assert first.status == "recorded" and first.continuation is not None and first.continuation.undecided == ("call_d",)
+    first = await engine.approvals.decide(paused.continuation_id, call_id="call_p", approved=True, actor=REQUESTER)
+    assert first.outcome == "recorded" and first.view is not None and [c.call_id for c in first.view.undecided] == ["call_d"]
     early = await resumed(engine, paused.continuation_id)
     assert len(early) == 1 and isinstance(early[0], Failed) and tool.runs == []
-    again = await engine.decide(paused.continuation_id, call_id="call_p", approved=False, actor=REQUESTER)
-    assert again.status == "already_decided"
-    second = await engine.decide(paused.continuation_id, call_id="call_d", approved=False, actor=REQUESTER, comment="no")
-    assert second.status == "ready"
+    again = await engine.approvals.decide(paused.continuation_id, call_id="call_p", approved=False, actor=REQUESTER)
+    assert again.reason == "already_decided"
+    second = await engine.approvals.decide(paused.continuation_id, call_id="call_d", approved=False, actor=REQUESTER, comment="no")
+    assert second.outcome == "ready"
 
     requests_before = len(openai_emulator.chat_requests)
     after = await resumed(engine, paused.continuation_id)
@@ -129,8 +131,8 @@ async def test_a_new_engine_on_the_same_database_resumes_after_a_restart(
     tool = RecordingTool(requires_approval=True)
     paused = await pause(engine_with(db, openai_emulator, tool), openai_emulator, deploy_call("eu"), Text("EU deployed."), channel="C-restart")
     restarted = engine_with(db, openai_emulator, tool)
-    outcome = await restarted.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
-    assert outcome.status == "ready"
+    outcome = await restarted.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    assert outcome.outcome == "ready"
     after = await resumed(restarted, paused.continuation_id)
     assert tool.runs == [{"env": "eu"}]
     assert last_done(after).answer == "EU deployed."
@@ -147,7 +149,7 @@ async def test_twenty_concurrent_resumes_run_the_tool_exactly_once(db: Database,
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Deployed once."), channel="C-stampede")
-    assert (await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).status == "ready"
+    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
     clickers = [Actor(id="U1", name=f"click-{i}") for i in range(20)]
     outcomes = await asyncio.gather(*(resumed(engine, paused.continuation_id, actor) for actor in clickers))
     assert tool.runs == [{"env": "prod"}]
@@ -163,14 +165,14 @@ async def test_an_unauthorised_actor_is_refused_and_the_tool_never_runs(db: Data
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-refuse")
-    outcome = await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=STRANGER)
-    assert outcome.status == "not_allowed" and outcome.message.startswith("Only U1 (who asked)")
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=STRANGER)
+    assert outcome.reason == "not_allowed" and outcome.message.startswith("Only U1 (who asked)")
     refused = await resumed(engine, paused.continuation_id, STRANGER)
     assert len(refused) == 1 and isinstance(refused[0], Failed)
-    sneaky = [event async for event in engine.resume(paused.continuation_id, {"call_dep": True}, actor=STRANGER)]
+    sneaky = [event async for event in resumed_run(engine, paused.continuation_id, {"call_dep": True}, actor=STRANGER)]
     assert len(sneaky) == 1 and isinstance(sneaky[0], Failed) and sneaky[0].message.startswith("Only")
     assert tool.runs == []
-    row = await engine.continuations.get(uuid.UUID(paused.continuation_id))
+    row = await ContinuationStore(db).get(uuid.UUID(paused.continuation_id))
     assert row is not None and row.status == "pending" and row.decisions == {}
 
 
@@ -179,7 +181,7 @@ async def test_an_approver_from_settings_may_decide(db: Database, openai_emulato
     engine = engine_with(db, openai_emulator, tool, approvers=("U9",))
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Approved by the lead."), channel="C-approver")
     lead = Actor(id="U9", name="Lead")
-    assert (await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=lead)).status == "ready"
+    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=lead)).outcome == "ready"
     after = await resumed(engine, paused.continuation_id, lead)
     assert tool.runs == [{"env": "prod"}] and last_done(after).answer == "Approved by the lead."
 
@@ -200,7 +202,7 @@ async def test_a_message_while_paused_is_answered_with_a_valid_request(db: Datab
 
     # The approval stays valid, and its resumed request is valid too.
     openai_emulator.script(Text("Deployed after all."))
-    assert (await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).status == "ready"
+    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert last_done(after).answer == "Deployed after all." and tool.runs == [{"env": "prod"}]
     assert_valid_chat_request(openai_emulator.chat_requests[-1])
@@ -209,35 +211,24 @@ async def test_a_message_while_paused_is_answered_with_a_valid_request(db: Datab
     assert_valid_chat_request(openai_emulator.chat_requests[-1])
 
 
-class RecordingNotifier:
-    def __init__(self) -> None:
-        self.expired: list[tuple[str, list[dict[str, Any]]]] = []
-
-    async def approval_expired(self, *, continuation_id: str, message_refs: list[dict[str, Any]]) -> None:
-        self.expired.append((continuation_id, message_refs))
-
-    async def deliver_reminder(self, **_: Any) -> None:
-        raise AssertionError("no reminder expected")
-
-
-async def test_an_expired_approval_says_so_and_the_notifier_edits_its_messages(
+async def test_an_expired_approval_says_so_and_comes_back_with_its_messages_to_edit(
     db: Database, openai_emulator: OpenAIEmulator
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
-    notifier = RecordingNotifier()
-    engine.notifiers["test"] = notifier
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-expire")
     key = uuid.UUID(paused.continuation_id)
-    await engine.continuations.add_message_ref(key, {"channel": "C-expire", "ts": "1.0"})
+    await ContinuationStore(db).add_message_ref(key, {"channel": "C-expire", "ts": "1.0"})
     async with db.connection() as conn:
         await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second' WHERE id = %s", (key,))
 
-    outcome = await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)
-    assert outcome.status == "expired" and "expired" in outcome.message
-    assert await engine.expire_approvals() == 1
-    assert notifier.expired == [(paused.continuation_id, [{"channel": "C-expire", "ts": "1.0"}])]
-    assert await engine.expire_approvals() == 0
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)
+    assert outcome.outcome == "expired" and "expired" in outcome.message
+    [expired] = await engine.approvals.expire_due()
+    assert expired.platform == "test" and expired.message_refs == [{"channel": "C-expire", "ts": "1.0"}]
+    assert expired.view.continuation_id == paused.continuation_id and expired.view.state == "expired"
+    assert [(c.tool, c.arguments) for c in expired.view.calls] == [("deploy", {"env": "prod"})]
+    assert await engine.approvals.expire_due() == []
     late = await resumed(engine, paused.continuation_id)
     assert len(late) == 1 and isinstance(late[0], Failed) and "expired" in late[0].message
     assert tool.runs == []
@@ -248,8 +239,8 @@ async def test_a_tiny_expiry_setting_expires_the_approval(db: Database, openai_e
     engine = engine_with(db, openai_emulator, tool, approval_expiry_s=0.05)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-tiny")
     await asyncio.sleep(0.1)
-    outcome = await engine.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
-    assert outcome.status == "expired"
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    assert outcome.outcome == "expired"
     assert tool.runs == []
 
 
@@ -260,14 +251,14 @@ async def test_a_run_stuck_in_resuming_is_reverted_and_its_started_call_never_ru
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-stuck")
     key = uuid.UUID(paused.continuation_id)
-    assert (await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).status == "ready"
+    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
     # A crash after the claim and after the call was marked started, before it finished.
-    assert await engine.continuations.claim(key, actor="crashed-instance") is not None
-    assert await engine.continuations.mark_started(key, "call_dep")
-    assert await engine.revert_stuck_runs(older_than_s=3600) == 0
+    assert await ContinuationStore(db).claim(key, actor="crashed-instance") is not None
+    assert await ContinuationStore(db).mark_started(key, "call_dep")
+    assert await engine.approvals.revert_stuck(older_than_s=3600) == 0
     async with db.connection() as conn:
         await conn.execute("UPDATE continuations SET claimed_at = now() - interval '1 hour' WHERE id = %s", (key,))
-    assert await engine.revert_stuck_runs(older_than_s=600) == 1
+    assert await engine.approvals.revert_stuck(older_than_s=600) == 1
 
     openai_emulator.script(Text("I could not confirm the deploy."))
     after = await resumed(engine, paused.continuation_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from core.engine import DATABASE_UNAVAILABLE
+from core import wording
 from core.events import AnswerDelta, Done, Failed
 from core.store.db import Database
 from tests.core.engine.support import request
@@ -27,6 +27,6 @@ async def test_connections_killed_mid_answer_end_in_a_sentence_and_the_bot_recov
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
-    assert isinstance(events[-1], Failed) and events[-1].message == DATABASE_UNAVAILABLE
+    assert isinstance(events[-1], Failed) and events[-1].message == wording.database_unavailable()
     again = [event async for event in engine.ask(request("second", channel="C-blip"))]
     assert isinstance(again[-1], Done) and again[-1].answer == "Back."

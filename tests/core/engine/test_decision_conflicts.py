@@ -6,7 +6,7 @@ from core.engine import Engine
 from core.events import Done, ToolCallFinished
 from core.requests import Actor
 from core.store.db import Database
-from tests.core.engine.support import RecordingTool, approval, events_of, registry_with, request
+from tests.core.engine.support import resumed_run, RecordingTool, approval, events_of, registry_with, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 
@@ -25,13 +25,13 @@ async def test_a_reject_after_an_approve_of_the_same_call_is_refused_naming_who_
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-one")
-    first = await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)
-    assert first.status == "ready"
-    second = await engine.decide(continuation_id, call_id="call_dep", approved=False, actor=BOB)
-    assert second.status == "already_decided"
+    first = await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)
+    assert first.outcome == "ready"
+    second = await engine.approvals.decide(continuation_id, call_id="call_dep", approved=False, actor=BOB)
+    assert second.reason == "already_decided"
     assert "Ada" in second.message
     # The first click still resumes the run, with Ada's decision.
-    events = [event async for event in engine.resume(continuation_id, actor=ADA)]
+    events = [event async for event in resumed_run(engine, continuation_id, actor=ADA)]
     assert isinstance(events[-1], Done)
     assert tool.runs == [{"env": "prod"}]
 
@@ -41,9 +41,9 @@ async def test_reject_all_after_every_call_was_approved_is_refused_naming_who_ap
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-all")
-    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).status == "ready"
-    outcome = await engine.decide(continuation_id, call_id=None, approved=False, actor=BOB)
-    assert outcome.status == "already_decided"
+    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
+    outcome = await engine.approvals.decide(continuation_id, call_id=None, approved=False, actor=BOB)
+    assert outcome.reason == "already_decided"
     assert "Ada" in outcome.message
 
 
@@ -52,9 +52,9 @@ async def test_the_same_decision_clicked_twice_is_still_ready_so_a_reverted_run_
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-same")
-    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).status == "ready"
-    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=BOB)).status == "ready"
-    assert (await engine.decide(continuation_id, call_id=None, approved=True, actor=BOB)).status == "ready"
-    events = [event async for event in engine.resume(continuation_id, actor=BOB)]
+    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
+    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=BOB)).outcome == "ready"
+    assert (await engine.approvals.decide(continuation_id, call_id=None, approved=True, actor=BOB)).outcome == "ready"
+    events = [event async for event in resumed_run(engine, continuation_id, actor=BOB)]
     assert [e.status for e in events if isinstance(e, ToolCallFinished)] == ["ok"]
     assert tool.runs == [{"env": "prod"}]

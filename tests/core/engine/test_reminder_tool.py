@@ -12,9 +12,9 @@ from core.events import ApprovalRequired, Done
 from core.reminders import ReminderService
 from core.requests import Actor, ConversationKey
 from core.store.db import Database
-from core.tools import builtin_registry
+from core.tools import ToolServices, builtin_registry
 from core.tools.reminders import CREATE_REMINDER
-from tests.core.engine.support import events_of, request
+from tests.core.engine.support import resumed_run, events_of, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 
@@ -40,7 +40,7 @@ async def test_a_due_reminder_fires_once_with_two_engines_running(db: Database, 
         service = ReminderService(db, scheduler, notifiers, instance=f"bot-{index}")
         registry = builtin_registry()
         registry.register(CREATE_REMINDER)
-        engine = make_engine(db, openai_emulator.base_url, registry=registry, tool_extras={"reminders": service})
+        engine = make_engine(db, openai_emulator.base_url, registry=registry, tool_services=ToolServices(reminders=service))
         engines.append(engine)
         services.append(service)
         scheduler.start()
@@ -51,7 +51,7 @@ async def test_a_due_reminder_fires_once_with_two_engines_running(db: Database, 
         )
         [paused] = [e for e in await events_of(engines[0], request("remind me in a second")) if isinstance(e, ApprovalRequired)]
         assert inbox.delivered == []  # nothing is scheduled before a person approves
-        resumed = [e async for e in engines[0].resume(paused.continuation_id, {paused.calls[0].call_id: True}, actor=Actor(id="U1"))]
+        resumed = [e async for e in resumed_run(engines[0], paused.continuation_id, {paused.calls[0].call_id: True}, actor=Actor(id="U1"))]
         assert isinstance(resumed[-1], Done)
         assert await services[1].rearm_all() == 1  # the second bot armed it from the table too
         for _ in range(250):

@@ -8,7 +8,7 @@ import uuid
 from core.events import AnswerDelta, Done, ToolCallFinished
 from core.requests import Actor
 from core.store.db import Database
-from tests.core.engine.support import RecordingTool, approval, events_of, registry_with, request
+from tests.core.engine.support import resumed_run, RecordingTool, approval, events_of, registry_with, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 
@@ -35,14 +35,14 @@ async def test_a_resume_cancelled_while_waiting_for_the_conversation_keeps_the_a
         Text("Deployed."),
     )
     continuation_id = approval(await events_of(engine, request("please deploy", channel="C-abandon"))).continuation_id
-    assert (await engine.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).status == "ready"
+    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
 
     # Another question in the same conversation holds it while the resume waits its turn.
     busy = engine.ask(request("something slow", channel="C-abandon"))
     assert isinstance(await anext(busy), AnswerDelta)
 
     async def resume() -> list[object]:
-        return [event async for event in engine.resume(continuation_id, actor=ADA)]
+        return [event async for event in resumed_run(engine, continuation_id, actor=ADA)]
 
     waiting = asyncio.create_task(resume())
     for _ in range(POLLS):
@@ -60,7 +60,7 @@ async def test_a_resume_cancelled_while_waiting_for_the_conversation_keeps_the_a
 
     assert tool.runs == []
     assert await status_of(db, continuation_id) == "pending"
-    again = [event async for event in engine.resume(continuation_id, actor=ADA)]
+    again = [event async for event in resumed_run(engine, continuation_id, actor=ADA)]
     assert [e.status for e in again if isinstance(e, ToolCallFinished)] == ["ok"]
     assert isinstance(again[-1], Done) and again[-1].answer == "Deployed."
     assert tool.runs == [{"env": "prod"}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.events import ApprovalRequired, Done, Failed
 from core.requests import Actor
 from core.store.db import Database
-from tests.core.engine.support import RecordingTool, events_of, registry_with, request
+from tests.core.engine.support import resumed_run, RecordingTool, events_of, registry_with, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 from tests.support.retriever import InMemoryRetriever, MemoryDoc
@@ -18,11 +18,11 @@ async def test_resume_by_someone_not_allowed_is_refused_even_when_all_calls_are_
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
     openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed."))
     [paused] = [e for e in await events_of(engine, request("deploy", channel="C-policy")) if isinstance(e, ApprovalRequired)]
-    outcome = await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
-    assert outcome.status == "ready"
-    stranger = [e async for e in engine.resume(paused.continuation_id, actor=Actor(id="U-stranger"))]
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
+    assert outcome.outcome == "ready"
+    stranger = [e async for e in resumed_run(engine, paused.continuation_id, actor=Actor(id="U-stranger"))]
     assert len(stranger) == 1 and isinstance(stranger[0], Failed) and tool.runs == []
-    owner = [e async for e in engine.resume(paused.continuation_id, actor=Actor(id="U1"))]
+    owner = [e async for e in resumed_run(engine, paused.continuation_id, actor=Actor(id="U1"))]
     assert isinstance(owner[-1], Done) and tool.runs == [{"env": "prod"}]
 
 
@@ -33,10 +33,10 @@ async def test_a_resumed_run_that_is_still_alive_is_not_reverted(db: Database, o
         ToolCalls([Call("deploy", '{"env": "stage"}')]), Text("slowly deployed " * 20, chunk_chars=4, delay_s=0.01)
     )
     [paused] = [e for e in await events_of(engine, request("deploy", channel="C-alive")) if isinstance(e, ApprovalRequired)]
-    resumed = engine.resume(paused.continuation_id, {paused.calls[0].call_id: True}, actor=Actor(id="U1"))
+    resumed = resumed_run(engine, paused.continuation_id, {paused.calls[0].call_id: True}, actor=Actor(id="U1"))
     async for _event in resumed:
         # Mid-run: the lease is held and renewed, so even a zero-second threshold leaves it alone.
-        assert await engine.revert_stuck_runs(older_than_s=0) == 0
+        assert await engine.approvals.revert_stuck(older_than_s=0) == 0
         break
     await resumed.aclose()
 
@@ -59,7 +59,7 @@ async def test_a_withdrawn_approval_cannot_be_decided(db: Database, openai_emula
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
     openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed."))
     [paused] = [e for e in await events_of(engine, request("deploy", channel="C-withdraw")) if isinstance(e, ApprovalRequired)]
-    assert await engine.withdraw_approval(paused.continuation_id) is True
-    assert await engine.withdraw_approval(paused.continuation_id) is False
-    outcome = await engine.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
-    assert outcome.status == "already_handled" and tool.runs == []
+    assert await engine.approvals.withdraw(paused.continuation_id) is True
+    assert await engine.approvals.withdraw(paused.continuation_id) is False
+    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
+    assert outcome.outcome == "already_handled" and tool.runs == []

@@ -11,8 +11,9 @@ import pytest
 from core.agents.state import RUN_STATE_SCHEMA_VERSION, RunState, RunStateError
 from core.events import Done, Sources, ToolCallFinished
 from core.requests import Actor
+from core.store.continuations import ContinuationStore, StoredCall
 from core.store.db import Database
-from tests.core.engine.support import RecordingTool, assert_valid_chat_request, registry_with, tool_messages
+from tests.core.engine.support import resumed_run, RecordingTool, assert_valid_chat_request, registry_with, tool_messages
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.engine import make_engine
 
@@ -41,20 +42,21 @@ async def test_a_saved_state_loads_and_resumes_to_an_answer(
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
     state.conversation_id = await engine.conversations.get_or_create(state.conversation)
     call_ids = tuple(call.call_id for call in state.pending)
-    continuation_id = await engine.continuations.save(
+    continuation_id = await ContinuationStore(db).save(
         conversation_id=state.conversation_id,
         schema_version=data["schema_version"],
         state={**data, "conversation_id": state.conversation_id},
-        call_ids=call_ids,
+        calls=tuple(StoredCall(call_id=c.call_id, tool=c.tool, arguments=c.arguments) for c in state.pending),
         requested_by=state.user_id,
         expires_at=datetime.now(timezone.utc) + timedelta(hours=1),
+        platform=state.conversation.platform,
     )
     requester = Actor(id=state.user_id, name=state.user_name)
-    outcome = await engine.decide(str(continuation_id), call_id=None, approved=True, actor=requester)
-    assert outcome.status == "ready"
+    outcome = await engine.approvals.decide(str(continuation_id), call_id=None, approved=True, actor=requester)
+    assert outcome.outcome == "ready"
 
     openai_emulator.script(Text("Deployed, see [1]."))
-    events = [event async for event in engine.resume(str(continuation_id), actor=requester)]
+    events = [event async for event in resumed_run(engine, str(continuation_id), actor=requester)]
     assert len(tool.runs) == len(call_ids)
     assert [e.status for e in events if isinstance(e, ToolCallFinished)] == ["ok"] * len(call_ids)
     sources = [e for e in events if isinstance(e, Sources)]

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from core.requests import ConversationKey
-from core.store.continuations import ContinuationStore, Decision
+from core.store.continuations import ContinuationStore, Decision, StoredCall
 from core.store.conversations import ConversationStore, NewMessage
 from core.store.db import Database
 from core.store.processed_events import ProcessedEvents
@@ -25,9 +25,10 @@ async def _paused(store: ContinuationStore, call_ids: tuple[str, ...] = ("c1",),
         conversation_id=None,
         schema_version=1,
         state={"messages": []},
-        call_ids=call_ids,
+        calls=tuple(StoredCall(call_id=call_id, tool="deploy", arguments="{}") for call_id in call_ids),
         requested_by="U1",
         expires_at=_in(expires_in),
+        platform="test",
     )
 
 

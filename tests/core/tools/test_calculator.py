@@ -6,10 +6,12 @@ import math
 
 import pytest
 
+from core.requests import ConversationKey
+
 from core.tools import ToolContext, ToolError
 from core.tools.calculator import CALCULATOR, MAX_EXPRESSION_CHARS, evaluate, format_number
 
-CTX = ToolContext(user="U1", conversation_id=None, platform="test", channel="C1")
+CTX = ToolContext(user="U1", conversation_id=None, conversation=ConversationKey(platform="test", workspace="W", channel="C1"))
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core.requests import ConversationKey
+
 from core.tools import ToolContext, ToolError, current_time_tool
 
-CTX = ToolContext(user="U1", conversation_id=None, platform="test", channel="C1")
+CTX = ToolContext(user="U1", conversation_id=None, conversation=ConversationKey(platform="test", workspace="W", channel="C1"))
 FIXED = datetime(2025, 1, 2, 14, 4, 5, tzinfo=UTC)
 
 

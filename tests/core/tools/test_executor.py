@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from core.requests import ConversationKey
+
 from core.tools import (
     ParsedCall,
     ToolCallRequest,
@@ -21,7 +23,7 @@ from core.tools import (
     truncate_middle,
 )
 
-CTX = ToolContext(user="U1", conversation_id=7, platform="test", channel="C1", extras={"greeting": "hi"})
+CTX = ToolContext(user="U1", conversation_id=7, conversation=ConversationKey(platform="test", workspace="W", channel="C1"))
 OBJECT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 

@@ -1,0 +1,339 @@
+"""The approval state machine: a click decides, claims and resumes in one call that returns data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from core import wording
+from core.events import ApprovalRequired, Event, Failed
+from core.requests import Actor
+from core.runs import Runs
+from core.store.continuations import ContinuationRow, ContinuationStore, Decision
+from core.tools import ApprovalPolicy
+
+log = logging.getLogger(__name__)
+
+ClickOutcome = Literal["refused", "recorded", "already_handled", "expired", "ready"]
+RefusalReason = Literal["", "not_allowed", "already_decided", "not_found"]
+ViewState = Literal["open", "expired", "closed"]
+# Events after which a resumed run needs no second pass: it answered, or paused again on new calls.
+_COMPLETED_KINDS = frozenset({"done", "approval_required"})
+
+
+def _as_is(user: str) -> str:
+    return user
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallView:
+    """One call as an approval message shows it; `arguments` keep the model's key order."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionView:
+    approved: bool
+    actor: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalView:
+    """What an approval message shows: built from the event at first and from the stored row later."""
+
+    continuation_id: str
+    requested_by: str
+    calls: tuple[CallView, ...]
+    expires_at: float  # unix seconds
+    decisions: Mapping[str, DecisionView] = field(default_factory=dict)
+    state: ViewState = "open"
+
+    @property
+    def undecided(self) -> tuple[CallView, ...]:
+        return tuple(call for call in self.calls if call.call_id not in self.decisions)
+
+    def expired(self) -> ApprovalView:
+        return ApprovalView(
+            continuation_id=self.continuation_id, requested_by=self.requested_by, calls=self.calls,
+            expires_at=self.expires_at, decisions=self.decisions, state="expired",
+        )
+
+    @classmethod
+    def from_event(cls, event: ApprovalRequired) -> ApprovalView:
+        calls = tuple(
+            CallView(call_id=c.call_id, tool=c.tool, arguments=dict(c.arguments), description=c.description)
+            for c in event.calls
+        )
+        return cls(
+            continuation_id=event.continuation_id, requested_by=event.requested_by, calls=calls, expires_at=event.expires_at
+        )
+
+    @classmethod
+    def from_row(cls, row: ContinuationRow) -> ApprovalView:
+        calls = tuple(
+            CallView(call_id=c.call_id, tool=c.tool, arguments=_arguments(c.arguments), description=c.description)
+            for c in row.calls
+        )
+        state: ViewState = "expired" if row.status == "expired" else "open" if row.status == "pending" else "closed"
+        return cls(
+            continuation_id=str(row.id),
+            requested_by=row.requested_by,
+            calls=calls,
+            expires_at=row.expires_at.timestamp() if row.expires_at else 0.0,
+            decisions={cid: DecisionView(approved=d.approved, actor=d.actor) for cid, d in row.decisions.items()},
+            state=state,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClickResult:
+    """What one click did. `events` is the resumed run to play, present exactly when this click `claimed` it."""
+
+    outcome: ClickOutcome
+    message: str  # the sentence for the clicker; "" when the redrawn message says it all
+    view: ApprovalView | None = None
+    claimed: bool = False
+    events: AsyncIterator[Event] | None = None
+    reason: RefusalReason = ""  # why a click was refused
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpiredApproval:
+    """An approval closed by expiry, for its platform to edit the messages that showed it."""
+
+    platform: str
+    view: ApprovalView
+    message_refs: list[dict[str, Any]]
+
+
+class ApprovalService:
+    """Owns decide / claim / resume / withdraw / expire / revert-stuck; every change is one conditional UPDATE."""
+
+    def __init__(self, *, continuations: ContinuationStore, runs: Runs, policy: ApprovalPolicy) -> None:
+        self._continuations = continuations
+        self._runs = runs
+        self.policy = policy
+
+    async def click(
+        self,
+        continuation_id: str,
+        *,
+        approved: bool,
+        actor: Actor,
+        call_id: str | None = None,
+        call_index: int | None = None,
+        comment: str = "",
+        mention: Callable[[str], str] = _as_is,
+    ) -> ClickResult:
+        """Record a decision on one call (by id or position) or on every undecided call, and resume once all are decided.
+
+        `mention` formats user ids in the refusal sentence the platform's way.
+        """
+        decided = await self.decide(
+            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, comment=comment,
+            mention=mention,
+        )
+        if decided.outcome != "ready" or decided.view is None:
+            return decided
+        return await self._claim(uuid.UUID(decided.view.continuation_id), actor=actor)
+
+    async def decide(
+        self,
+        continuation_id: str,
+        *,
+        approved: bool,
+        actor: Actor,
+        call_id: str | None = None,
+        call_index: int | None = None,
+        comment: str = "",
+        mention: Callable[[str], str] = _as_is,
+    ) -> ClickResult:
+        """Record a decision without resuming: "ready" means every call is decided and the run may be claimed."""
+        row = await self._get(continuation_id)
+        if row is not None and call_index is not None:
+            call_id = row.call_ids[call_index] if 0 <= call_index < len(row.call_ids) else None
+            if call_id is None:
+                row = None
+        if row is None:
+            return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+        refused = self._policy_refusal(row, actor, mention)
+        if refused is not None:
+            return refused
+        return await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment)
+
+    async def submit(
+        self, continuation_id: str, decisions: Mapping[str, bool | Decision], *, actor: Actor
+    ) -> ClickResult:
+        """Several decisions at once (e.g. from an API call), then one claim; calls not named stay undecided."""
+        row = await self._get(continuation_id)
+        if row is None:
+            return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+        refused = self._policy_refusal(row, actor, _as_is)
+        if refused is not None:
+            return refused
+        for call_id, decision in decisions.items():
+            approved = decision.approved if isinstance(decision, Decision) else bool(decision)
+            comment = decision.comment if isinstance(decision, Decision) else ""
+            result = await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment)
+            if result.outcome not in ("recorded", "ready") and result.reason != "already_decided":
+                return result
+        return await self._claim(row.id, actor=actor)
+
+    async def view(self, continuation_id: str) -> ApprovalView | None:
+        """The approval as stored now (to redraw its message with every decision so far)."""
+        row = await self._get(continuation_id)
+        return ApprovalView.from_row(row) if row else None
+
+    async def remember_message(self, continuation_id: str, ref: dict[str, Any]) -> None:
+        """Note a platform message showing this approval, so expiry can edit it later."""
+        key = _parse_uuid(continuation_id)
+        if key is not None:
+            await self._continuations.add_message_ref(key, ref)
+
+    async def withdraw(self, continuation_id: str) -> bool:
+        """Close a paused run whose approval request could not be shown; nothing of it will run."""
+        key = _parse_uuid(continuation_id)
+        return key is not None and await self._continuations.withdraw(key)
+
+    async def expire_due(self) -> list[ExpiredApproval]:
+        """Close approvals past their expiry; each comes back for its platform to edit its messages."""
+        rows = await self._continuations.expire_due()
+        return [ExpiredApproval(platform=row.platform, view=ApprovalView.from_row(row), message_refs=row.message_refs) for row in rows]
+
+    async def revert_stuck(self, *, older_than_s: float = 600.0) -> int:
+        """Runs a crash left in `resuming` go back to pending; their started calls never run again."""
+        return len(await self._continuations.revert_stuck(older_than_s=older_than_s))
+
+    # ----- internals ------------------------------------------------------------------------------
+
+    async def _get(self, continuation_id: str) -> ContinuationRow | None:
+        key = _parse_uuid(continuation_id)
+        return await self._continuations.get(key) if key else None
+
+    def _policy_refusal(self, row: ContinuationRow, actor: Actor, mention: Callable[[str], str]) -> ClickResult | None:
+        # Checked on every click: posting the buttons decided nothing about who may press them.
+        if self.policy.may_decide(
+            actor=actor.id, requested_by=row.requested_by, actor_roles=actor.roles, actor_is_admin=actor.is_admin
+        ):
+            return None
+        return ClickResult(
+            outcome="refused", message=self.policy.describe(row.requested_by, mention=mention),
+            view=ApprovalView.from_row(row), reason="not_allowed",
+        )
+
+    async def _record(
+        self, row: ContinuationRow, *, call_id: str | None, approved: bool, actor: Actor, comment: str
+    ) -> ClickResult:
+        closed = _closed(row)
+        if closed is not None:
+            return closed
+        decision = Decision(approved=approved, actor=actor.display, comment=comment)
+        updated = await self._continuations.record_decision(row.id, call_id=call_id, decision=decision)
+        if updated is not None:
+            if updated.undecided:
+                return ClickResult(
+                    outcome="recorded", message=wording.decision_recorded(len(updated.undecided)),
+                    view=ApprovalView.from_row(updated),
+                )
+            return ClickResult(outcome="ready", message="", view=ApprovalView.from_row(updated))
+        current = await self._continuations.get(row.id)
+        if current is None:
+            return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+        view = ApprovalView.from_row(current)
+        targets = current.call_ids if call_id is None else (call_id,)
+        if targets and all(target in current.decisions for target in targets):
+            # Someone decided first. The same decision again (a double click, or a click on a run a
+            # crash reverted) may resume; a contrary one is refused, saying who decided.
+            contrary = [current.decisions[t] for t in targets if current.decisions[t].approved != approved]
+            if not contrary and not current.undecided and current.status == "pending":
+                return ClickResult(outcome="ready", message="", view=view)
+            if contrary or call_id is not None:
+                decided_by = (contrary or [current.decisions[targets[0]]])[0].actor
+                return ClickResult(
+                    outcome="refused", message=wording.call_already_decided(decided_by), view=view, reason="already_decided"
+                )
+        return _closed(current) or ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+
+    async def _claim(self, key: uuid.UUID, *, actor: Actor) -> ClickResult:
+        """pending → resuming for exactly one caller; the winner gets the run's events."""
+        row = await self._continuations.claim(key, actor=actor.display)
+        if row is None:
+            current = await self._continuations.get(key)
+            if current is None:
+                return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+            view = ApprovalView.from_row(current)
+            closed = _closed(current)
+            if closed is None and current.undecided:
+                return ClickResult(outcome="recorded", message=wording.decision_recorded(len(current.undecided)), view=view)
+            return closed or ClickResult(outcome="already_handled", message=wording.approval_already_handled(None), view=view)
+        view = ApprovalView.from_row(row)
+        return ClickResult(outcome="ready", message="", view=view, claimed=True, events=self._resumed(row))
+
+    async def _resumed(self, row: ContinuationRow) -> AsyncIterator[Event]:
+        """The claimed run's events; afterwards the row is closed, or goes back to pending if nothing of it ran."""
+        completed = False
+        try:
+            async for event in self._runs.resume(row):
+                completed = completed or event.kind in _COMPLETED_KINDS
+                yield event
+        finally:
+            # A run that ended before any approved call started (cancelled while waiting for the
+            # conversation, a database blip, a model failure after rejections) goes back to pending so
+            # a click can resume it; once a call has started, a failed run cannot be resumed twice.
+            try:
+                if completed:
+                    await self._continuations.finish(row.id, status="done")
+                elif not await self._continuations.release(row.id, started_calls=len(row.started_calls)):
+                    await self._continuations.finish(row.id, status="failed")
+            except (psycopg.Error, PoolTimeout):
+                # The run already told the user how it ended; the stuck-run job tidies the row later.
+                log.exception("could not record how resumed run %s ended", row.id)
+
+
+def _closed(row: ContinuationRow) -> ClickResult | None:
+    """Expired or already handled: no decision can change this row any more."""
+    if row.status == "expired" or (
+        row.status == "pending" and row.expires_at is not None and row.expires_at <= datetime.now(timezone.utc)
+    ):
+        view = ApprovalView.from_row(row)
+        if view.state == "open":
+            view = view.expired()
+        return ClickResult(outcome="expired", message=wording.approval_expired(), view=view)
+    if row.status != "pending":
+        return ClickResult(
+            outcome="already_handled", message=wording.approval_already_handled(row.claimed_by), view=ApprovalView.from_row(row)
+        )
+    return None
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    """The model's JSON arguments as a dict in its key order; anything else shown as-is under `raw`."""
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        return {"raw": raw}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _parse_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def failed_click(result: ClickResult) -> Failed:
+    """A click that set no run going, as the Failed event a non-interactive caller shows."""
+    return Failed(message=result.message or wording.approval_not_found(), retryable=False)

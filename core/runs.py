@@ -1,0 +1,253 @@
+"""Agent runs under the conversation lease: built from a request or a claimed pause, their ending stored as data."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from core import wording
+from core.agents import AgentConfig, AgentDeps, AgentOutput, BaseAgent, Finished, Paused, RunContext, UnknownAgentType, agent_class
+from core.agents.state import RunState, RunStateError
+from core.attachments import prepare_attachments
+from core.config import Settings
+from core.events import ApprovalRequired, Done, Event, Failed, Sources
+from core.history import TurnHistory, content_text
+from core.requests import Actor, Request
+from core.store.continuations import ContinuationRow, ContinuationStore, StoredCall
+from core.store.conversations import ConversationStore
+from core.store.locks import ConversationLocks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """An agent run ready to go: its outputs, and who asked what (for the stored turn)."""
+
+    agent: BaseAgent
+    outputs: AsyncIterator[AgentOutput]
+    author: str
+    question: str
+
+
+class Runs:
+    """Starts agent runs and stores how each ended: a finished turn, a saved pause, or the question alone."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        deps: AgentDeps,
+        system_prompt: str,
+        base_tools: tuple[str, ...],
+        conversations: ConversationStore,
+        continuations: ContinuationStore,
+        history: TurnHistory,
+        locks: ConversationLocks,
+    ) -> None:
+        self._settings = settings
+        self._deps = deps
+        self._system_prompt = system_prompt
+        self._base_tools = base_tools
+        self._conversations = conversations
+        self._continuations = continuations
+        self._history = history
+        self._locks = locks
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait up to timeout_s for running answers to end; True when none is left."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def ask(self, request: Request) -> AsyncIterator[Event]:
+        """A new run for a question."""
+        try:
+            cls = agent_class(request.agent_type or self._settings.agent_type)
+        except UnknownAgentType as error:
+            yield Failed(message=str(error), retryable=False)
+            return
+        with self._tracking():
+            try:
+                conversation_id = await self._conversations.get_or_create(request.conversation)
+            except (psycopg.Error, PoolTimeout):
+                log.exception("could not open the conversation")
+                yield Failed(message=wording.database_unavailable(), retryable=True)
+                return
+            turn_id = str(uuid.uuid4())
+
+            async def prepare() -> RunPlan:
+                # Under the lease: the previous run in this conversation has stored its turn.
+                history = await self._history.load(conversation_id, thread_context=request.thread_context)
+                attachments = prepare_attachments(request.attachments, model=self._deps.model)
+                query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
+                context = RunContext(
+                    conversation_id=conversation_id, conversation=request.conversation, user=request.user, turn_id=turn_id
+                )
+                agent = cls(deps=self._deps, config=self.config(cls.agent_type, request), context=context)
+                outputs = agent.gen(query, history=history, extra_parts=attachments.parts)
+                return RunPlan(agent=agent, outputs=outputs, author=request.user.display, question=query)
+
+            async for event in self._guard_database(self._locked_run(conversation_id, prepare)):
+                yield event
+
+    async def resume(self, row: ContinuationRow) -> AsyncIterator[Event]:
+        """Continue a paused run that the caller has claimed; approved calls run at most once."""
+        with self._tracking():
+            try:
+                state = RunState.from_json(row.state)
+                cls = agent_class(state.agent_type)
+            except (RunStateError, UnknownAgentType) as error:
+                log.error("cannot resume %s: %s", row.id, error)
+                yield Failed(message=str(error), retryable=False)
+                return
+            context = RunContext(
+                conversation_id=state.conversation_id,
+                conversation=state.conversation,
+                user=Actor(id=state.user_id, name=state.user_name),
+                turn_id=state.turn_id,
+            )
+            config = self.config(state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens)
+            agent = cls(deps=self._deps, config=config, context=context)
+
+            async def mark_started(call_id: str) -> bool:
+                return await self._continuations.mark_started(row.id, call_id)
+
+            plan = RunPlan(
+                agent=agent,
+                outputs=agent.gen_continuation(state, row.decisions, mark_started=mark_started),
+                author=state.user_name or state.user_id,
+                question=content_text(state.messages[state.turn_start]),
+            )
+
+            async def prepared() -> RunPlan:
+                return plan
+
+            async for event in self._guard_database(self._locked_run(state.conversation_id, prepared)):
+                yield event
+
+    def config(
+        self, agent_type: str, request: Request | None, *, temperature: float | None = None, max_tokens: int | None = None
+    ) -> AgentConfig:
+        settings = self._settings
+        if request is not None:
+            temperature = request.temperature if request.temperature is not None else settings.llm_temperature
+            max_tokens = request.max_tokens if request.max_tokens is not None else settings.llm_max_tokens
+        return AgentConfig(
+            agent_type=agent_type,
+            system_prompt=self._system_prompt,
+            loop_limit=settings.agent_loop_limit,
+            retrieval_chunks=settings.retrieval_chunks,
+            retrieval_doc_tokens=settings.retrieval_doc_tokens,
+            temperature=temperature,
+            max_tokens=max_tokens if max_tokens and max_tokens > 0 else None,
+            base_tools=self._base_tools,
+        )
+
+    # ----- internals ------------------------------------------------------------------------------
+
+    def _tracking(self) -> _RunTracker:
+        return _RunTracker(self)
+
+    async def _guard_database(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """A database that blips mid-run ends the run with a sentence, never an exception in the adapter."""
+        try:
+            async for event in events:
+                yield event
+        except (psycopg.Error, PoolTimeout):
+            log.exception("database failure during a run")
+            yield Failed(message=wording.database_unavailable(), retryable=True)
+
+    async def _locked_run(
+        self, conversation_id: int | None, prepare: Callable[[], Awaitable[RunPlan]]
+    ) -> AsyncIterator[Event]:
+        """Run under the conversation's lease; the events that end the run are yielded after it is given back.
+
+        However long a platform takes to show the end, the next question in the conversation
+        (whose history is already stored) need not wait for it.
+        """
+        ending: list[Event] = []
+        async with self._locks.hold(conversation_id):
+            plan = await prepare()
+            async for output in plan.outputs:
+                match output:
+                    case Finished():
+                        ending.extend(await self._store_finished(plan, output))
+                    case Paused():
+                        ending.append(await self._save_pause(plan, output))
+                    case Failed():
+                        await self._store_question(plan)
+                        ending.append(output)
+                    case _:
+                        yield output
+        for event in ending:
+            yield event
+
+    async def _store_finished(self, plan: RunPlan, finished: Finished) -> list[Event]:
+        context = plan.agent.context
+        if context.conversation_id is not None:
+            await self._history.store_turn(
+                context.conversation_id, context.turn_id, finished.turn_messages, sources=finished.sources, author=plan.author
+            )
+        sources: list[Event] = [Sources(items=tuple(finished.sources))] if finished.sources else []
+        return [*sources, Done(answer=finished.answer, usage=finished.usage)]
+
+    async def _store_question(self, plan: RunPlan) -> None:
+        context = plan.agent.context
+        if context.conversation_id is not None:
+            await self._history.store_question(
+                context.conversation_id, context.turn_id, question=plan.question, author=plan.author
+            )
+
+    async def _save_pause(self, plan: RunPlan, paused: Paused) -> ApprovalRequired:
+        """The pause is committed before ApprovalRequired is yielded, so a click always finds it."""
+        state = paused.state
+        descriptions = {call.call_id: call.description for call in paused.calls}
+        expires = datetime.now(timezone.utc).timestamp() + self._settings.approval_expiry_s
+        continuation_id = await self._continuations.save(
+            conversation_id=state.conversation_id,
+            schema_version=state.schema_version,
+            state=state.to_json(),
+            calls=tuple(
+                StoredCall(call_id=call.call_id, tool=call.tool, arguments=call.arguments, description=descriptions.get(call.call_id, ""))
+                for call in state.pending
+            ),
+            requested_by=state.user_id,
+            expires_at=datetime.fromtimestamp(expires, timezone.utc),
+            platform=state.conversation.platform,
+        )
+        return ApprovalRequired(
+            continuation_id=str(continuation_id), calls=paused.calls, requested_by=state.user_id, expires_at=expires
+        )
+
+
+class _RunTracker:
+    """Counts running answers so shutdown can wait for them."""
+
+    def __init__(self, runs: Runs) -> None:
+        self._runs = runs
+
+    def __enter__(self) -> None:
+        self._runs._active += 1
+        self._runs._idle.clear()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._runs._active -= 1
+        if self._runs._active == 0:
+            self._runs._idle.set()

@@ -1,0 +1,170 @@
+"""Architecture: core never imports adapters/bot, adapters never import core.store, and no project import cycles."""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Collection
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "adapters", "bot")
+
+Import = tuple[str, int]  # (absolute dotted name as written, line number)
+
+
+@cache
+def project_files() -> dict[str, Path]:
+    """Every project module (each .py under core/, adapters/, bot/) by dotted name; `pkg/__init__.py` is `pkg`."""
+    files: dict[str, Path] = {}
+    for path in sorted(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py") if "__pycache__" not in p.parts):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imports_in_source(source: str, module: str, is_package: bool = False) -> list[Import]:
+    """Every import anywhere in the tree (TYPE_CHECKING blocks, function bodies), made absolute.
+
+    `from x.y import z` yields `x.y.z`; `resolve` trims it to `x.y` when `z` is not a module.
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: max(0, len(parts) - (node.level - 1))])
+                base = f"{anchor}.{base}" if base else anchor
+            found += [(base if alias.name == "*" else f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def resolve(name: str, modules: Collection[str]) -> str | None:
+    """The project module an imported name lands in: the name itself, else its parent (a name from a module)."""
+    parent = name.rpartition(".")[0]
+    return name if name in modules else parent if parent in modules else None
+
+
+@cache
+def project_imports() -> dict[str, list[Import]]:
+    """Importer module -> every import it makes."""
+    return {
+        module: imports_in_source(path.read_text(encoding="utf-8"), module, path.name == "__init__.py")
+        for module, path in project_files().items()
+    }
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Explicit edges between project modules only (no implicit edge to a submodule's parent package)."""
+    modules = project_files()
+    return {
+        importer: {target for name, _ in imports if (target := resolve(name, modules))}
+        for importer, imports in project_imports().items()
+    }
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def shortest_cycle(graph: dict[str, set[str]], start: str, within: set[str]) -> list[str]:
+    """The shortest ring start -> ... (back to start) inside one component, breadth-first."""
+    parents: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(graph[node] & within):
+            if nxt == start:
+                ring = [node]
+                while ring[-1] != start:
+                    ring.append(parents[ring[-1]])
+                return ring[::-1]
+            if nxt not in parents:
+                parents[nxt] = node
+                queue.append(nxt)
+    return []
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """The shortest cycle through each module that is in one, deduplicated, as `a.b -> c.d -> a.b`."""
+    rings: dict[tuple[str, ...], None] = {}
+    for component in strongly_connected(graph):
+        if len(component) > 1 or component[0] in graph[component[0]]:
+            for member in component:
+                ring = shortest_cycle(graph, member, set(component))
+                first = ring.index(min(ring))
+                rings[tuple(ring[first:] + ring[:first])] = None
+    return [" -> ".join([*ring, ring[0]]) for ring in rings]
+
+
+def crossings(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    """`importer -> imported (file:line)` for each import from `layer` into a forbidden module or package."""
+    modules = project_files()
+    found: dict[str, None] = {}  # ordered and deduplicated (one line may import two names)
+    for importer, imports in sorted(project_imports().items()):
+        for name, line in sorted(imports, key=lambda item: item[1]):
+            if importer.split(".")[0] == layer and any(name == f or name.startswith(f"{f}.") for f in forbidden):
+                where = f"{modules[importer].relative_to(ROOT)}:{line}"
+                found[f"{importer} -> {resolve(name, modules) or name} ({where})"] = None
+    return list(found)
+
+
+def test_core_never_imports_adapters_or_bot() -> None:
+    offenders = crossings("core", ("adapters", "bot"))
+    assert not offenders, "core must not import adapters or bot:\n  " + "\n  ".join(offenders)
+
+
+def test_adapters_never_import_the_store() -> None:
+    offenders = crossings("adapters", ("core.store",))
+    assert not offenders, "adapters must not import core.store:\n  " + "\n  ".join(offenders)
+
+
+def test_project_modules_have_no_import_cycles() -> None:
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import cycles among project modules:\n  " + "\n  ".join(cycles)
+
+
+def test_the_import_walker_sees_type_checking_and_function_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from core.store.db import Database\n"
+        "def f() -> None:\n    import adapters.slack.rendering\n"
+        "from . import rendering\nfrom .answer import X\nfrom ..streaming import *\n"
+    )
+    relative = {"adapters.discord.rendering", "adapters.discord.answer.X", "adapters.streaming"}
+    in_module = {name for name, _ in imports_in_source(source, "adapters.discord.handlers")}
+    assert {"core.store.db.Database", "adapters.slack.rendering"} | relative <= in_module
+    assert relative <= {name for name, _ in imports_in_source(source, "adapters.discord", is_package=True)}
+    assert imports_in_source("from . import x\n", "pkg.sub", is_package=True) == [("pkg.sub.x", 1)]
+    assert imports_in_source("from . import x\n", "pkg.sub") == [("pkg.x", 1)]
+    assert resolve("core.store.db.Database", {"core.store", "core.store.db"}) == "core.store.db"
+    assert resolve("core.store.missing.Name", {"core.store", "core.store.db"}) is None
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"d"}, "e": set()}) == ["a -> b -> c -> a", "d -> d"]
