@@ -1,10 +1,21 @@
-"""What the composition root expects of a platform adapter."""
+"""What the composition root gives a platform adapter, and what it expects back."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
+from core.ports import EventDedup, KnownConversations, LiveAnswerLog
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterPorts:
+    """The storage an adapter needs, as small interfaces; bot/runtime.py hands in the Postgres ones."""
+
+    live: LiveAnswerLog
+    dedup: EventDedup
+    conversations: KnownConversations
 
 
 class PlatformAdapter(Protocol):
@@ -14,7 +25,7 @@ class PlatformAdapter(Protocol):
     notifier: Notifier
 
     async def start(self) -> None:
-        """Connect, mark answers a crash left unfinished as interrupted, and begin taking events."""
+        """Connect, repair answers a crash left unfinished, and begin taking events."""
         ...
 
     async def stop_accepting(self) -> None:
@@ -22,7 +33,7 @@ class PlatformAdapter(Protocol):
         ...
 
     async def interrupt_inflight(self) -> None:
-        """Mark answers still streaming after the grace period as interrupted."""
+        """End answers still streaming after the grace period with what they showed plus a note."""
         ...
 
     async def close(self) -> None:

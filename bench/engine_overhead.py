@@ -18,7 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.agents.token_budget import HistoryTurn, build_messages  # noqa: E402
-from core.engine import Engine  # noqa: E402
+from core.engine import Engine, load_system_prompt  # noqa: E402
+from core.history import TurnHistory  # noqa: E402
 from core.events import Done  # noqa: E402
 from core.llm import LLMClient, TextPiece  # noqa: E402
 from core.requests import Actor, ConversationKey, Request  # noqa: E402
@@ -46,7 +47,7 @@ def reply(tokens: int) -> Text:
 async def raw_stream(llm: LLMClient, engine: Engine, emulator: OpenAIEmulator, tokens: int) -> float:
     """Seconds to consume the same reply through the bare client, with a prompt like the engine's."""
     emulator.script(reply(tokens))
-    messages = [{"role": "system", "content": engine.system_prompt}, {"role": "user", "content": "bench question"}]
+    messages = [{"role": "system", "content": load_system_prompt(engine.settings)}, {"role": "user", "content": "bench question"}]
     started = time.perf_counter()
     text = []
     async for piece in llm.stream(model=engine.model, messages=messages, tools=engine.registry.openai_tools(engine.registry.names())):
@@ -106,7 +107,7 @@ def build_time_ms(engine: Engine, runs: int) -> tuple[float, int]:
     for _ in range(runs):
         started = time.perf_counter()
         built = build_messages(
-            system_prompt=engine.system_prompt,
+            system_prompt=load_system_prompt(engine.settings),
             query="bench question",
             history=history,
             counter=engine.counter,
@@ -144,7 +145,7 @@ async def load_time_ms(engine: Engine, runs: int) -> tuple[float, float, int]:
         await engine.conversations.history(conversation_id)
         rows_samples.append(time.perf_counter() - started)
         started = time.perf_counter()
-        turns = await engine.history.load(conversation_id)
+        turns = await TurnHistory(engine.conversations, engine.counter).load(conversation_id)
         turns_samples.append(time.perf_counter() - started)
     return statistics.median(rows_samples) * 1e3, statistics.median(turns_samples) * 1e3, len(turns)
 

@@ -20,6 +20,7 @@ from core.store.db import Database
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event
 from tests.support.engine import make_engine
+from tests.support.ports import ports_for
 
 TIME_SCALE = 0.05  # a Slack minute lasts 3 real seconds
 CONCURRENT_ANSWERS = 100
@@ -127,7 +128,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator) -> Non
     engine = make_engine(db, openai.base_url, slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret,
                          slack_api_url=slack.api_url)
     http = HttpServer(host="127.0.0.1", port=0)
-    adapter = SlackAdapter(settings=engine.settings, engine=engine, db=db, http=http, time_scale=TIME_SCALE)
+    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http, time_scale=TIME_SCALE)
     await http.start()
     await adapter.start()
     bench = Bench(slack, openai, f"http://127.0.0.1:{http.port}/slack/events")

@@ -9,16 +9,19 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from adapters.base import PlatformAdapter
+from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
+from bot.jobs import expire_approvals
 from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
-from core.reminders import SWEEP_INTERVAL_S, ReminderService
+from core.notifier import Notifier
+from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
+from core.store.conversations import ConversationStore
 from core.store.db import Database
+from core.store.live_messages import LiveMessages
 from core.store.processed_events import ProcessedEvents
-from core.tools import ToolRegistry, builtin_registry
-from core.tools.internal_search import INTERNAL_SEARCH
+from core.tools import ToolRegistry, ToolServices, builtin_registry
 from core.tools.reminders import CREATE_REMINDER
 
 log = logging.getLogger(__name__)
@@ -39,8 +42,8 @@ def build_llm(settings: Settings) -> LLMClient:
 
 
 def build_registry() -> ToolRegistry:
+    # internal_search is the engine's own: it registers it when there is a retriever.
     registry = builtin_registry()
-    registry.register(INTERNAL_SEARCH)
     registry.register(CREATE_REMINDER)
     return registry
 
@@ -63,33 +66,26 @@ class Runtime:
         await self.db.open()
         log.info("database: %s", self.db.description)
         self._llm = build_llm(self.settings)
-        retriever = await self._build_retriever()
-        notifiers: dict[str, Any] = {}
-        self.reminders = ReminderService(self.db, self.scheduler, notifiers)
+        from bot.retrieval import build_retriever
+
         self.engine = Engine(
             settings=self.settings,
             db=self.db,
             llm=self._llm,
             registry=build_registry(),
-            retriever=retriever,
-            tool_extras={"reminders": self.reminders},
-            notifiers=notifiers,
+            retriever=await build_retriever(self.settings, self.db),
+            # The tool only writes the row; the ReminderService of a process serving the platform delivers it.
+            tool_services=ToolServices(reminders=ReminderBook(self.db)),
         )
         return self.engine
-
-    async def _build_retriever(self) -> Any:
-        from bot.retrieval import build_retriever
-
-        return await build_retriever(self.settings, self.db)
 
     async def start(self) -> None:
         engine = await self.open_engine()
         self.adapters = self._build_adapters(engine)
-        for adapter in self.adapters:
-            engine.notifiers[adapter.platform] = adapter.notifier
-        self._schedule_jobs(engine)
+        notifiers: dict[str, Notifier] = {adapter.platform: adapter.notifier for adapter in self.adapters}
+        self.reminders = ReminderService(self.db, self.scheduler, notifiers)
+        self._schedule_jobs(engine, self.reminders, notifiers)
         self.scheduler.start()
-        assert self.reminders is not None
         await self.reminders.rearm_all()
         await self.http.start()
         for adapter in self.adapters:
@@ -100,27 +96,27 @@ class Runtime:
     def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
         """Slack and/or Discord, whichever has a token; built before the HTTP server starts (Slack adds a route)."""
         adapters: list[PlatformAdapter] = []
+        ports = AdapterPorts(live=LiveMessages(self.db), dedup=ProcessedEvents(self.db), conversations=ConversationStore(self.db))
         try:
             if self.settings.slack_bot_token:
                 from adapters.slack.adapter import SlackAdapter
 
-                adapters.append(SlackAdapter(settings=self.settings, engine=engine, db=self.db, http=self.http))
+                adapters.append(SlackAdapter(settings=self.settings, engine=engine, ports=ports, http=self.http))
             if self.settings.discord_token:
                 from adapters.discord.adapter import DiscordAdapter
 
-                adapters.append(DiscordAdapter(settings=self.settings, engine=engine, db=self.db))
+                adapters.append(DiscordAdapter(settings=self.settings, engine=engine, ports=ports))
         except ValueError as error:
             raise SettingsError(f"{error}.") from None
         return adapters
 
-    def _schedule_jobs(self, engine: Engine) -> None:
+    def _schedule_jobs(self, engine: Engine, reminders: ReminderService, notifiers: dict[str, Notifier]) -> None:
         events = ProcessedEvents(self.db)
-        assert self.reminders is not None
         jobs = [
             (events.prune, PRUNE_EVENTS_INTERVAL_S, "prune-processed-events"),
-            (engine.expire_approvals, EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
-            (lambda: engine.revert_stuck_runs(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
-            (self.reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
+            (lambda: expire_approvals(engine.approvals, notifiers), EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
+            (lambda: engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
+            (reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
         ]
         for job, interval_s, name in jobs:
             self.scheduler.add_job(job, "interval", seconds=interval_s, id=name, coalesce=True, max_instances=1)

@@ -18,6 +18,8 @@ from core.events import ApprovalRequired, Event, Failed
 from core.requests import Actor
 from core.runs import Runs
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
+
+__all__ = ["ApprovalService", "ApprovalView", "CallView", "ClickResult", "Decision", "DecisionView", "ExpiredApproval", "failed_click"]
 from core.tools import ApprovalPolicy
 
 log = logging.getLogger(__name__)
@@ -207,9 +209,10 @@ class ApprovalService:
         key = _parse_uuid(continuation_id)
         return key is not None and await self._continuations.withdraw(key)
 
-    async def expire_due(self) -> list[ExpiredApproval]:
-        """Close approvals past their expiry; each comes back for its platform to edit its messages."""
-        rows = await self._continuations.expire_due()
+    async def expire_due(self, *, platforms: tuple[str, ...] | None = None) -> list[ExpiredApproval]:
+        """Close approvals past their expiry (of `platforms` only, when given: a process expires what it can
+        edit); each comes back for its platform to edit its messages."""
+        rows = await self._continuations.expire_due(platforms=platforms)
         return [ExpiredApproval(platform=row.platform, view=ApprovalView.from_row(row), message_refs=row.message_refs) for row in rows]
 
     async def revert_stuck(self, *, older_than_s: float = 600.0) -> int:

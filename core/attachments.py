@@ -38,7 +38,9 @@ def prepare_attachments(attachments: Sequence[Attachment], *, model: ModelInfo) 
     parts: list[dict[str, Any]] = []
     for attachment in attachments:
         content_type = attachment.content_type.split(";")[0].strip().lower()
-        if is_text_like(attachment) and len(attachment.data) <= TEXT_ATTACHMENT_MAX_BYTES:
+        if attachment.skipped:
+            blocks.append(f"(Attached file {attachment.filename} of type {content_type or 'unknown'} is {attachment.skipped}.)")
+        elif is_text_like(attachment) and len(attachment.data) <= TEXT_ATTACHMENT_MAX_BYTES:
             text = attachment.data.decode("utf-8", errors="replace")
             blocks.append(f"Attached file {attachment.filename}:\n```\n{text}\n```")
         elif content_type in IMAGE_CONTENT_TYPES and model.supports_vision and len(attachment.data) <= IMAGE_ATTACHMENT_MAX_BYTES:

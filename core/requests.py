@@ -22,6 +22,7 @@ class Attachment:
     filename: str
     content_type: str
     data: bytes
+    skipped: str = ""  # why it was not downloaded (e.g. "too large to read"); the engine then only names it
 
 
 @dataclass(frozen=True, kw_only=True)

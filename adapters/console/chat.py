@@ -9,10 +9,10 @@ import sys
 import uuid
 from typing import AsyncIterator, Awaitable, Callable, TextIO
 
+from core.approvals import Decision, failed_click
 from core.engine import Engine
 from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed, Sources, ToolCallFinished, ToolCallStarted
 from core.requests import Actor, ConversationKey, Request
-from core.store.continuations import Decision
 
 PROMPT = "you> "
 QUIT_WORDS = frozenset({"/quit", "/exit", ":q"})
@@ -80,7 +80,8 @@ class ConsoleChat:
                 return
             decisions = await self._ask_decisions(approval)
             self._write("bot> ")
-            events = self.engine.resume(approval.continuation_id, decisions, actor=self.actor)
+            result = await self.engine.approvals.submit(approval.continuation_id, decisions, actor=self.actor)
+            events = result.events if result.events is not None else _one(failed_click(result))
 
     async def _ask_decisions(self, approval: ApprovalRequired) -> dict[str, Decision]:
         decisions = {}
@@ -96,3 +97,7 @@ class ConsoleChat:
     def _write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
+
+
+async def _one(event: Event) -> AsyncIterator[Event]:
+    yield event

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .adapter import SlackAdapter
-from .doctor import check_slack
+from .adapter import SlackAdapter, check_slack
 from .notifier import SlackNotifier
 
 __all__ = ["SlackAdapter", "SlackNotifier", "check_slack"]

@@ -1,4 +1,4 @@
-"""SlackAdapter: the Bolt AsyncApp (HTTP mode or Socket Mode) wired to the engine."""
+"""SlackAdapter: lifecycle (start, stop taking events, interrupt, close), the gate, the Bolt wiring, and the doctor line."""
 
 from __future__ import annotations
 
@@ -7,29 +7,27 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters import wording
+from adapters.answers import AnswerRunner
+from adapters.base import AdapterPorts
+from adapters.gate import Gate
 from adapters.http.server import HttpServer
 from core.config import Settings
 from core.engine import Engine
-from core.store.db import Database
-from core.store.live_messages import LiveMessages
-from core.store.processed_events import ProcessedEvents
 
-from .answers import PLATFORM, AnswerRunner
-from .approval_blocks import ACTION_PATTERN
-from .approvals import ApprovalClicks
-from .budgets import ScaledClock, SlackBudgets
-from .handlers import EventHandlers
+from .buttons import ACTION_PATTERN
+from .clicks import SlackClicks
+from .inbound import SlackInbound
 from .notifier import SlackNotifier
-from .transport import send_paced
+from .surface import PLATFORM, SlackShownMessages, SlackSurfaces
+from .transport import ScaledClock, SlackBudgets
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +46,7 @@ class SlackAdapter:
     platform = PLATFORM
 
     def __init__(
-        self, *, settings: Settings, engine: Engine, db: Database, http: HttpServer | None = None,
+        self, *, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer | None = None,
         time_scale: float = 1.0,
     ) -> None:
         if not settings.slack_bot_token:
@@ -57,39 +55,38 @@ class SlackAdapter:
         if not socket_mode and (http is None or not settings.slack_signing_secret):
             raise ValueError("Slack HTTP mode needs SLACK_SIGNING_SECRET and the HTTP server (or set SLACK_APP_TOKEN)")
         self._settings = settings
-        self._engine = engine
-        self._accepting = True
         self._socket_handler: AsyncSocketModeHandler | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._live = LiveMessages(db)
-        self._clock = ScaledClock(time_scale)
-        self._budgets = SlackBudgets(clock=self._clock, share=settings.slack_rate_share)
+        clock = ScaledClock(time_scale)
         self.client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
+        self.surfaces = SlackSurfaces(
+            client=self.client, budgets=SlackBudgets(clock=clock, share=settings.slack_rate_share), clock=clock
+        )
+        self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
+        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)
+        self.inbound = SlackInbound(
+            settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
+            conversations=ports.conversations,
+        )
+        self.clicks = SlackClicks(approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate)
+        self.notifier = SlackNotifier(self.surfaces)
         self.app = AsyncApp(
             client=self.client, signing_secret=settings.slack_signing_secret or "",
             process_before_response=False, request_verification_enabled=not socket_mode,
         )
-        self._runner = AnswerRunner(client=self.client, engine=engine, live=self._live, budgets=self._budgets,
-                                    clock=self._clock)
-        self._clicks = ApprovalClicks(client=self.client, engine=engine, runner=self._runner, budgets=self._budgets,
-                                      clock=self._clock)
-        self._processed = ProcessedEvents(db)
-        self._handlers: EventHandlers | None = None
-        self.notifier = SlackNotifier(client=self.client, engine=engine, budgets=self._budgets, clock=self._clock)
-        self._register()
+        self.app.middleware(self._gate_middleware)
+        self.app.event("app_mention")(self._on_app_mention)
+        self.app.event("message")(self._on_message)
+        # Registered as is, so a click goes from Bolt straight to the click handler.
+        self.app.action(ACTION_PATTERN)(self.clicks.on_click)
         if not socket_mode and http is not None:
             http.app.router.add_post(EVENTS_PATH, self._handle_http)
 
     # --- lifecycle (PlatformAdapter) ---
 
     async def start(self) -> None:
-        """Marks answers a crash left unfinished as interrupted, then takes events."""
-        self._session = aiohttp.ClientSession()
-        self._handlers = EventHandlers(
-            settings=self._settings, engine=self._engine, processed=self._processed, runner=self._runner,
-            client=self.client, session=self._session,
-        )
-        await self._mark_leftovers_interrupted()
+        """Repairs answers a crash left unfinished, then takes events."""
+        await self.inbound.open()
+        await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
         if self._settings.slack_app_token:
             self._socket_handler = AsyncSocketModeHandler(self.app, app_token=self._settings.slack_app_token)
             await self._socket_handler.connect_async()
@@ -98,26 +95,25 @@ class SlackAdapter:
             logger.info("Slack listening in HTTP mode at %s", EVENTS_PATH)
 
     async def stop_accepting(self) -> None:
-        self._accepting = False
+        self.gate.accepting = False
 
     async def interrupt_inflight(self) -> None:
-        await self._runner.interrupt_all()
+        await self.runner.interrupt_all()
 
     async def close(self) -> None:
-        """Disconnects. Answers still streaming are dropped as a crash would (their rows stay)."""
-        tasks = self._runner.cancel_all()
+        """Disconnects. Answers still streaming are dropped as a crash would (their records stay)."""
+        await self.gate.cancel_handlers(CLOSE_WAIT_S)
+        tasks = self.runner.cancel_all()
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
         if self._socket_handler is not None:
             await self._socket_handler.close_async()
             self._socket_handler = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.inbound.close()
 
     @property
     def inflight_answers(self) -> int:
-        return self._runner.inflight_count
+        return self.runner.inflight
 
     # --- wiring ---
 
@@ -125,49 +121,36 @@ class SlackAdapter:
         response = await self.app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
-    def _register(self) -> None:
-        self.app.middleware(self._gate)
-        self.app.event("app_mention")(self._on_app_mention)
-        self.app.event("message")(self._on_message)
-        self.app.action(ACTION_PATTERN)(self._on_action)
-
-    async def _gate(self, body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> BoltResponse | None:
+    async def _gate_middleware(self, body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> BoltResponse | None:
         # Dropping here must still answer 200, or Slack retries (and Bolt would say 404).
         if body.get("type") == "url_verification":
             return await next()
-        if not self._accepting:
+        if not self.gate.accepting:
             logger.info("shutting down: ignoring a Slack %s", body.get("type"))
             return BoltResponse(status=200, body="")
         team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
-        allowed = self._settings.slack_team_ids
-        if allowed and team not in allowed:
-            logger.warning("ignoring a Slack %s from workspace %s, which is not in SLACK_TEAM_IDS", body.get("type"), team)
+        if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
         return await next()
 
     async def _on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
-        assert self._handlers is not None, "start() the adapter first"
-        await self._handlers.on_app_mention(body, event, context.bot_user_id or "")
+        await self.inbound.on_app_mention(body, event, context.bot_user_id or "")
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
-        assert self._handlers is not None, "start() the adapter first"
-        await self._handlers.on_message(body, event, context.bot_user_id or "")
+        await self.inbound.on_message(body, event, context.bot_user_id or "")
 
-    async def _on_action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
-        await ack()
-        await self._clicks.on_click(body)
 
-    async def _mark_leftovers_interrupted(self) -> None:
-        leftovers = await self._live.take_all(PLATFORM)
-        for message in leftovers:
-            try:
-                await send_paced(
-                    lambda message=message: self.client.chat_update(  # type: ignore[misc]
-                        channel=message.channel, ts=message.message_id, text=wording.interrupted()
-                    ),
-                    budget=self._budgets.edit(message.workspace), clock=self._clock,
-                )
-            except Exception:
-                logger.exception("could not mark message %s in %s as interrupted", message.message_id, message.channel)
-        if leftovers:
-            logger.info("marked %d unfinished Slack answers as interrupted", len(leftovers))
+async def check_slack(settings: Settings) -> str:
+    """`relaybot doctor`'s Slack line: is Slack configured, and is the bot token accepted (auth.test)?"""
+    if not settings.slack_bot_token:
+        return "not configured (SLACK_BOT_TOKEN is not set)"
+    client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
+    try:
+        auth = await client.auth_test()
+    except SlackApiError as exc:
+        return f"FAILED — the bot token was refused ({exc.response.get('error', 'unknown error')})"
+    except Exception as exc:
+        return f"FAILED — cannot reach {settings.slack_api_url} ({exc.__class__.__name__})"
+    mode = "Socket Mode" if settings.slack_app_token else "HTTP mode at /slack/events"
+    missing = "" if settings.slack_app_token or settings.slack_signing_secret else " — SLACK_SIGNING_SECRET is missing"
+    return f"ok — bot {auth.get('user')} ({auth.get('user_id')}) in {auth.get('team')} ({auth.get('team_id')}), {mode}{missing}"

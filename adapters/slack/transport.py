@@ -1,27 +1,77 @@
-"""Posts and edits answer messages through AsyncWebClient; Slack errors become retry signals."""
+"""Slack Web API calls for answers: posts and edits through AsyncWebClient, errors as retry signals, and the
+bot's own rate budgets (chat.update per workspace, chat.postMessage per channel) on Slack time."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
-import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.streaming import RateBudget, RateLimited, TransientSendError
+from adapters.streaming import CONNECTION_ERRORS, Clock, RateBudget, TransientSendError, classify_failure, parse_retry_after
 from adapters.streaming.send import send_paced as paced
 
-from .budgets import ScaledClock
-from .rendering import message_text
-
-logger = logging.getLogger(__name__)
+from .render import message_text
 
 T = TypeVar("T")
+# Slack's own words for "try again": its 5xx-like errors arrive as 200 with ok=false.
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
-DEFAULT_RETRY_AFTER_S = 1.0
+# Tier 3: about 50 chat.update calls a minute for the whole workspace; Slack tolerates short
+# bursts over a tier's rate (counted like a token bucket of about this many calls).
+EDIT_CALLS_PER_MINUTE = 50.0
+EDIT_BURST_CALLS = 10.0
+# chat.postMessage: about one a second per channel, with a small burst.
+POST_CALLS_PER_S = 1.0
+POST_BURST_CALLS = 2.0
+
+
+class ScaledClock:
+    """Slack time: `time_scale` 1.0 is real time; 0.05 makes a Slack minute last 3 real seconds.
+
+    Matching an emulator's time scale keeps the bot's budgets and pacing in step with it.
+    """
+
+    def __init__(self, time_scale: float = 1.0) -> None:
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        self.time_scale = time_scale
+
+    def now(self) -> float:
+        return time.monotonic() / self.time_scale
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) * self.time_scale)
+
+
+class SlackBudgets:
+    """One budget per limit Slack counts; per process, each taking `share` of Slack's rate."""
+
+    def __init__(self, *, clock: Clock, share: float) -> None:
+        self._clock = clock
+        self._share = share
+        self._edits: dict[str, RateBudget] = {}
+        self._posts: dict[tuple[str, str], RateBudget] = {}
+
+    def edit(self, team_id: str) -> RateBudget:
+        budget = self._edits.get(team_id)
+        if budget is None:
+            budget = RateBudget.per_minute(
+                EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+            )
+            self._edits[team_id] = budget
+        return budget
+
+    def post(self, team_id: str, channel: str) -> RateBudget:
+        budget = self._posts.get((team_id, channel))
+        if budget is None:
+            budget = RateBudget(
+                capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock
+            )
+            self._posts[(team_id, channel)] = budget
+        return budget
 
 
 def translate_error(exc: BaseException, *, time_scale: float) -> BaseException:
@@ -33,24 +83,34 @@ def translate_error(exc: BaseException, *, time_scale: float) -> BaseException:
         response = exc.response
         error = str(response.get("error", "")) if response is not None else ""
         status = response.status_code if response is not None else 0
-        if status == 429 or error == "ratelimited":
-            headers = response.headers if response is not None else {}
-            raw = headers.get("Retry-After") or headers.get("retry-after") or DEFAULT_RETRY_AFTER_S
-            return RateLimited(float(raw) / time_scale, detail=f"Slack said ratelimited ({error})")
-        if status >= 500 or error in TRANSIENT_ERRORS:
-            return TransientSendError(f"Slack answered {status} {error}")
-        return exc
-    if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)):
+        if error == "ratelimited":
+            status = 429
+        elif error in TRANSIENT_ERRORS:
+            status = max(status, 503)
+        headers = response.headers if response is not None else {}
+        retry_after = parse_retry_after(headers.get("Retry-After") or headers.get("retry-after"))
+        signal = classify_failure(
+            status=status,
+            retry_after_s=retry_after / time_scale if retry_after is not None else None,
+            detail=f"Slack answered {status} {error}",
+        )
+        return signal or exc
+    if isinstance(exc, CONNECTION_ERRORS):
         return TransientSendError(f"could not reach Slack: {exc!r}")
     return exc
 
 
-class SlackTransport:
-    """The MessageTransport of one answer: messages in one channel, in one thread (or top level)."""
+async def send_paced(call: Callable[[], Awaitable[T]], *, budget: RateBudget, clock: ScaledClock, key: Hashable = None) -> T:
+    """One Slack call outside a stream (approval, sources, notice, repair), paced by `budget` and retried."""
+    return await paced(
+        call, budget=budget, clock=clock, key=key, translate=lambda exc: translate_error(exc, time_scale=clock.time_scale)
+    )
 
-    def __init__(
-        self, client: AsyncWebClient, *, channel: str, thread_ts: str | None, time_scale: float = 1.0
-    ) -> None:
+
+class SlackTransport:
+    """Posts and edits the messages of one answer: in one channel, in one thread (or top level)."""
+
+    def __init__(self, client: AsyncWebClient, *, channel: str, thread_ts: str | None, time_scale: float = 1.0) -> None:
         self._client = client
         self._channel = channel
         self._thread_ts = thread_ts
@@ -71,16 +131,3 @@ class SlackTransport:
             await self._client.chat_update(channel=self._channel, ts=message_id, text=message_text(text))
         except Exception as exc:
             raise translate_error(exc, time_scale=self._time_scale) from exc
-
-
-async def send_paced(
-    call: Callable[[], Awaitable[T]],
-    *,
-    budget: RateBudget,
-    clock: ScaledClock,
-    key: Hashable = None,
-) -> T:
-    """One Slack call outside a stream (approval, sources, notice), paced by `budget` and retried."""
-    return await paced(
-        call, budget=budget, clock=clock, key=key, translate=lambda exc: translate_error(exc, time_scale=clock.time_scale)
-    )

@@ -7,9 +7,12 @@ from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import SplitPart, split_for_limit, split_parts
 from .streamer import MessageStreamer, OnMessagePosted
-from .transport import MessageTransport, RateLimited, TransientSendError
+from .transport import CONNECTION_ERRORS, MessageTransport, RateLimited, TransientSendError, classify_failure, parse_retry_after
 
 __all__ = [
+    "CONNECTION_ERRORS",
+    "classify_failure",
+    "parse_retry_after",
     "Clock",
     "MessageStreamer",
     "MessageTransport",

@@ -1,8 +1,15 @@
-"""What the streamer needs from a platform: post and edit a message; errors that mean retry."""
+"""What the streamer needs from a platform: post and edit a message; which failures mean "retry"."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
+
+import aiohttp
+
+DEFAULT_RETRY_AFTER_S = 1.0
+# Failures of the connection itself: worth the same call again, like a 5xx.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError)
 
 
 class RateLimited(Exception):
@@ -15,6 +22,23 @@ class RateLimited(Exception):
 
 class TransientSendError(Exception):
     """A failure worth retrying as is: 5xx, connection reset, timeout."""
+
+
+def classify_failure(*, status: int, retry_after_s: float | None, detail: str) -> RateLimited | TransientSendError | None:
+    """The one rule for every platform: 429 → RateLimited (Retry-After, else a second), 5xx → retry as is, else None (permanent)."""
+    if status == 429:
+        return RateLimited(DEFAULT_RETRY_AFTER_S if retry_after_s is None else retry_after_s, detail)
+    if status >= 500:
+        return TransientSendError(detail)
+    return None
+
+
+def parse_retry_after(raw: object) -> float | None:
+    """A Retry-After header value in seconds, or None when absent or unreadable."""
+    try:
+        return max(0.0, float(raw)) if raw is not None else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 class MessageTransport(Protocol):

@@ -196,12 +196,13 @@ class ContinuationStore:
             )
             return await cursor.fetchone() is not None
 
-    async def expire_due(self) -> list[ContinuationRow]:
-        """Close pending runs past their expiry; returns them so their messages can be edited."""
+    async def expire_due(self, *, platforms: tuple[str, ...] | None = None) -> list[ContinuationRow]:
+        """Close pending runs past their expiry (of the given platforms only); returns them so their messages can be edited."""
         return await self._fetch_all(
             "UPDATE continuations SET status = 'expired', finished_at = now()"
-            f" WHERE status = 'pending' AND expires_at <= now() RETURNING {COLUMNS}",
-            (),
+            " WHERE status = 'pending' AND expires_at <= now() AND (%s::text[] IS NULL OR platform = ANY(%s::text[]))"
+            f" RETURNING {COLUMNS}",
+            (list(platforms) if platforms is not None else None, list(platforms) if platforms is not None else None),
         )
 
     async def revert_stuck(self, *, older_than_s: float) -> list[ContinuationRow]:

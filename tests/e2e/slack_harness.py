@@ -16,6 +16,7 @@ from core.store.db import Database
 from core.tools import ToolRegistry
 from tests.emulators.slack import SlackEmulator, app_mention_event, channel_message_event, dm_message_event
 from tests.support.engine import make_engine
+from tests.support.ports import ports_for
 
 POLL_LIMIT_S = 15.0
 ALICE = "U0000ALICE"
@@ -53,8 +54,7 @@ async def start_bot(
     settings.update(overrides)
     engine = make_engine(db, llm_url, registry=registry, retriever=retriever, **settings)
     http = HttpServer(host="127.0.0.1", port=0)
-    adapter = SlackAdapter(settings=engine.settings, engine=engine, db=db, http=http, time_scale=slack.time_scale)
-    engine.notifiers["slack"] = adapter.notifier
+    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http, time_scale=slack.time_scale)
     await http.start()
     await adapter.start()
     return SlackBot(adapter=adapter, engine=engine, http=http)

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from bot.jobs import expire_approvals
+from core.store.db import Database
 from core.tools import ToolSpec, builtin_registry
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator
@@ -156,14 +158,14 @@ async def test_approve_after_restarting_the_app(
 
 
 async def test_expiry_edits_the_approval_message(
-    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+    db: Database, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
     script_deploy(openai_emulator, "prod")
     _thread, approval = await ask_for_deploy(slack, bot)
-    async with bot.engine.db.connection() as conn:
+    async with db.connection() as conn:
         await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second'")
-    assert await bot.engine.expire_approvals() == 1
+    assert await expire_approvals(bot.engine.approvals, {"slack": bot.adapter.notifier}) == 1
     edited = slack.message(CHANNEL, approval.ts)
     assert "⌛" in json.dumps(edited.blocks, ensure_ascii=False) and buttons(edited) == []
 

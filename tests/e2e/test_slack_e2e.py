@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core.store.live_messages import LiveMessage, LiveMessages
+from core.store.db import Database
+from core.ports import LiveMessage
+from core.store.live_messages import LiveMessages
 from tests.emulators.openai_server import Fault, OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
 from tests.e2e.slack_harness import (
@@ -40,7 +42,7 @@ def answered(slack: SlackEmulator, channel: str, thread_ts: str, text: str) -> b
 
 
 async def test_mention_streams_placeholder_edits_and_final_answer(
-    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+    db: Database, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
     answer = "The deploy window is Tuesday at 10:00, after the standup."
@@ -56,7 +58,7 @@ async def test_mention_streams_placeholder_edits_and_final_answer(
     assert "thinking" in str(posted.params.get("text"))
     assert "when is the deploy window?" in model_request_text(openai_emulator.chat_requests[-1])
     assert await eventually(lambda: bot.adapter.inflight_answers == 0)
-    assert await LiveMessages(bot.engine.db).take_all("slack") == []
+    assert await LiveMessages(db).take_all("slack") == []
 
 
 async def test_bad_signature_and_stale_timestamp_get_401(bot: SlackBot, slack_emulator: SlackEmulator) -> None:
@@ -243,14 +245,16 @@ async def test_killed_mid_answer_is_marked_interrupted_at_restart(
 
     restarted = await start_bot(db, slack, openai_emulator.base_url)
     try:
-        assert "interrupted" in slack.message(CHANNEL, left.ts).text.lower()
+        repaired = slack.message(CHANNEL, left.ts).text
+        # The text the user already saw stays; the note is added under it.
+        assert repaired.startswith(left.text.replace(" ▌", "").rstrip()) and repaired.endswith("please ask again.")
         assert await LiveMessages(db).take_all("slack") == []
     finally:
         await restarted.stop()
 
 
 async def test_shutdown_interrupts_answers_in_flight(
-    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+    db: Database, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
     openai_emulator.script(Text("still going " * 60, chunk_chars=4, delay_s=0.05))
@@ -264,7 +268,7 @@ async def test_shutdown_interrupts_answers_in_flight(
     [message] = bot_replies(slack, CHANNEL, event["ts"])
     assert message.text.startswith("still going") and message.text.endswith("please ask again.")
     assert bot_replies(slack, CHANNEL, late["ts"]) == []
-    assert await LiveMessages(bot.engine.db).take_all("slack") == []
+    assert await LiveMessages(db).take_all("slack") == []
 
 
 async def test_socket_mode_answers_a_pushed_mention(

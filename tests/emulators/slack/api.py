@@ -34,13 +34,27 @@ def _int(value: Any, default: int) -> int:
 
 
 def _page(items: list[MessageRecord], params: JsonDict, default_limit: int) -> tuple[list[MessageRecord], str]:
-    """Cursor pagination: the cursor is an opaque offset ("offset:N")."""
+    """Slack's `oldest`/`latest` window (exclusive unless `inclusive`), then cursor pagination: the cursor
+    is an opaque offset ("offset:N")."""
+    items = _in_window(items, params)
     limit = max(1, _int(params.get("limit"), default_limit))
     cursor = str(params.get("cursor") or "")
     start = _int(cursor.removeprefix("offset:"), 0) if cursor.startswith("offset:") else 0
     page = items[start:start + limit]
     next_cursor = f"offset:{start + limit}" if start + limit < len(items) else ""
     return page, next_cursor
+
+
+def _in_window(items: list[MessageRecord], params: JsonDict) -> list[MessageRecord]:
+    oldest, latest = params.get("oldest"), params.get("latest")
+    if oldest is None and latest is None:
+        return items
+    inclusive = str(params.get("inclusive", "")).lower() in ("1", "true")
+    low = float(oldest) if oldest is not None else float("-inf")
+    high = float(latest) if latest is not None else float("inf")
+    if inclusive:
+        return [m for m in items if low <= float(m.ts) <= high]
+    return [m for m in items if low < float(m.ts) < high]
 
 
 class WebApi:

@@ -1,8 +1,12 @@
-"""The model's Markdown as Slack mrkdwn: formatting converted, mass pings neutralised, sizes bounded."""
+"""Slack text: the model's Markdown as mrkdwn (formatting converted, pings neutralised, sizes bounded), shared
+sentences formatted, and the sources reply."""
 
 from __future__ import annotations
 
 import re
+
+from adapters import wording
+from core.events import SourceItem
 
 # chat.update answers msg_too_long beyond this many characters of text.
 MAX_MESSAGE_TEXT_CHARS = 4000
@@ -22,6 +26,11 @@ _BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
 _QUOTE = re.compile(r"^(\s*)&gt;", re.M)
 _PING = re.compile(r"@(channel|here|everyone)\b", re.I)
 _BOLD_MARK = "\x01"
+
+SNIPPET_MAX_CHARS = 160
+TITLE_MAX_CHARS = 120
+# Each sources reply stays well under what one message may hold.
+SOURCES_MESSAGE_MAX_CHARS = 3500
 
 
 def escape(text: str) -> str:
@@ -82,6 +91,11 @@ def rendered_length(markdown: str) -> int:
     return len(to_mrkdwn(markdown))
 
 
+def sentence(markdown: str) -> str:
+    """One of our own (trusted) shared sentences as mrkdwn: `**bold**` becomes `*bold*`; mentions in it stay live."""
+    return _BOLD.sub(lambda m: "*" + m.group(2) + "*", markdown)
+
+
 def plain(text: str) -> str:
     """Untrusted text shown as-is inside mrkdwn (titles, snippets, tool names): escaped, no pings."""
     return neutralise_pings(escape(text))
@@ -93,3 +107,35 @@ def _link_label(label: str) -> str:
 
 def _strip_bold(text: str) -> str:
     return text.replace("**", "").replace("__", "")
+
+
+def source_line(number: int, item: SourceItem) -> str:
+    title = plain(fit(" ".join((item.title or item.source or item.uri or "source").split()), TITLE_MAX_CHARS))
+    uri = item.uri.strip()
+    label = f"<{uri.replace('<', '%3C').replace('>', '%3E').replace('|', '%7C')}|{title}>" if _is_web(uri) else f"*{title}*"
+    snippet = " ".join(item.text.split())
+    line = f"{number}. {label}"
+    if snippet:
+        line += f" — _{plain(fit(snippet, SNIPPET_MAX_CHARS)).replace('_', ' ')}_"
+    return line
+
+
+def sources_messages(items: tuple[SourceItem, ...]) -> list[str]:
+    """The mrkdwn texts of the sources reply (usually one; more only for very many sources)."""
+    if not items:
+        return []
+    texts: list[str] = []
+    current = f"*{wording.sources_title()}*"
+    for number, item in enumerate(items, start=1):
+        line = source_line(number, item)
+        if len(current) + 1 + len(line) > SOURCES_MESSAGE_MAX_CHARS:
+            texts.append(current)
+            current = line
+        else:
+            current += "\n" + line
+    texts.append(current)
+    return texts
+
+
+def _is_web(uri: str) -> bool:
+    return uri.startswith(("https://", "http://"))

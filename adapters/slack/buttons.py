@@ -1,18 +1,18 @@
-"""Block Kit for an approval message: the calls, who asked, and buttons for undecided calls."""
+"""The approval message in Block Kit: the calls, who asked, decisions, and buttons whose values carry
+the continuation and call (parsed by one regex)."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Any
 
-from adapters import wording
-from core.events import ApprovalRequired
-from core.store.continuations import ContinuationRow
+from adapters import wording as shared_wording
+from core.approvals import ApprovalView, CallView
 
-from . import messages
-from .rendering import SECTION_TEXT_MAX_CHARS, fit, plain
+from . import wording
+from .render import SECTION_TEXT_MAX_CHARS, fit, plain, sentence
 
 ACTION_APPROVE = "relaybot_approve"
 ACTION_REJECT = "relaybot_reject"
@@ -33,57 +33,6 @@ FALLBACK_TEXT_MAX_CHARS = 1000
 Json = dict[str, Any]
 
 
-@dataclass(frozen=True, kw_only=True)
-class CallView:
-    call_id: str
-    tool: str
-    arguments: str  # pretty JSON (or the raw text when it is not JSON)
-    description: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalView:
-    """What an approval message shows, from the event at first and from the stored row later."""
-
-    continuation_id: str
-    requested_by: str
-    calls: tuple[CallView, ...]
-    decisions: dict[str, tuple[bool, str]] = field(default_factory=dict)  # call id → (approved, by)
-    state: Literal["open", "expired", "closed"] = "open"
-
-    @classmethod
-    def from_event(cls, event: ApprovalRequired) -> ApprovalView:
-        calls = tuple(
-            CallView(call_id=c.call_id, tool=c.tool, arguments=_pretty(c.arguments), description=c.description)
-            for c in event.calls
-        )
-        return cls(continuation_id=event.continuation_id, requested_by=event.requested_by, calls=calls)
-
-    @classmethod
-    def from_row(cls, row: ContinuationRow) -> ApprovalView:
-        pending = {str(p.get("call_id")): p for p in row.state.get("pending", [])}
-        calls = tuple(
-            CallView(
-                call_id=call_id,
-                tool=str(pending.get(call_id, {}).get("tool", "tool")),
-                arguments=_pretty(pending.get(call_id, {}).get("arguments", "")),
-            )
-            for call_id in row.call_ids
-        )
-        decisions = {cid: (d.approved, d.actor) for cid, d in row.decisions.items()}
-        state: Literal["open", "expired", "closed"] = (
-            "expired" if row.status == "expired" else "open" if row.status == "pending" else "closed"
-        )
-        return cls(
-            continuation_id=str(row.id), requested_by=row.requested_by, calls=calls, decisions=decisions,
-            state=state,
-        )
-
-    @property
-    def undecided(self) -> tuple[CallView, ...]:
-        return tuple(call for call in self.calls if call.call_id not in self.decisions)
-
-
 def button_value(continuation_id: str, call_id: str) -> str:
     return f"{continuation_id}|{call_id}"
 
@@ -100,16 +49,15 @@ def parse_button_value(value: str) -> tuple[str, str | None] | None:
 def approval_blocks(view: ApprovalView) -> list[Json]:
     shown = view.calls[:MAX_SHOWN_CALLS]
     args_room = min(ARGUMENTS_MAX_CHARS, ARGUMENTS_TOTAL_MAX_CHARS // max(1, len(shown)))
-    blocks: list[Json] = [_section(messages.approval_heading(view.requested_by, len(view.calls)))]
+    blocks: list[Json] = [_section(_heading(view))]
     if view.state == "expired":
-        blocks.append(_section(wording.approval_expired()))
+        blocks.append(_section(shared_wording.approval_expired()))
     for index, call in enumerate(shown):
         blocks.append(_section(_call_text(call, args_room), block_id=f"relaybot_call_{index}"))
         decision = view.decisions.get(call.call_id)
         if decision is not None:
-            approved, actor = decision
-            line = wording.approved_by(actor) if approved else wording.rejected_by(actor)
-            blocks.append(_context(line))
+            said = shared_wording.approved_by(decision.actor) if decision.approved else shared_wording.rejected_by(decision.actor)
+            blocks.append(_context(sentence(said)))  # the actor is a mention we wrote
         elif view.state == "open":
             blocks.append(_buttons(
                 f"relaybot_actions_{index}",
@@ -118,7 +66,7 @@ def approval_blocks(view: ApprovalView) -> list[Json]:
             ))
     hidden = len(view.calls) - len(shown)
     if hidden > 0:
-        blocks.append(_context(messages.more_calls_hidden(hidden)))
+        blocks.append(_context(shared_wording.more_calls_hidden(hidden)))
     if view.state == "open" and len(view.undecided) > 1:
         all_value = button_value(view.continuation_id, ALL_CALLS)
         blocks.append(_buttons(
@@ -126,16 +74,23 @@ def approval_blocks(view: ApprovalView) -> list[Json]:
             (ACTION_APPROVE_ALL, "Approve all", "primary", all_value),
             (ACTION_REJECT_ALL, "Reject all", "danger", all_value),
         ))
+    if view.state == "open":
+        expires = datetime.fromtimestamp(view.expires_at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        blocks.append(_context(shared_wording.approval_footer(wording.time_at(view.expires_at, expires))))
     return blocks
 
 
 def approval_text(view: ApprovalView) -> str:
     """The notification / fallback text that goes with the blocks."""
     tools = ", ".join(sorted({call.tool for call in view.calls}))
-    text = messages.approval_heading(view.requested_by, len(view.calls)) + f" ({plain(tools)})"
+    text = _heading(view) + f" ({plain(tools)})"
     if view.state == "expired":
-        text += " " + wording.approval_expired()
+        text += " " + shared_wording.approval_expired()
     return fit(text, FALLBACK_TEXT_MAX_CHARS)
+
+
+def _heading(view: ApprovalView) -> str:
+    return sentence(shared_wording.approval_heading(wording.mention(view.requested_by), len(view.calls)))
 
 
 def _call_text(call: CallView, args_room: int) -> str:
@@ -143,7 +98,7 @@ def _call_text(call: CallView, args_room: int) -> str:
     if call.description:
         text += " — " + plain(fit(" ".join(call.description.split()), DESCRIPTION_MAX_CHARS))
     # Escaped before it is cut: `<` and `&` grow when escaped, and the room is for what Slack counts.
-    arguments = fit(plain(call.arguments.replace("```", "ˋˋˋ")), args_room)
+    arguments = fit(plain(_pretty(call.arguments).replace("```", "ˋˋˋ")), args_room)
     text += "\n```\n" + arguments + "\n```"
     return fit(text, SECTION_TEXT_MAX_CHARS)
 
@@ -171,13 +126,9 @@ def _buttons(block_id: str, *buttons: tuple[str, str, str, str]) -> Json:
     }
 
 
-def _pretty(arguments: Any) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return arguments
+def _pretty(arguments: dict[str, Any]) -> str:
+    # In the model's key order: what a person approves reads as the model wrote it.
     try:
-        return json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
+        return json.dumps(arguments, indent=2, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(arguments)

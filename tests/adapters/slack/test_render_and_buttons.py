@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
-from adapters.slack.approval_blocks import ApprovalView, CallView, approval_blocks, parse_button_value
-from adapters.slack.rendering import MAX_MESSAGE_TEXT_CHARS, message_text, to_mrkdwn
-from adapters.slack.sources import sources_messages
+from adapters.slack.buttons import approval_blocks, parse_button_value
+from adapters.slack.render import MAX_MESSAGE_TEXT_CHARS, message_text, sources_messages, to_mrkdwn
+from core.approvals import ApprovalView, CallView
 from core.events import SourceItem
 
 
@@ -34,9 +32,9 @@ def test_message_text_never_exceeds_the_edit_limit() -> None:
 
 
 def test_approval_blocks_stay_within_slack_limits_for_many_large_calls() -> None:
-    calls = tuple(CallView(call_id=f"call_{n}", tool="deploy", arguments=json.dumps({"blob": "x" * 5000}))
+    calls = tuple(CallView(call_id=f"call_{n}", tool="deploy", arguments={"blob": "x" * 5000})
                   for n in range(40))
-    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=calls)
+    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=calls, expires_at=0.0)
     blocks = approval_blocks(view)
     assert len(blocks) <= 50
     texts = [b["text"]["text"] for b in blocks if b["type"] == "section"]
@@ -70,11 +68,19 @@ def test_a_source_uri_cannot_smuggle_a_mass_ping_into_the_link() -> None:
 
 def test_approval_blocks_count_escaped_characters_against_the_total() -> None:
     # Escaping grows `<` fourfold: the argument room must be spent on the escaped text.
-    calls = tuple(CallView(call_id=f"call_{n}", tool="send_html", arguments=json.dumps({"html": "<p>" * 2000}))
+    calls = tuple(CallView(call_id=f"call_{n}", tool="send_html", arguments={"html": "<p>" * 2000})
                   for n in range(6))
-    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=calls)
+    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=calls, expires_at=0.0)
     blocks = approval_blocks(view)
     texts = [b["text"]["text"] for b in blocks if b["type"] == "section"]
     texts += [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
     assert all(len(t) <= 3000 for t in texts) and sum(map(len, texts)) <= 12_000
     assert all(t.count("```") % 2 == 0 for t in texts)
+
+
+def test_approval_arguments_keep_the_models_key_order() -> None:
+    call = CallView(call_id="c", tool="deploy", arguments={"zone": "eu", "target": "PRODUCTION", "after": "now"})
+    view = ApprovalView(continuation_id="0" * 8 + "-0000-0000-0000-" + "0" * 12, requested_by="U1", calls=(call,),
+                        expires_at=0.0)
+    text = next(b["text"]["text"] for b in approval_blocks(view) if b.get("block_id") == "relaybot_call_0")
+    assert text.index("zone") < text.index("target") < text.index("after")

@@ -1,0 +1,335 @@
+"""The shared answer runner: plays engine runs into a platform surface, tracks answers in flight,
+interrupts them at shutdown, repairs the ones a crash left, and settles approval clicks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol, assert_never
+
+from adapters import wording
+from adapters.streaming import Clock, MessageStreamer, MessageTransport, RateBudget, StreamLimits
+from adapters.streaming.splitter import close_open_fence
+from core import wording as engine_wording
+from core.approvals import ApprovalView, ClickResult
+from core.events import (
+    AnswerDelta,
+    ApprovalRequired,
+    Done,
+    Event,
+    Failed,
+    SourceItem,
+    Sources,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from core.ports import LiveAnswerLog, LiveMessage
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_WAIT_S = 5.0
+CURSOR_CHAR = "▌"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerPlace:
+    """Where an answer's messages live, as recorded while they stream."""
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pacing:
+    """How one answer streams: message limits and the rate budgets its posts and edits draw on."""
+
+    limits: StreamLimits
+    edit_budget: RateBudget
+    post_budget: RateBudget
+    clock: Clock
+    key: Hashable = None  # the streamer's fairness key in shared budgets; None: one per answer
+    start_on_first_event: bool = False  # post nothing until the engine says something
+
+
+class Surface(MessageTransport, Protocol):
+    """A platform's end of one answer: posting and editing its messages, and what goes around them."""
+
+    place: AnswerPlace
+    pacing: Pacing
+
+    async def show_working(self) -> None:
+        """The first sign of life, before any message (Discord's typing indicator; nothing where a placeholder does it)."""
+        ...
+
+    async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        """Posts the approval message and returns the reference expiry will need to edit it."""
+        ...
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        """Called only when there are sources."""
+        ...
+
+    async def show_notice(self, text: str) -> None:
+        """A short message in the answer's place (thread, DM or channel)."""
+        ...
+
+
+class ApprovalMessages(Protocol):
+    """What the runner asks of the approval service (core.approvals.ApprovalService)."""
+
+    async def remember_message(self, continuation_id: str, ref: dict[str, Any]) -> None: ...
+
+    async def withdraw(self, continuation_id: str) -> bool: ...
+
+    async def view(self, continuation_id: str) -> ApprovalView | None: ...
+
+
+class ClickReply(Protocol):
+    """How a platform answers the person who clicked."""
+
+    async def redraw(self, view: ApprovalView) -> None:
+        """Edits the clicked approval message to show `view`."""
+        ...
+
+    async def tell(self, text: str) -> None:
+        """A private note to the clicker."""
+        ...
+
+
+class ShownMessages(Protocol):
+    """Reads and rewrites a platform message as shown (rendered text), to repair what a crash left."""
+
+    max_chars: int
+
+    def render(self, markdown: str) -> str: ...
+
+    async def read_shown(self, message: LiveMessage) -> str | None: ...
+
+    async def replace_shown(self, message: LiveMessage, text: str) -> None: ...
+
+
+@dataclass(kw_only=True, eq=False)
+class _Answer:
+    streamer: MessageStreamer
+    task: asyncio.Task[Any] | None
+    interrupted: bool = False
+
+
+class AnswerRunner:
+    """One per platform adapter; the same behaviour on every platform."""
+
+    def __init__(self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog) -> None:
+        self.platform = platform
+        self._approvals = approvals
+        self._live = live
+        self._answers: set[_Answer] = set()
+        self._redraw_locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def inflight(self) -> int:
+        return len(self._answers)
+
+    async def play(self, events: AsyncIterator[Event], surface: Surface) -> None:
+        """Shows a run's events until it ends; the answer message always ends in a final state."""
+        await surface.show_working()
+        pacing = surface.pacing
+        place = surface.place
+        streamer = MessageStreamer(
+            surface,
+            limits=pacing.limits,
+            edit_budget=pacing.edit_budget,
+            post_budget=pacing.post_budget,
+            clock=pacing.clock,
+            key=pacing.key if pacing.key is not None else object(),
+            on_message_posted=lambda message_id: self._live.add(
+                LiveMessage(
+                    platform=place.platform, workspace=place.workspace, channel=place.channel,
+                    message_id=message_id, thread=place.thread,
+                )
+            ),
+        )
+        answer = _Answer(streamer=streamer, task=asyncio.current_task())
+        self._answers.add(answer)
+        ended = False
+        try:
+            await _play(events, streamer, surface, self._approvals, start_at_once=not pacing.start_on_first_event,
+                        stopped=lambda: answer.interrupted)
+            ended = True
+        except asyncio.CancelledError:
+            # Cancelled by shutdown: interrupt_all ends the message; a bare close leaves its record
+            # for the next start to repair, as a crash would.
+            raise
+        except Exception:
+            log.exception("answer failed while streaming in %s", place.channel)
+            if not answer.interrupted:
+                await streamer.fail(wording.failed(engine_wording.unexpected_error()))
+            ended = True
+        finally:
+            self._answers.discard(answer)
+            if ended or answer.interrupted:
+                await asyncio.shield(self._forget(place, streamer.message_ids))
+
+    async def interrupt_all(self) -> None:
+        """Stops every answer still streaming and ends it with the text shown so far plus a note."""
+        answers = list(self._answers)
+        for answer in answers:
+            answer.interrupted = True
+            if answer.task is not None and answer.task is not asyncio.current_task():
+                answer.task.cancel()
+        tasks = [answer.task for answer in answers if answer.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=INTERRUPT_WAIT_S)
+        await asyncio.gather(
+            *(answer.streamer.interrupt(wording.interrupted()) for answer in answers), return_exceptions=True
+        )
+
+    def cancel_all(self) -> list[asyncio.Task[Any]]:
+        """Cancels every streaming task without touching the platform (their records stay for the next start)."""
+        tasks = [answer.task for answer in self._answers if answer.task is not None and not answer.task.done()]
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    async def repair_leftovers(self, shown: ShownMessages) -> int:
+        """At start: every answer a dead process left streaming keeps the text it showed, plus the interrupted note."""
+        leftovers = await self._live.take_all(self.platform)
+        note = shown.render(wording.interrupted())
+        for message in leftovers:
+            try:
+                text = await shown.read_shown(message)
+                await shown.replace_shown(message, repaired_text(text or "", note, max_chars=shown.max_chars))
+            except Exception:
+                log.exception("could not repair message %s in %s", message.message_id, message.channel)
+        if leftovers:
+            log.info("repaired %d unfinished %s answers", len(leftovers), self.platform)
+        return len(leftovers)
+
+    async def settle_click(self, result: ClickResult, reply: ClickReply, surface: Surface, *, message_key: str) -> None:
+        """Shows a click's result: the approval message redrawn, a private note when there is one to give,
+        and the resumed run when this click claimed it."""
+        if result.outcome in ("recorded", "ready") and result.view is not None:
+            try:
+                await self._redraw(result.view.continuation_id, reply, message_key)
+            except Exception:
+                # The decision is recorded: a message that cannot be edited must not stop the run
+                # from resuming, nor tell the clicker that the click was lost.
+                log.exception("could not redraw approval %s", result.view.continuation_id)
+                if result.outcome == "recorded" and result.message:
+                    await reply.tell(result.message)
+        elif result.message:
+            await reply.tell(result.message)
+        if result.events is not None:
+            await self.play(result.events, surface)
+
+    async def _redraw(self, continuation_id: str, reply: ClickReply, message_key: str) -> None:
+        # Edits of one message are serialised and read the row inside the lock, so the last edit
+        # shows every decision recorded so far, however the clicks raced.
+        lock = self._redraw_locks.setdefault(message_key, asyncio.Lock())
+        try:
+            async with lock:
+                view = await self._approvals.view(continuation_id)
+                if view is not None:
+                    await reply.redraw(view)
+        finally:
+            if not lock.locked() and self._redraw_locks.get(message_key) is lock:
+                del self._redraw_locks[message_key]
+
+    async def _forget(self, place: AnswerPlace, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            try:
+                await self._live.remove(platform=place.platform, channel=place.channel, message_id=message_id)
+            except Exception:
+                log.exception("could not forget live message %s", message_id)
+
+
+async def _play(
+    events: AsyncIterator[Event],
+    streamer: MessageStreamer,
+    surface: Surface,
+    approvals: ApprovalMessages,
+    *,
+    start_at_once: bool,
+    stopped: Any,
+) -> None:
+    started = False
+    if start_at_once:
+        await streamer.start()
+        started = True
+    sources: tuple[SourceItem, ...] = ()
+    wrote = False
+    try:
+        async for event in events:
+            if stopped():
+                return
+            if not started:
+                await streamer.start()
+                started = True
+            match event:
+                case AnswerDelta():
+                    wrote = wrote or bool(event.text.strip())
+                    streamer.append(event.text)
+                case ToolCallStarted():
+                    streamer.set_status(wording.tool_running(event.tool))
+                case ToolCallFinished():
+                    streamer.set_status(None)
+                case Sources():
+                    sources = event.items
+                case ApprovalRequired():
+                    streamer.set_status(None)
+                    await streamer.finish(None if wrote else wording.waiting_for_approval())
+                    await _show_approval(event, surface, approvals)
+                    return
+                case Done():
+                    # What this stream showed is its final text: a resumed run's message holds only
+                    # what came after the pause (the earlier part is in the message before).
+                    ids = await streamer.finish(None if wrote else event.answer)
+                    if sources:
+                        try:
+                            await surface.show_sources(sources, ids)
+                        except Exception:
+                            log.exception("could not post the sources of an answer")
+                    return
+                case Failed():
+                    await streamer.fail(wording.failed(event.message))
+                    return
+                case _:
+                    assert_never(event)
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+    if not stopped():
+        # The run ended without saying how: show what was written.
+        await streamer.finish()
+
+
+async def _show_approval(event: ApprovalRequired, surface: Surface, approvals: ApprovalMessages) -> None:
+    """A paused run whose approval message cannot be posted is withdrawn, so nothing waits where nobody sees it."""
+    try:
+        ref = await surface.show_approval(ApprovalView.from_event(event))
+    except Exception:
+        log.exception("could not post approval request %s; withdrawing it", event.continuation_id)
+        await approvals.withdraw(event.continuation_id)
+        await surface.show_notice(wording.approval_not_shown())
+        return
+    try:
+        await approvals.remember_message(event.continuation_id, ref)
+    except Exception:
+        # The request is shown and clickable; only its expiry edit will not find the message.
+        log.exception("could not remember the message of approval %s", event.continuation_id)
+
+
+def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
+    """What an answer left streaming becomes: its text so far, without cursor or placeholder, plus `note`."""
+    text = shown.replace(" " + CURSOR_CHAR, "").replace(CURSOR_CHAR, "").rstrip()
+    if text in ("", "_thinking…_"):
+        return note
+    text = close_open_fence(text)
+    room = max_chars - len(note) - 2
+    if len(text) > room:
+        text = close_open_fence(text[: room - len("\n```") - 1])
+    return f"{text}\n\n{note}"

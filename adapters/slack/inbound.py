@@ -1,0 +1,192 @@
+"""Slack events → engine requests: mentions, DMs and thread follow-ups, each answered once; thread context
+and files read the same way as on every platform."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters import wording
+from adapters.answers import AnswerRunner
+from adapters.gate import Gate
+from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
+from core.config import Settings
+from core.engine import Engine
+from core.ports import KnownConversations
+from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
+
+from .surface import PLATFORM, ReplyTarget, SlackSurfaces
+
+logger = logging.getLogger(__name__)
+
+SLACK_HOST_SUFFIX = ".slack.com"
+DOWNLOAD_TIMEOUT_S = 20.0
+_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+
+
+class SlackInbound:
+    """Bolt listeners for messages; they run after Bolt has acked the event."""
+
+    def __init__(
+        self, *, settings: Settings, engine: Engine, gate: Gate, runner: AnswerRunner, surfaces: SlackSurfaces,
+        conversations: KnownConversations,
+    ) -> None:
+        self._settings = settings
+        self._engine = engine
+        self._gate = gate
+        self._runner = runner
+        self._surfaces = surfaces
+        self._conversations = conversations
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def client(self) -> AsyncWebClient:
+        return self._surfaces.client
+
+    async def open(self) -> None:
+        self._session = aiohttp.ClientSession()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str) -> None:
+        with self._gate.track():
+            if _not_from_a_person(event) or not await self._gate.first_time(str(body.get("event_id") or "")):
+                return
+            ts = str(event["ts"])
+            thread_ts = str(event.get("thread_ts") or ts)
+            team_id = _team(body, event)
+            context: tuple[PriorMessage, ...] = ()
+            if thread_ts != ts:
+                context = await self._thread_context(str(event["channel"]), thread_ts, before_ts=ts)
+            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=str(event["channel"]), thread=thread_ts)
+            await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=key.channel, thread_ts=thread_ts),
+                               bot_user_id=bot_user_id, context=context)
+
+    async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str) -> None:
+        with self._gate.track():
+            if _not_from_a_person(event) or event.get("user") == bot_user_id:
+                return
+            channel = str(event.get("channel", ""))
+            team_id = _team(body, event)
+            thread_ts = event.get("thread_ts")
+            if event.get("channel_type") == "im":
+                # Top-level DMs are one rolling conversation; a thread in a DM is its own.
+                if not await self._gate.first_time(str(body.get("event_id") or "")):
+                    return
+                key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""))
+                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
+                await self._answer(event, key=key, target=target, bot_user_id=bot_user_id)
+                return
+            # A channel message: only follow-ups in threads the bot already answers, without a mention
+            # (a mention arrives as app_mention too and is answered there).
+            if not self._settings.slack_thread_followups or not thread_ts or thread_ts == event.get("ts"):
+                return
+            if bot_user_id and f"<@{bot_user_id}" in str(event.get("text", "")):
+                return
+            if not await self._gate.first_time(str(body.get("event_id") or "")):
+                return
+            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts))
+            if not await self._conversations.exists(key):
+                return
+            await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts)),
+                               bot_user_id=bot_user_id)
+
+    async def _answer(
+        self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
+        context: tuple[PriorMessage, ...] = (),
+    ) -> None:
+        text = str(event.get("text", ""))
+        question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
+        attachments = await self._files(list(event.get("files") or []))
+        surface = self._surfaces.at(target)
+        if not question and not attachments:
+            await surface.show_notice(wording.empty_question())
+            return
+        request = Request(
+            question=question, conversation=key, user=Actor(id=str(event.get("user", ""))),
+            attachments=attachments, thread_context=context,
+        )
+        await self._runner.play(self._engine.ask(request), surface)
+
+    async def _thread_context(self, channel: str, thread_ts: str, *, before_ts: str) -> tuple[PriorMessage, ...]:
+        try:
+            response = await self.client.conversations_replies(
+                channel=channel, ts=thread_ts, limit=THREAD_CONTEXT_MAX_MESSAGES
+            )
+        except Exception:
+            logger.exception("could not read thread %s in %s; answering without it", thread_ts, channel)
+            return ()
+        prior = []
+        for message in response.get("messages", []):
+            if float(message.get("ts", 0)) >= float(before_ts) or not str(message.get("text", "")).strip():
+                continue
+            is_bot = bool(message.get("bot_id"))
+            author = str(message.get("user") or message.get("bot_id") or "someone")
+            prior.append(PriorMessage(author=author, text=str(message["text"]), is_bot=is_bot))
+        return tuple(prior)
+
+    async def _files(self, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
+        """The message's files by the shared rules; the bot token goes only to Slack's own hosts
+        (or the configured API host), never to a URL that merely claims to be a file."""
+        if not files or self._session is None:
+            return ()
+        trusted = {urlsplit(self._settings.slack_api_url).netloc.lower()}
+        found = [
+            FileOnMessage(
+                filename=str(info.get("name") or "file"), content_type=str(info.get("mimetype") or ""),
+                size=int(info.get("size") or 0), handle=info,
+            )
+            for info in files
+        ]
+
+        async def download(file: FileOnMessage, cap: int) -> bytes | None:
+            url = str(file.handle.get("url_private_download") or file.handle.get("url_private") or "")
+            if not _trusted(url, trusted):
+                logger.warning("not sending the bot token to %s for Slack file %s", urlsplit(url).netloc or "an empty URL",
+                               file.handle.get("id"))
+                return None
+            return await self._download(url, file, cap)
+
+        return await read_files(found, download)
+
+    async def _download(self, url: str, file: FileOnMessage, cap: int) -> bytes | None:
+        assert self._session is not None
+        try:
+            async with self._session.get(
+                url, headers={"Authorization": f"Bearer {self._settings.slack_bot_token or ''}"},
+                timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S),
+            ) as response:
+                # Without a valid token Slack answers 200 with its HTML sign-in page instead of the file.
+                if response.status != 200 or (response.content_type == "text/html" and "html" not in file.content_type):
+                    logger.warning("could not download Slack file %s: %s %s", file.filename, response.status,
+                                   response.content_type)
+                    return None
+                return await response.content.read(cap + 1)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            logger.warning("could not download Slack file %s: %r", file.filename, exc)
+            return None
+
+
+def _trusted(url: str, trusted_hosts: set[str]) -> bool:
+    parts = urlsplit(url)
+    host = parts.netloc.lower()
+    return host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX)))
+
+
+def _not_from_a_person(event: dict[str, Any]) -> bool:
+    """Bots, edits, joins and every other subtype are not questions (file shares are)."""
+    subtype = event.get("subtype")
+    return bool(event.get("bot_id")) or (subtype is not None and subtype != "file_share") or not event.get("user")
+
+
+def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
+    return str(body.get("team_id") or event.get("team") or "")

@@ -1,0 +1,137 @@
+"""Slack's end of an answer: its messages in a thread (post, edit), the approval message, the sources reply,
+notices — and reading a message back to repair what a crash left."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.answers import AnswerPlace, Pacing
+from adapters.streaming import StreamLimits
+from core.approvals import ApprovalView
+from core.events import SourceItem
+from core.ports import LiveMessage
+
+from .buttons import approval_blocks, approval_text
+from .render import MAX_MESSAGE_TEXT_CHARS, message_text, rendered_length, sources_messages
+from .transport import ScaledClock, SlackBudgets, SlackTransport, send_paced
+
+PLATFORM = "slack"
+# Streamed text rolls over into a new message here, measured as rendered (escapes count); the
+# margin is for cursor and status, and chat.update refuses more than 4,000 chars.
+STREAM_MAX_CHARS = 3800
+MIN_EDIT_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplyTarget:
+    """Where a run's messages go; thread_ts None means top level (a DM's rolling conversation)."""
+
+    team_id: str
+    channel: str
+    thread_ts: str | None
+
+
+class SlackSurfaces:
+    """Makes the surface of each answer; one per adapter, sharing its client, budgets and clock."""
+
+    def __init__(self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock) -> None:
+        self.client = client
+        self.budgets = budgets
+        self.clock = clock
+        self.limits = StreamLimits(max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S, measure=rendered_length)
+
+    def at(self, target: ReplyTarget) -> SlackSurface:
+        return SlackSurface(self, target)
+
+    async def post_paced(self, target: ReplyTarget, **message: Any) -> dict[str, Any]:
+        """chat.postMessage into the target's channel (and thread), on its channel's budget."""
+        response = await send_paced(
+            lambda: self.client.chat_postMessage(channel=target.channel, thread_ts=target.thread_ts, **message),
+            budget=self.budgets.post(target.team_id, target.channel), clock=self.clock,
+        )
+        return dict(response.data) if hasattr(response, "data") else dict(response)
+
+    async def update_paced(self, team_id: str, channel: str, ts: str, **message: Any) -> None:
+        """chat.update of one message, on the workspace's edit budget."""
+        await send_paced(
+            lambda: self.client.chat_update(channel=channel, ts=ts, **message),
+            budget=self.budgets.edit(team_id), clock=self.clock,
+        )
+
+
+class SlackSurface:
+    """Implements adapters.answers.Surface for one answer in one Slack thread (or a DM's top level)."""
+
+    def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget) -> None:
+        self._surfaces = surfaces
+        self.target = target
+        self._transport = SlackTransport(
+            surfaces.client, channel=target.channel, thread_ts=target.thread_ts, time_scale=surfaces.clock.time_scale
+        )
+        self.place = AnswerPlace(
+            platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=target.thread_ts or ""
+        )
+        self.pacing = Pacing(
+            limits=surfaces.limits,
+            edit_budget=surfaces.budgets.edit(target.team_id),
+            post_budget=surfaces.budgets.post(target.team_id, target.channel),
+            clock=surfaces.clock,
+        )
+
+    async def post(self, text: str) -> str:
+        return await self._transport.post(text)
+
+    async def edit(self, message_id: str, text: str) -> None:
+        await self._transport.edit(message_id, text)
+
+    async def show_working(self) -> None:
+        # The streamer's placeholder message is the sign of life on Slack.
+        return None
+
+    async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        response = await self._surfaces.post_paced(self.target, text=approval_text(view), blocks=approval_blocks(view))
+        return {
+            "platform": PLATFORM, "team": self.target.team_id, "channel": self.target.channel,
+            "ts": str(response["ts"]), "thread_ts": self.target.thread_ts or "",
+        }
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        # A DM answer at top level gets its sources in the answer's own thread.
+        target = self.target if self.target.thread_ts or not answer_ids else ReplyTarget(
+            team_id=self.target.team_id, channel=self.target.channel, thread_ts=answer_ids[0]
+        )
+        for text in sources_messages(items):
+            await self._surfaces.post_paced(target, text=text, unfurl_links=False, unfurl_media=False)
+
+    async def show_notice(self, text: str) -> None:
+        await self._surfaces.post_paced(self.target, text=message_text(text))
+
+
+class SlackShownMessages:
+    """Implements adapters.answers.ShownMessages: reads a message back from Slack and rewrites it as shown."""
+
+    max_chars = MAX_MESSAGE_TEXT_CHARS
+
+    def __init__(self, surfaces: SlackSurfaces) -> None:
+        self._surfaces = surfaces
+
+    def render(self, markdown: str) -> str:
+        return message_text(markdown)
+
+    async def read_shown(self, message: LiveMessage) -> str | None:
+        client = self._surfaces.client
+        window: dict[str, Any] = {"latest": message.message_id, "oldest": message.message_id, "inclusive": True, "limit": 1}
+        if message.thread and message.thread != message.message_id:
+            response = await client.conversations_replies(channel=message.channel, ts=message.thread, **window)
+        else:
+            response = await client.conversations_history(channel=message.channel, **window)
+        for found in response.get("messages", []):
+            if str(found.get("ts")) == message.message_id:
+                return str(found.get("text") or "")
+        return None
+
+    async def replace_shown(self, message: LiveMessage, text: str) -> None:
+        await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, text=text)

@@ -1,0 +1,25 @@
+"""The process's scheduled jobs, each touching only the platforms this process serves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from core.approvals import ApprovalService
+from core.notifier import Notifier
+
+log = logging.getLogger(__name__)
+
+
+async def expire_approvals(approvals: ApprovalService, notifiers: Mapping[str, Notifier]) -> int:
+    """Close approvals past their expiry and edit their messages on the platform that showed them."""
+    expired = await approvals.expire_due(platforms=tuple(notifiers))
+    for approval in expired:
+        notifier = notifiers.get(approval.platform)
+        if notifier is None:
+            continue
+        try:
+            await notifier.approval_expired(view=approval.view, message_refs=approval.message_refs)
+        except Exception:
+            log.exception("could not mark approval %s as expired on %s", approval.view.continuation_id, approval.platform)
+    return len(expired)

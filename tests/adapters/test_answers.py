@@ -1,0 +1,211 @@
+"""The shared answer runner: every ending leaves the answer final; a lost approval message is withdrawn;
+crash repair keeps the text shown; a click's result is shown the same way on every platform."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from adapters import wording
+from adapters.answers import AnswerPlace, AnswerRunner, Pacing, repaired_text
+from adapters.streaming import RateBudget, StreamLimits
+from core.approvals import ApprovalView, CallView, ClickResult
+from core.events import AnswerDelta, ApprovalRequired, Done, Event, PendingCall, SourceItem, Sources
+from core.ports import LiveMessage
+from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
+
+
+class MemoryLive:
+    """An in-memory LiveAnswerLog."""
+
+    def __init__(self, rows: list[LiveMessage] | None = None) -> None:
+        self.rows: list[LiveMessage] = list(rows or [])
+        self.added: list[str] = []
+
+    async def add(self, message: LiveMessage) -> None:
+        self.rows.append(message)
+        self.added.append(message.message_id)
+
+    async def remove(self, *, platform: str, channel: str, message_id: str) -> None:
+        self.rows = [r for r in self.rows if not (r.platform == platform and r.channel == channel and r.message_id == message_id)]
+
+    async def take_all(self, platform: str) -> list[LiveMessage]:
+        taken = [r for r in self.rows if r.platform == platform]
+        self.rows = [r for r in self.rows if r.platform != platform]
+        return taken
+
+
+class Approvals:
+    """Records what the runner asks of the approval service."""
+
+    def __init__(self, view: ApprovalView | None = None) -> None:
+        self.withdrawn: list[str] = []
+        self.remembered: list[tuple[str, dict[str, Any]]] = []
+        self.current = view
+
+    async def remember_message(self, continuation_id: str, ref: dict[str, Any]) -> None:
+        self.remembered.append((continuation_id, ref))
+
+    async def withdraw(self, continuation_id: str) -> bool:
+        self.withdrawn.append(continuation_id)
+        return True
+
+    async def view(self, continuation_id: str) -> ApprovalView | None:
+        return self.current
+
+
+class RecordingSurface:
+    def __init__(self, clock: FakeClock, *, approval_fails: bool = False) -> None:
+        self.transport = MemoryTransport(clock=clock)
+        budget = RateBudget(capacity=10, refill_per_s=10, clock=clock)
+        self.place = AnswerPlace(platform="test", workspace="W", channel="C")
+        self.pacing = Pacing(limits=StreamLimits(max_chars=500), edit_budget=budget, post_budget=budget, clock=clock)
+        self.approval_fails = approval_fails
+        self.calls: list[str] = []
+        self.approvals: list[ApprovalView] = []
+        self.sources: list[tuple[SourceItem, ...]] = []
+        self.notices: list[str] = []
+
+    async def post(self, text: str) -> str:
+        return await self.transport.post(text)
+
+    async def edit(self, message_id: str, text: str) -> None:
+        await self.transport.edit(message_id, text)
+
+    async def show_working(self) -> None:
+        self.calls.append("working")
+
+    async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        if self.approval_fails:
+            raise RuntimeError("the platform refused the approval message")
+        self.approvals.append(view)
+        return {"message": "m-approval"}
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        self.sources.append(items)
+
+    async def show_notice(self, text: str) -> None:
+        self.notices.append(text)
+
+
+async def _events(*events: Event) -> AsyncIterator[Event]:
+    for event in events:
+        yield event
+
+
+PAUSE = ApprovalRequired(
+    continuation_id="c-1",
+    calls=(PendingCall(call_id="a", tool="deploy", arguments={"env": "prod"}),),
+    requested_by="U1",
+    expires_at=0.0,
+)
+
+
+async def test_a_lost_approval_message_is_withdrawn_and_the_user_told() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock, approval_fails=True)
+    approvals = Approvals()
+    runner = AnswerRunner(platform="test", approvals=approvals, live=MemoryLive())
+    await clock.run(runner.play(_events(AnswerDelta(text="Let me deploy."), PAUSE), surface))
+    assert approvals.withdrawn == ["c-1"] and approvals.remembered == []
+    assert surface.notices == [wording.approval_not_shown()]
+    assert surface.transport.final_texts() == ["Let me deploy."]
+
+
+async def test_a_posted_approval_is_remembered_for_its_expiry_edit() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    approvals = Approvals()
+    live = MemoryLive()
+    runner = AnswerRunner(platform="test", approvals=approvals, live=live)
+    await clock.run(runner.play(_events(PAUSE), surface))
+    assert [view.calls[0].arguments for view in surface.approvals] == [{"env": "prod"}]
+    assert approvals.remembered == [("c-1", {"message": "m-approval"})]
+    assert surface.transport.final_texts() == [wording.waiting_for_approval()]
+    assert live.rows == [] and live.added, "the answer message was recorded while live and forgotten once final"
+
+
+async def test_done_shows_only_this_streams_text_and_then_the_sources() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    item = SourceItem(title="Runbook", uri="https://wiki/runbook", text="…")
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive())
+    events = _events(AnswerDelta(text="Deployed [1]."), Sources(items=(item,)), Done(answer="Let me deploy. Deployed [1]."))
+    await clock.run(runner.play(events, surface))
+    assert surface.calls == ["working"]
+    assert surface.transport.final_texts() == ["Deployed [1]."]  # a resumed run's message holds what came after the pause
+    assert surface.sources == [(item,)]
+
+
+def test_a_repaired_answer_keeps_what_was_shown_and_adds_the_note() -> None:
+    note = wording.interrupted()
+    assert repaired_text("Step one ▌", note, max_chars=2000) == f"Step one\n\n{note}"
+    assert repaired_text("```py\nx = 1 ▌", note, max_chars=2000) == f"```py\nx = 1\n```\n\n{note}"
+    assert repaired_text("_thinking…_ ▌", note, max_chars=2000) == note
+    long = repaired_text("y" * 3000, note, max_chars=2000)
+    assert len(long) <= 2000 and long.endswith(note)
+
+
+class Shown:
+    max_chars = 2000
+
+    def __init__(self, texts: dict[str, str | None]) -> None:
+        self.texts = texts
+        self.written: dict[str, str] = {}
+
+    def render(self, markdown: str) -> str:
+        return markdown
+
+    async def read_shown(self, message: LiveMessage) -> str | None:
+        return self.texts[message.message_id]
+
+    async def replace_shown(self, message: LiveMessage, text: str) -> None:
+        self.written[message.message_id] = text
+
+
+async def test_repair_at_start_keeps_the_shown_text_of_this_platforms_leftovers_only() -> None:
+    mine = LiveMessage(platform="test", workspace="W", channel="C", message_id="1")
+    gone = LiveMessage(platform="test", workspace="W", channel="C", message_id="2")
+    other = LiveMessage(platform="other", workspace="W", channel="C", message_id="3")
+    live = MemoryLive([mine, gone, other])
+    shown = Shown({"1": "Half an answer ▌", "2": None})
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=live)
+    assert await runner.repair_leftovers(shown) == 2
+    assert shown.written == {"1": f"Half an answer\n\n{wording.interrupted()}", "2": wording.interrupted()}
+    assert live.rows == [other]
+
+
+class Reply:
+    def __init__(self, *, redraw_fails: bool = False) -> None:
+        self.redraw_fails = redraw_fails
+        self.redrawn: list[ApprovalView] = []
+        self.told: list[str] = []
+
+    async def redraw(self, view: ApprovalView) -> None:
+        if self.redraw_fails:
+            raise RuntimeError("message deleted")
+        self.redrawn.append(view)
+
+    async def tell(self, text: str) -> None:
+        self.told.append(text)
+
+
+VIEW = ApprovalView(
+    continuation_id="c-1", requested_by="U1", expires_at=0.0,
+    calls=(CallView(call_id="a", tool="deploy", arguments={"env": "prod"}),),
+)
+
+
+async def test_a_click_result_is_redrawn_told_and_its_resumed_run_played() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    runner = AnswerRunner(platform="test", approvals=Approvals(VIEW), live=MemoryLive())
+    refused = Reply()
+    await runner.settle_click(ClickResult(outcome="refused", message="Only U1 can decide."), refused, surface, message_key="m")
+    assert refused.told == ["Only U1 can decide."] and refused.redrawn == []
+
+    ready = Reply(redraw_fails=True)
+    result = ClickResult(outcome="ready", message="", view=VIEW, claimed=True, events=_events(Done(answer="Deployed.")))
+    await clock.run(runner.settle_click(result, ready, surface, message_key="m"))
+    assert ready.told == [], "a failed redraw of a click that resumed tells nobody the click was lost"
+    assert surface.transport.final_texts() == ["Deployed."]
