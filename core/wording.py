@@ -51,3 +51,65 @@ def unknown_agent_type(name: str, known: list[str]) -> str:
 
 def reminder_created(due: datetime) -> str:
     return f"Reminder set for {due.isoformat(timespec='minutes')}."
+
+
+def model_stalled(idle_timeout_s: float) -> str:
+    return f"The language model stopped responding for {idle_timeout_s:g} seconds. Please try again."
+
+
+def model_timed_out() -> str:
+    return "The language model did not answer in time. Please try again."
+
+
+def model_reply_cut() -> str:
+    return "The language model's answer was cut off before it finished. Please try again."
+
+
+def model_reply_unreadable() -> str:
+    return "The language model service sent a reply that could not be read. Please try again."
+
+
+def model_unreachable() -> str:
+    return "Could not reach the language model service. Please try again in a moment."
+
+
+def model_stream_error() -> str:
+    return "The language model service reported an error while answering. Please try again."
+
+
+def model_failed() -> str:
+    return "The language model call failed unexpectedly. Please try again."
+
+
+def model_rate_limited() -> str:
+    return "The language model service is busy (rate limited). Please try again in a minute."
+
+
+def model_server_error() -> str:
+    return "The language model service had an internal error. Please try again."
+
+
+def model_key_refused() -> str:
+    return "The language model service refused the API key. Check the LLM API key setting."
+
+
+def model_unknown() -> str:
+    return "The language model service does not know this model. Check the model name setting."
+
+
+def conversation_too_long() -> str:
+    return "The conversation is too long for the language model. Start a new thread and try again."
+
+
+def model_rejected_request(status: int) -> str:
+    return f"The language model service rejected the request (HTTP {status})."
+
+
+def anyone_with_roles(roles: list[str]) -> str:
+    """The phrase naming who holds an approver role, singular or plural by count."""
+    listed = ", ".join(roles)
+    return f"anyone with one of the roles {listed}" if len(roles) > 1 else f"anyone with the role {listed}"
+
+
+def only_they_may_decide(listing: str) -> str:
+    return f"Only {listing} can approve or reject this."

@@ -7,6 +7,8 @@ from typing import Literal
 
 import openai
 
+from core import wording
+
 LLMErrorKind = Literal[
     "timeout", "connection", "rate_limit", "server", "auth", "not_found",
     "context_length", "bad_request", "bad_response", "stall", "cut",
@@ -38,24 +40,19 @@ class LLMError(Exception):
 
 
 def idle_timeout_error(idle_timeout_s: float) -> LLMError:
-    return LLMError(
-        f"The language model stopped responding for {idle_timeout_s:g} seconds. Please try again.",
-        kind="stall", retryable=True,
-    )
+    return LLMError(wording.model_stalled(idle_timeout_s), kind="stall", retryable=True)
 
 
 def request_timeout_error() -> LLMError:
-    return LLMError("The language model did not answer in time. Please try again.", kind="timeout", retryable=True)
+    return LLMError(wording.model_timed_out(), kind="timeout", retryable=True)
 
 
 def stream_cut_error() -> LLMError:
-    return LLMError("The language model's answer was cut off before it finished. Please try again.",
-                    kind="cut", retryable=True)
+    return LLMError(wording.model_reply_cut(), kind="cut", retryable=True)
 
 
 def bad_response_error() -> LLMError:
-    return LLMError("The language model service sent a reply that could not be read. Please try again.",
-                    kind="bad_response", retryable=True)
+    return LLMError(wording.model_reply_unreadable(), kind="bad_response", retryable=True)
 
 
 def from_exception(exc: BaseException) -> LLMError:
@@ -65,38 +62,31 @@ def from_exception(exc: BaseException) -> LLMError:
     if isinstance(exc, openai.APITimeoutError):
         return request_timeout_error()
     if isinstance(exc, openai.APIConnectionError):
-        return LLMError("Could not reach the language model service. Please try again in a moment.",
-                        kind="connection", retryable=True)
+        return LLMError(wording.model_unreachable(), kind="connection", retryable=True)
     if isinstance(exc, openai.APIStatusError):
         return _from_status(exc)
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
         return bad_response_error()
     if isinstance(exc, openai.APIError):
         # An error event inside an otherwise healthy stream: the provider gave up mid-answer.
-        return LLMError("The language model service reported an error while answering. Please try again.",
-                        kind="server", retryable=True)
-    return LLMError("The language model call failed unexpectedly. Please try again.", kind="server", retryable=True)
+        return LLMError(wording.model_stream_error(), kind="server", retryable=True)
+    return LLMError(wording.model_failed(), kind="server", retryable=True)
 
 
 def _from_status(exc: openai.APIStatusError) -> LLMError:
     status = exc.status_code
     if isinstance(exc, openai.RateLimitError) or status == 429:
-        return LLMError("The language model service is busy (rate limited). Please try again in a minute.",
+        return LLMError(wording.model_rate_limited(),
                         kind="rate_limit", retryable=True, status=status, retry_after_s=_retry_after_s(exc))
     if status >= 500:
-        return LLMError("The language model service had an internal error. Please try again.",
-                        kind="server", retryable=True, status=status)
+        return LLMError(wording.model_server_error(), kind="server", retryable=True, status=status)
     if status in (401, 403):
-        return LLMError("The language model service refused the API key. Check the LLM API key setting.",
-                        kind="auth", retryable=False, status=status)
+        return LLMError(wording.model_key_refused(), kind="auth", retryable=False, status=status)
     if status == 404:
-        return LLMError("The language model service does not know this model. Check the model name setting.",
-                        kind="not_found", retryable=False, status=status)
+        return LLMError(wording.model_unknown(), kind="not_found", retryable=False, status=status)
     if _error_code(exc) == "context_length_exceeded":
-        return LLMError("The conversation is too long for the language model. Start a new thread and try again.",
-                        kind="context_length", retryable=False, status=status)
-    return LLMError(f"The language model service rejected the request (HTTP {status}).",
-                    kind="bad_request", retryable=False, status=status)
+        return LLMError(wording.conversation_too_long(), kind="context_length", retryable=False, status=status)
+    return LLMError(wording.model_rejected_request(status), kind="bad_request", retryable=False, status=status)
 
 
 def _error_code(exc: openai.APIStatusError) -> str | None:

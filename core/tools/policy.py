@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from core import wording
+
 
 def _as_is(user: str) -> str:
     return user
@@ -39,9 +41,7 @@ class ApprovalPolicy:
         who = [f"{mention(requested_by)} (who asked)"]
         who += [mention(user) for user in sorted(self.approvers) if user != requested_by]
         if self.approver_roles:
-            roles = ", ".join(sorted(self.approver_roles))
-            plural = len(self.approver_roles) > 1
-            who.append(f"anyone with one of the roles {roles}" if plural else f"anyone with the role {roles}")
+            who.append(wording.anyone_with_roles(sorted(self.approver_roles)))
         who.append("an admin")
         listing = ", ".join(who[:-1]) + f" or {who[-1]}"
-        return f"Only {listing} can approve or reject this."
+        return wording.only_they_may_decide(listing)

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from adapters.slack.surface import SlackSurface
 from bot.jobs import expire_approvals
 from core.store.db import Database
 from core.tools import ToolSpec, builtin_registry
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator
+from tests.support.click_path import MAX_CLICK_PATH_MODULES, StackRecorder
 from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, eventually, mention, start_bot
 
 pytestmark = pytest.mark.timeout(60)
@@ -182,3 +184,21 @@ async def test_a_failed_edit_of_the_approval_message_still_resumes_the_run(
     assert await eventually(lambda: any(m.text == "Deployed despite the edit." for m in bot_replies(slack, CHANNEL, thread)))
     assert deploys == ["prod"]
     assert not any("couldn't record" in e.text for e in slack.ephemerals), "the click was recorded"
+
+
+async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modules(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slack = slack_emulator
+    recorder = StackRecorder()
+    monkeypatch.setattr(SlackSurface, "show_working", recorder.wrap(SlackSurface.show_working))
+    script_deploy(openai_emulator, "prod", answer="Deployed along a short path.")
+    thread, approval = await ask_for_deploy(slack, bot)
+    asked = len(recorder.stacks)
+    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))
+    assert await eventually(lambda: any(m.text == "Deployed along a short path." for m in bot_replies(slack, CHANNEL, thread)))
+    [path] = recorder.stacks[asked:]
+    # Bolt calls the click handler, which asks core/approvals.py once and hands the run to the runner.
+    assert path == ["adapters/slack/clicks.py", "adapters/answers.py", "adapters/slack/surface.py"]
+    assert len(path) <= MAX_CLICK_PATH_MODULES
