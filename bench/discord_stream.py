@@ -26,6 +26,7 @@ from core.store.db import Database
 from tests.emulators.discord import DiscordEmulator, RateLimitConfig, StoredMessage, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.engine import make_engine
+from tests.support.ports import ports_for
 
 TIME_SCALE = 0.1  # a 5 s Discord window lasts 0.5 real seconds
 CHANNEL_BUDGET_PER_5S = 4
@@ -204,7 +205,7 @@ async def main() -> None:
                     make_scenario(dc, "many-channels", one_channel=False),
                     make_scenario(dc, "one-channel", one_channel=True),
                 ]
-                adapter = DiscordAdapter(settings=engine.settings, engine=engine, db=db, tuning=tuning)
+                adapter = DiscordAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), tuning=tuning)
                 with point_discord_py_at(dc):
                     await adapter.start()
                     try:

@@ -1,4 +1,4 @@
-"""What the core asks of a platform outside a run: edit expired approvals, deliver reminders."""
+"""What the process's jobs ask of a platform outside a run: edit expired approvals, deliver reminders."""
 
 from __future__ import annotations
 

@@ -168,3 +168,14 @@ def test_the_import_walker_sees_type_checking_and_function_imports() -> None:
     assert resolve("core.store.db.Database", {"core.store", "core.store.db"}) == "core.store.db"
     assert resolve("core.store.missing.Name", {"core.store", "core.store.db"}) is None
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"d"}, "e": set()}) == ["a -> b -> c -> a", "d -> d"]
+
+
+def test_the_architecture_map_lists_every_module() -> None:
+    """docs/ARCHITECTURE.md's layout names each module file, and no file that is gone."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    layout = text.split("<!-- layout:start -->", 1)[1].split("<!-- layout:end -->", 1)[0]
+    listed = {line.split()[0] for line in layout.splitlines() if line.strip().endswith(".py") or ".py " in line}
+    listed = {entry for entry in listed if entry.endswith(".py")}
+    files = {p.relative_to(ROOT).as_posix() for p in project_files().values() if p.name != "__init__.py"}
+    assert not files - listed, f"modules missing from docs/ARCHITECTURE.md: {sorted(files - listed)}"
+    assert not listed - files, f"docs/ARCHITECTURE.md lists modules that do not exist: {sorted(listed - files)}"

@@ -1,4 +1,4 @@
-"""DiscordAdapter: connects discord.py to the engine; start, stop taking events, interrupt, close."""
+"""DiscordAdapter: the discord.py client and the adapter's lifecycle (start, stop taking events, interrupt, close)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,22 @@ import discord
 import discord.gateway
 import discord.http
 import yarl
+from discord import app_commands
 
+from adapters.answers import AnswerRunner
+from adapters.base import AdapterPorts
+from adapters.gate import Gate
 from adapters.streaming import Clock, MonotonicClock
 from core.config import Settings
 from core.engine import Engine
-from core.store.db import Database
-from core.store.live_messages import LiveMessages
-from core.store.processed_events import ProcessedEvents
 
-from . import rendering
-from .answer import PLATFORM, AnswerStreams
-from .clicks import ClickHandler
-from .client import RelayClient
-from .gate import Gate
-from .handlers import Handlers
+from . import render
+from .buttons import DecisionButton
+from .clicks import DiscordClicks
+from .inbound import DiscordInbound
 from .notifier import DiscordNotifier
-from .transport import DISCORD_WINDOW_S, NO_PINGS, ChannelBudgets
+from .surface import PLATFORM, DiscordShownMessages, DiscordSurfaces
+from .transport import DISCORD_WINDOW_S, ChannelBudgets
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 READY_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
 DOCTOR_TIMEOUT_S = 10.0
+QUESTION_MAX_CHARS = 4_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,47 @@ def apply_endpoints(settings: Settings) -> None:
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.discord_gateway_url)
 
 
+def intents_for(*, message_content: bool) -> discord.Intents:
+    intents = discord.Intents.default()
+    # Privileged: without it Discord blanks guild messages that do not mention the bot.
+    intents.message_content = message_content
+    return intents
+
+
+class RelayClient(discord.Client):
+    """Routes messages and /ask to DiscordInbound and clicks to DiscordClicks; nothing else lives here."""
+
+    def __init__(
+        self, *, inbound: DiscordInbound, clicks: DiscordClicks, message_content: bool, guild_ready_timeout_s: float
+    ) -> None:
+        super().__init__(
+            intents=intents_for(message_content=message_content),
+            allowed_mentions=discord.AllowedMentions.none(),
+            guild_ready_timeout=guild_ready_timeout_s,
+        )
+        self.inbound = inbound
+        # Read by the buttons at click time (buttons.DecisionButton), so they need not import the handler.
+        self.clicks = clicks
+        self.tree = app_commands.CommandTree(self)
+
+        @self.tree.command(name="ask", description="Ask relaybot a question")
+        @app_commands.describe(question="What do you want to know?")
+        async def ask(interaction: discord.Interaction, question: app_commands.Range[str, 1, QUESTION_MAX_CHARS]) -> None:
+            await self.inbound.on_ask(interaction, question)
+
+    async def setup_hook(self) -> None:
+        # Registered at every start, so buttons posted before a restart still work.
+        self.add_dynamic_items(DecisionButton)
+        try:
+            await self.tree.sync()
+        except discord.HTTPException:
+            log.exception("could not register the /ask command")
+
+    async def on_message(self, message: discord.Message) -> None:
+        if self.user is not None:
+            await self.inbound.on_message(self.user, message)
+
+
 class DiscordAdapter:
     """The Discord platform adapter (adapters/base.py PlatformAdapter)."""
 
@@ -65,42 +107,48 @@ class DiscordAdapter:
         *,
         settings: Settings,
         engine: Engine,
-        db: Database,
+        ports: AdapterPorts,
         tuning: DiscordTuning = DiscordTuning(),
         clock: Clock | None = None,
     ) -> None:
         if not settings.discord_token:
             raise ValueError("DISCORD_TOKEN is not set")
         self._settings = settings
-        self._engine = engine
         self._tuning = tuning
         self._clock: Clock = clock or MonotonicClock()
-        self._live = LiveMessages(db)
         self.budgets = ChannelBudgets(
             calls_per_window=settings.discord_channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock
         )
-        self.gate = Gate(guild_ids=settings.discord_guild_ids)
-        limits = rendering.stream_limits(
-            min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s
+        self.gate = Gate(
+            platform=PLATFORM, allowed_workspaces=settings.discord_guild_ids, setting="DISCORD_GUILD_IDS",
+            dedup=ports.dedup,
         )
-        self.streams = AnswerStreams(engine=engine, live=self._live, budgets=self.budgets, limits=limits, clock=self._clock)
+        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)
+        limits = render.stream_limits(min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s)
+        surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock)
         self.client = RelayClient(
-            handlers=Handlers(
-                settings=settings, engine=engine, streams=self.streams, gate=self.gate, processed=ProcessedEvents(db)
+            inbound=DiscordInbound(
+                engine=engine, runner=self.runner, surfaces=surfaces, gate=self.gate, conversations=ports.conversations,
+                follow_unmentioned=settings.discord_message_content_intent,
             ),
-            clicks=ClickHandler(engine=engine, streams=self.streams, budgets=self.budgets, gate=self.gate, clock=self._clock),
+            clicks=DiscordClicks(approvals=engine.approvals, runner=self.runner, surfaces=surfaces, gate=self.gate),
             message_content=settings.discord_message_content_intent,
             guild_ready_timeout_s=tuning.guild_ready_timeout_s,
         )
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         self._connection: asyncio.Task[None] | None = None
 
+    @property
+    def inflight_answers(self) -> int:
+        return self.runner.inflight
+
     async def start(self) -> None:
-        """Logs in, marks answers a crash left streaming as interrupted, then connects the gateway."""
+        """Logs in, repairs answers a crash left streaming, then connects the gateway."""
         apply_endpoints(self._settings)
         assert self._settings.discord_token
         await self.client.login(self._settings.discord_token)
-        await self._mark_interrupted()
+        # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
+        await self.runner.repair_leftovers(DiscordShownMessages(self.client))
         self._connection = asyncio.create_task(self.client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(self.client.wait_until_ready())
         done, _ = await asyncio.wait(
@@ -114,18 +162,20 @@ class DiscordAdapter:
         log.info("Discord connected as %s", self.client.user)
 
     async def stop_accepting(self) -> None:
+        """Messages, /ask and clicks are turned away from now on (the first step of a shutdown)."""
         self.gate.accepting = False
 
     async def interrupt_inflight(self) -> None:
-        await self.streams.interrupt_all()
+        """Answers still streaming end now, with what they showed plus the interrupted note."""
+        await self.runner.interrupt_all()
 
     async def close(self) -> None:
-        self.gate.accepting = False
-        tasks = [task for task in self.gate.tasks if not task.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+        """Cancels what is still running, then disconnects the gateway."""
+        await self.gate.cancel_handlers(CLOSE_TIMEOUT_S)
+        # Answers still streaming keep their live records: the next start repairs them, as after a crash.
+        answers = self.runner.cancel_all()
+        if answers:
+            await asyncio.wait(answers, timeout=CLOSE_TIMEOUT_S)
         await self.client.close()
         if self._connection is not None:
             try:
@@ -133,15 +183,6 @@ class DiscordAdapter:
             except (asyncio.TimeoutError, asyncio.CancelledError, discord.DiscordException, OSError):
                 log.info("Discord gateway task ended during close", exc_info=True)
             self._connection = None
-
-    async def _mark_interrupted(self) -> None:
-        for live in await self._live.take_all(PLATFORM):
-            message = self.client.get_partial_messageable(int(live.channel)).get_partial_message(int(live.message_id))
-            try:
-                shown = (await message.fetch()).content
-                await message.edit(content=rendering.interrupted_text(shown), allowed_mentions=NO_PINGS)
-            except discord.HTTPException as exc:
-                log.warning("could not mark message %s as interrupted: %s", live.message_id, exc)
 
 
 async def check_discord(settings: Settings) -> str:

@@ -1,140 +1,113 @@
-"""Approval clicks: answer within 3 s, decide through the engine (policy checked on every click),
-edit the approval message, and stream the resumed run into the thread."""
+"""Approval clicks: answered within 3 s, decided by engine.approvals in one call, shown by the shared runner."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator
 
 import discord
 
-from adapters import wording as shared_wording
-from adapters.approval_flow import ClickReplies, handle_click
-from adapters.streaming import Clock
-from core import wording as core_wording
-from core.engine import Engine
-from core.events import Event
-from core.store.continuations import ContinuationRow
+from adapters import wording
+from adapters.answers import AnswerRunner
+from adapters.gate import Gate
+from adapters.streaming import Clock, RateBudget
+from core import wording as engine_wording
+from core.approvals import ApprovalService, ApprovalView
 
-from . import rendering, wording
-from .answer import AnswerPlace, AnswerStreams
-from .approvals import ButtonTarget, approval_view
-from .gate import Gate, actor_of, workspace_of
-from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, send_reliably
+from . import buttons, render
+from .buttons import ButtonTarget
+from .inbound import actor_of, guild_of, workspace_of
+from .surface import DiscordSurface, DiscordSurfaces
+from .transport import NO_PINGS, send_after_answers, send_reliably
+from .wording import mention
 
 log = logging.getLogger(__name__)
 
 
-class ClickHandler:
+class DiscordClicks:
     """Handles every Approve/Reject click, including clicks on buttons posted before a restart."""
 
     def __init__(
-        self, *, engine: Engine, streams: AnswerStreams, budgets: ChannelBudgets, gate: Gate, clock: Clock
+        self, *, approvals: ApprovalService, runner: AnswerRunner, surfaces: DiscordSurfaces, gate: Gate
     ) -> None:
-        self._engine = engine
-        self._streams = streams
-        self._budgets = budgets
+        self._approvals = approvals
+        self._runner = runner
+        self._surfaces = surfaces
         self._gate = gate
-        self._clock = clock
-        # Edits of one approval message are serialised, so a stale view never lands last.
-        self._edit_locks: dict[int, asyncio.Lock] = {}
 
     async def check(self, interaction: discord.Interaction) -> bool:
         """Run on every click before the callback; a refusal is always answered."""
         if not self._gate.accepting:
             await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
             return False
-        if not self._gate.allows_guild(interaction.guild_id):
-            await interaction.response.send_message(core_wording.approval_not_found(), ephemeral=True)
+        if not self._gate.allows(guild_of(interaction.guild_id)):
+            # Said as if the approval did not exist: a guild outside the allow-list learns nothing of it.
+            await interaction.response.send_message(engine_wording.approval_not_found(), ephemeral=True)
             return False
         return True
 
     async def handle(self, interaction: discord.Interaction, target: ButtonTarget) -> None:
-        # A deferred update answers within Discord's 3 s; the message is edited afterwards.
-        await interaction.response.defer()
-        try:
-            await self._decide(interaction, target)
-        except Exception:
-            log.exception("approval click failed")
-            await self._tell(interaction, shared_wording.click_failed())
+        with self._gate.track():
+            # A deferred update answers within Discord's 3 s; the message is edited afterwards.
+            await interaction.response.defer()
+            channel_id = interaction.channel_id or (interaction.message.channel.id if interaction.message else 0)
+            reply = _ClickReply(interaction, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock)
+            try:
+                message, channel = interaction.message, interaction.channel
+                if message is None or channel is None:
+                    raise RuntimeError("a button click without its message or channel")
+                # Built before the click: once it claims the run, nothing may stop the run from being shown.
+                surface = self._resumed_surface(interaction, channel, message_id=message.id, channel_id=channel_id)
+                result = await self._approvals.click(
+                    target.continuation_id, call_index=target.call_index, approved=target.approve,
+                    actor=actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None),
+                    mention=mention,
+                )
+                await self._runner.settle_click(result, reply, surface, message_key=str(message.id))
+            except Exception:
+                log.exception("approval click failed")
+                await reply.tell(wording.click_failed())
 
-    async def _decide(self, interaction: discord.Interaction, target: ButtonTarget) -> None:
-        actor = actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None)
-        row = await self._engine.continuations.get(uuid.UUID(target.continuation_id))
-        call_id: str | None = None
-        if row is not None and target.call_index is not None:
-            call_id = row.call_ids[target.call_index] if target.call_index < len(row.call_ids) else None
-        if row is None or (target.call_index is not None and call_id is None):
-            await self._tell(interaction, core_wording.approval_not_found())
-            return
-        replies = ClickReplies(
-            show=lambda _row: self._show_decisions(interaction, target.continuation_id),
-            tell=lambda text: self._tell(interaction, text),
-            stream=lambda events: self._stream_resumed(interaction, events),
-        )
-        await handle_click(
-            self._engine, continuation_id=target.continuation_id, call_id=call_id, approved=target.approve,
-            actor=actor, replies=replies,
-        )
-
-    async def _show_decisions(self, interaction: discord.Interaction, continuation_id: str) -> None:
-        message = interaction.message
-        if message is None:
-            return
-        lock = self._edit_locks.setdefault(message.id, asyncio.Lock())
-        async with lock:
-            # Read inside the lock: the edit shows every decision recorded so far.
-            row = await self._engine.continuations.get(uuid.UUID(continuation_id))
-            if row is None:
-                return
-            content = rendering.decided_text(_base_text(row, message), call_ids=row.call_ids, decisions=row.decisions)
-            decided = [index for index, call_id in enumerate(row.call_ids) if call_id in row.decisions]
-            view = approval_view(continuation_id, len(row.call_ids), decided=decided)
-            budget = self._budgets(message.channel.id)
-            await send_reliably(
-                budget,
-                lambda: interaction.edit_original_response(content=content, view=view, allowed_mentions=NO_PINGS),
-                clock=self._clock,
-            )
-
-    async def _stream_resumed(self, interaction: discord.Interaction, events: AsyncIterator[Event]) -> None:
-        channel = interaction.channel
-        message = interaction.message
-        if channel is None or message is None:
-            await events.aclose()  # type: ignore[attr-defined]
-            return
-        channel_id = interaction.channel_id or message.channel.id
+    def _resumed_surface(
+        self, interaction: discord.Interaction, channel: object, *, message_id: int, channel_id: int
+    ) -> DiscordSurface:
+        """The resumed run streams where the approval message is, replying to it."""
         is_thread = isinstance(channel, discord.Thread) or getattr(channel, "type", None) in (
             discord.ChannelType.public_thread,
             discord.ChannelType.private_thread,
         )
-        place = AnswerPlace(
-            transport=ChannelTransport(channel, reply_to=message.id),  # type: ignore[arg-type]
-            channel=channel,  # type: ignore[arg-type]
+        return self._surfaces.in_channel(
+            channel,  # type: ignore[arg-type]
             channel_id=channel_id,
             workspace=workspace_of(interaction.guild_id),
             thread=str(channel_id) if is_thread else "",
+            reply_to=message_id,
         )
-        await self._streams.run(events, place)
 
-    async def _tell(self, interaction: discord.Interaction, text: str) -> None:
-        """An ephemeral answer to the clicker only."""
+
+class _ClickReply:
+    """Implements adapters.answers.ClickReply: the approval message redrawn through the interaction, notes only the clicker sees."""
+
+    def __init__(self, interaction: discord.Interaction, *, budget: RateBudget, clock: Clock) -> None:
+        self._interaction = interaction
+        self._budget = budget
+        self._clock = clock
+
+    async def redraw(self, view: ApprovalView) -> None:
+        content = render.approval_text(view)
+        components = buttons.approval_view(view)
+        await send_reliably(
+            self._budget,
+            lambda: self._interaction.edit_original_response(content=content, view=components, allowed_mentions=NO_PINGS),
+            clock=self._clock,
+        )
+
+    async def tell(self, text: str) -> None:
         try:
-            budget = self._budgets(interaction.channel_id or 0)
-            await send_reliably(
-                budget,
-                lambda: interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_PINGS),
+            await send_after_answers(
+                self._budget,
+                lambda: self._interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_PINGS),
                 clock=self._clock,
             )
         except Exception:
+            # Nothing left to tell the clicker with; the click's effect (if any) is recorded regardless.
             log.exception("could not answer a click")
-
-
-def _base_text(row: ContinuationRow, message: discord.Message) -> str:
-    for ref in row.message_refs:
-        if ref.get("message_id") == str(message.id) and isinstance(ref.get("text"), str):
-            return str(ref["text"])
-    return message.content
-

@@ -1,24 +1,29 @@
-"""Posting and editing Discord messages for the streamer: channel messages or an interaction's
-webhook, 429s mapped to RateLimited, per-channel budgets shared by creates and edits."""
+"""Discord calls: posting and editing in channels or through an /ask webhook, failures read by the shared rule, channel budgets."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import aiohttp
 import discord
 
-from adapters.streaming import Clock, RateBudget, RateLimited, TransientSendError
+from adapters.streaming import (
+    CONNECTION_ERRORS,
+    Clock,
+    Priority,
+    RateBudget,
+    RateLimited,
+    TransientSendError,
+    classify_failure,
+    parse_retry_after,
+)
 from adapters.streaming.send import send_paced
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 NO_PINGS = discord.AllowedMentions.none()
-DEFAULT_RETRY_AFTER_S = 1.0
 # Discord's per-channel message window; the budget spreads its calls over it.
 DISCORD_WINDOW_S = 5.0
 
@@ -31,20 +36,20 @@ async def guarded(call: Awaitable[T]) -> T:
     except discord.RateLimited as exc:
         raise RateLimited(exc.retry_after, "Discord rate limit") from exc
     except discord.HTTPException as exc:
-        if exc.status == 429:
-            raise RateLimited(_retry_after(exc), "Discord rate limit") from exc
-        if exc.status >= 500:
-            raise TransientSendError(f"Discord answered {exc.status}") from exc
-        raise
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        failure = classify_failure(
+            status=exc.status, retry_after_s=parse_retry_after(_header(exc, "Retry-After")),
+            detail=f"Discord answered {exc.status}",
+        )
+        if failure is None:
+            raise
+        raise failure from exc
+    except CONNECTION_ERRORS as exc:
         raise TransientSendError(f"Discord unreachable: {exc!r}") from exc
 
 
-def _retry_after(exc: discord.HTTPException) -> float:
-    try:
-        return float(exc.response.headers.get("Retry-After", DEFAULT_RETRY_AFTER_S))
-    except (TypeError, ValueError, AttributeError):
-        return DEFAULT_RETRY_AFTER_S
+def _header(exc: discord.HTTPException, name: str) -> object:
+    headers = getattr(exc.response, "headers", None)
+    return headers.get(name) if headers is not None else None
 
 
 def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> RateBudget:
@@ -83,6 +88,12 @@ async def send_reliably(budget: RateBudget, make_call: Callable[[], Awaitable[T]
     return await send_paced(lambda: guarded(make_call()), budget=budget, clock=clock)
 
 
+async def send_after_answers(budget: RateBudget, make_call: Callable[[], Awaitable[T]], *, clock: Clock) -> T:
+    """Like send_reliably, for a note only one person sees (a clicker's): it waits behind the channel's
+    answers, so a burst of clicks never holds back the resumed answer everyone is waiting for."""
+    return await send_paced(lambda: guarded(make_call()), budget=budget, clock=clock, priority=Priority.INTERMEDIATE)
+
+
 class ChannelTransport:
     """Streams into a channel, thread or DM: the first message optionally replies to the question,
     each rolled-over message replies to the one before."""
@@ -96,7 +107,7 @@ class ChannelTransport:
         if self._reply_to is not None:
             channel_id = getattr(self._channel, "id", None)
             reference = discord.MessageReference(
-                message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False
+                message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False  # type: ignore[arg-type]
             )
         message = await guarded(self._channel.send(text, reference=reference, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
         self._reply_to = message.id
@@ -111,7 +122,8 @@ def _partial_message(channel: discord.abc.Messageable, message_id: int) -> disco
     get = getattr(channel, "get_partial_message", None)
     if get is None:
         raise TypeError(f"cannot edit messages in {channel!r}")
-    return get(message_id)
+    partial: discord.PartialMessage = get(message_id)
+    return partial
 
 
 class InteractionTransport:
@@ -136,7 +148,7 @@ class InteractionTransport:
                 raise
             log.info("interaction token no longer valid; posting the rest of the answer in the channel")
             channel = self._interaction.channel
-            followup = await guarded(channel.send(text, allowed_mentions=NO_PINGS))  # type: ignore[union-attr]
+            followup = await guarded(channel.send(text, allowed_mentions=NO_PINGS))  # type: ignore[union-attr, arg-type]
         return str(followup.id)
 
     async def edit(self, message_id: str, text: str) -> None:

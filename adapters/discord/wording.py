@@ -1,35 +1,13 @@
-"""Sentences only the Discord adapter shows; the shared ones are in adapters/wording.py."""
+"""Discord formatting of the shared sentences of adapters/wording.py: how people and times are written."""
 
 from __future__ import annotations
 
 
-def shutting_down() -> str:
-    return "The bot is restarting; please try again in a moment."
+def mention(user_id: str) -> str:
+    # Shown with NO_PINGS everywhere except reminders, so naming someone never notifies them by accident.
+    return f"<@{user_id}>"
 
 
-def approval_header(requester_id: str) -> str:
-    return f"🔐 **Approval needed** for <@{requester_id}>'s request"
-
-
-def approval_footer(expires_at: float) -> str:
-    return f"Expires <t:{int(expires_at)}:R>. Approve or reject each call below."
-
-
-def sources_title() -> str:
-    return "Sources"
-
-
-def more_sources(count: int) -> str:
-    return f"…and {count} more"
-
-
-def empty_question() -> str:
-    return "Ask me something after the mention, e.g. “@relaybot what is our deploy process?”"
-
-
-def default_thread_name() -> str:
-    return "Answer"
-
-
-def not_enabled_here() -> str:
-    return "relaybot is not enabled in this server."
+def time_at(unix_s: float) -> str:
+    """A relative time ("in 15 minutes") that Discord renders in each reader's locale and keeps current."""
+    return f"<t:{int(unix_s)}:R>"

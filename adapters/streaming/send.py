@@ -30,14 +30,16 @@ async def send_paced(
     translate: Callable[[BaseException], BaseException] = _unchanged,
     key: Hashable = None,
     attempts: int = SEND_ATTEMPTS,
+    priority: Priority = Priority.FINAL,
 ) -> T:
-    """Take a FINAL-priority token per attempt; retry 429s (pausing the budget) and transient errors.
+    """Take a token per attempt (FINAL priority unless told: a note one person sees can wait behind the
+    answers); retry 429s (pausing the budget) and transient errors.
 
     `translate` maps a platform's exceptions to RateLimited / TransientSendError; anything else,
     and the last failure, is raised.
     """
     for attempt in range(1, attempts + 1):
-        await budget.acquire(Priority.FINAL, key)
+        await budget.acquire(priority, key)
         try:
             return await call()
         except Exception as raw:

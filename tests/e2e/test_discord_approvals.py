@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from adapters.discord.surface import DiscordSurface
+from bot.jobs import expire_approvals
 from core.store.db import Database
 from tests.adapters.discord.harness import (
     DeployTool,
@@ -16,6 +20,7 @@ from tests.adapters.discord.harness import (
 )
 from tests.emulators.discord import DiscordEmulator, StoredMessage
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.support.click_path import MAX_CLICK_PATH_MODULES, StackRecorder
 
 DEPLOY = ToolCalls([Call("deploy", '{"env": "prod"}')])
 
@@ -92,6 +97,7 @@ async def test_unauthorised_click_is_refused_and_runs_nothing(
         await dc.click_button(approval.id, button_ids(approval)[0], carol)
         await dc.wait_for(lambda: bot_messages(dc, thread_id)[-1].content == "Done.", what="resumed")
     assert ephemeral_texts(dc, refused)[0].startswith("Only ")
+    assert f"<@{w.alice}> (who asked)" in ephemeral_texts(dc, refused)[0]  # people named the Discord way
     assert tool.runs == [{"env": "prod"}]
     assert "✅ Approved by carol" in dc.message(approval.id).content
 
@@ -164,14 +170,38 @@ async def test_expiry_edits_the_message_and_a_late_click_is_told(
     dc, tool = discord_emulator, DeployTool()
     w = make_world(dc)
     openai_emulator.script(DEPLOY)
-    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), approval_expiry_s=0.5) as (_, engine):
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), approval_expiry_s=0.5) as (adapter, engine):
         thread_id = await ask_in_thread(dc, w)
         approval = await wait_approval(dc, thread_id)
         await asyncio.sleep(0.6)
-        assert await engine.expire_approvals() == 1
+        assert await expire_approvals(engine.approvals, {"discord": adapter.notifier}) == 1
         await dc.wait_for(lambda: "⌛" in dc.message(approval.id).content, what="expired edit")
         late = await dc.click_button(approval.id, button_ids(approval)[0], w.alice, allow_disabled=True)
         await dc.wait_for(lambda: ephemeral_texts(dc, late), what="late click answer")
     assert button_ids(dc.message(approval.id), enabled_only=True) == []
     assert "expired" in ephemeral_texts(dc, late)[0]
     assert tool.runs == []
+
+
+async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modules(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    recorder = StackRecorder()
+    monkeypatch.setattr(DiscordSurface, "show_working", recorder.wrap(DiscordSurface.show_working))
+    openai_emulator.script(DEPLOY, Text("Deployed along a short path."))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry()):
+        thread_id = await ask_in_thread(dc, w)
+        approval = await wait_approval(dc, thread_id)
+        asked = len(recorder.stacks)
+        await dc.click_button(approval.id, button_ids(approval)[0], w.alice)
+        await dc.wait_for(
+            lambda: any(m.content == "Deployed along a short path." for m in bot_messages(dc, thread_id)), what="resumed"
+        )
+    [path] = recorder.stacks[asked:]
+    # The button hands the click to the click handler, which asks core/approvals.py once and gives the run to the runner.
+    assert path == [
+        "adapters/discord/buttons.py", "adapters/discord/clicks.py", "adapters/answers.py", "adapters/discord/surface.py"
+    ]
+    assert len(path) <= MAX_CLICK_PATH_MODULES

@@ -241,7 +241,8 @@ async def test_shutdown_and_crash_leave_no_answer_thinking(
     async with running_bot(dc, db, openai_emulator) as (adapter, _):
         channel = adapter.client.get_partial_messageable(w.channel_id)
         posted = await channel.send("half an answer ▌")
-        from core.store.live_messages import LiveMessage, LiveMessages
+        from core.ports import LiveMessage
+        from core.store.live_messages import LiveMessages
 
         await LiveMessages(db).add(
             LiveMessage(platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id), message_id=str(posted.id))

@@ -16,6 +16,7 @@ from core.tools.registry import ToolContext
 from tests.emulators.discord import DiscordEmulator, StoredMessage, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator
 from tests.support.engine import make_engine
+from tests.support.ports import ports_for
 
 WAIT_S = 10.0
 
@@ -93,8 +94,7 @@ async def running_bot(
     **overrides: Any,
 ) -> AsyncIterator[tuple[DiscordAdapter, Engine]]:
     engine = make_engine(db, openai.base_url, registry=registry, retriever=retriever, **bot_settings(dc, **overrides))
-    adapter = DiscordAdapter(settings=engine.settings, engine=engine, db=db, tuning=tuning_for(dc.time_scale))
-    engine.notifiers["discord"] = adapter.notifier
+    adapter = DiscordAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), tuning=tuning_for(dc.time_scale))
     # point_discord_py_at restores discord.py's globals that the adapter's settings changed.
     with point_discord_py_at(dc):
         await adapter.start()

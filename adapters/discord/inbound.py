@@ -1,4 +1,4 @@
-"""Messages and /ask → Request → engine.ask → streamed answer, in the right thread or DM."""
+"""Messages and /ask → Request → engine.ask → the answer, played in the right thread, DM or interaction."""
 
 from __future__ import annotations
 
@@ -6,112 +6,134 @@ import logging
 
 import discord
 
-from core.attachments import IMAGE_ATTACHMENT_MAX_BYTES, IMAGE_CONTENT_TYPES, TEXT_ATTACHMENT_MAX_BYTES, is_text_like
-from core.config import Settings
+from adapters import wording
+from adapters.answers import AnswerRunner
+from adapters.gate import Gate
+from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
 from core.engine import Engine
-from core.requests import Attachment, ConversationKey, PriorMessage, Request
-from core.store.processed_events import ProcessedEvents
+from core.ports import KnownConversations
+from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
-from . import rendering, wording
-from .answer import PLATFORM, AnswerPlace, AnswerStreams
-from .gate import DM_WORKSPACE, Gate, actor_of, workspace_of
-from .transport import InteractionTransport, ChannelTransport
+from . import render
+from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
+from .transport import ChannelTransport
 
 log = logging.getLogger(__name__)
 
-THREAD_CONTEXT_MESSAGES = 50
+DM_WORKSPACE = "@dm"
 
 
-class Handlers:
+def workspace_of(guild_id: int | None) -> str:
+    """The conversation workspace: the guild, or one shared name for DMs."""
+    return DM_WORKSPACE if guild_id is None else str(guild_id)
+
+
+def guild_of(guild_id: int | None) -> str | None:
+    """What the gate checks against DISCORD_GUILD_IDS: None for a DM, which always passes."""
+    return None if guild_id is None else str(guild_id)
+
+
+def actor_of(user: discord.User | discord.Member, *, permissions: discord.Permissions | None = None) -> Actor:
+    """An Actor from a Discord user: role ids as strings; Manage Server counts as admin."""
+    roles = frozenset(str(role.id) for role in getattr(user, "roles", ()) if not role.is_default())
+    is_admin = bool(permissions is not None and permissions.manage_guild)
+    return Actor(id=str(user.id), name=user.display_name, roles=roles, is_admin=is_admin)
+
+
+class DiscordInbound:
     """What the client calls for a message and for /ask."""
 
     def __init__(
-        self, *, settings: Settings, engine: Engine, streams: AnswerStreams, gate: Gate, processed: ProcessedEvents
+        self,
+        *,
+        engine: Engine,
+        runner: AnswerRunner,
+        surfaces: DiscordSurfaces,
+        gate: Gate,
+        conversations: KnownConversations,
+        follow_unmentioned: bool,
     ) -> None:
-        self._settings = settings
         self._engine = engine
-        self._streams = streams
+        self._runner = runner
+        self._surfaces = surfaces
         self._gate = gate
-        self._processed = processed
+        self._conversations = conversations
+        # With the message-content intent, follow-ups in the bot's own threads need no mention.
+        self._follow_unmentioned = follow_unmentioned
 
     async def on_message(self, me: discord.ClientUser, message: discord.Message) -> None:
         with self._gate.track():
             # Who may ask
             if not self._gate.accepting or message.author.bot or message.author.id == me.id:
                 return
-            if message.guild is not None and not self._gate.allows_guild(message.guild.id):
+            guild_id = message.guild.id if message.guild is not None else None
+            if not self._gate.allows(guild_of(guild_id)):
                 return
             mentioned = me.id in message.raw_mentions
             channel = message.channel
 
             # Where the answer goes, and whether to answer at all
             thread_context: tuple[PriorMessage, ...] = ()
-            if message.guild is None:
+            if guild_id is None:
                 key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel.id))
             elif isinstance(channel, discord.Thread):
-                key = _thread_key(message.guild.id, channel)
-                known = await self._engine.conversations.find(key)
-                if not mentioned and not (
-                    self._settings.discord_message_content_intent and known is not None and channel.owner_id == me.id
-                ):
+                key = _thread_key(guild_id, channel)
+                known = await self._conversations.exists(key)
+                if not mentioned and not (self._follow_unmentioned and known and channel.owner_id == me.id):
                     return
-                if known is None:
+                if not known:
                     thread_context = await _thread_context(channel, before=message)
             elif mentioned and isinstance(channel, discord.TextChannel):
                 key = None  # the thread is created below, once the event is known to be new
             else:
                 return
-            if not await self._processed.first_time(PLATFORM, str(message.id)):
+            if not await self._gate.first_time(str(message.id)):
                 return
 
-            question = rendering.clean_question(message.content)
-            attachments = await _download(message.attachments)
+            question = render.clean_question(message.content)
+            attachments = await _attachments(message.attachments)
             if not question and not attachments:
                 await _reply_once(ChannelTransport(channel, reply_to=message.id), wording.empty_question())
                 return
             found = await self._place(message, key)
             if found is None:
                 return
-            place, key = found
+            surface, key = found
             request = Request(
                 question=question,
                 conversation=key,
                 user=actor_of(message.author),
                 attachments=attachments,
                 thread_context=thread_context,
-                platform_refs={"message_id": str(message.id), "channel_id": str(channel.id)},
             )
-            await self._streams.run(self._engine.ask(request), place)
+            await self._runner.play(self._engine.ask(request), surface)
 
     async def _place(
         self, message: discord.Message, key: ConversationKey | None
-    ) -> tuple[AnswerPlace, ConversationKey] | None:
+    ) -> tuple[DiscordSurface, ConversationKey] | None:
         channel = message.channel
         workspace = workspace_of(message.guild.id if message.guild else None)
         if key is not None:
             # A DM or an existing thread: answered in place, replying to the question.
-            thread = key.thread
-            transport = ChannelTransport(channel, reply_to=message.id)
-            return AnswerPlace(
-                transport=transport, channel=channel, channel_id=channel.id, workspace=workspace, thread=thread
-            ), key
-        name = rendering.thread_name(rendering.clean_question(message.content))
+            surface = self._surfaces.in_channel(
+                channel, channel_id=channel.id, workspace=workspace, thread=key.thread, reply_to=message.id
+            )
+            return surface, key
+        name = render.thread_name(render.clean_question(message.content))
         try:
             thread = await message.create_thread(name=name)
         except discord.HTTPException:
             log.exception("could not open a thread on message %s", message.id)
             return None
         key = _thread_key(thread.guild.id, thread)
-        return AnswerPlace(
-            transport=ChannelTransport(thread), channel=thread, channel_id=thread.id, workspace=workspace, thread=key.thread
-        ), key
+        return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread), key
 
     async def on_ask(self, interaction: discord.Interaction, question: str) -> None:
         with self._gate.track():
             if not self._gate.accepting:
                 await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
                 return
-            if not self._gate.allows_guild(interaction.guild_id):
+            if not self._gate.allows(guild_of(interaction.guild_id)):
                 await interaction.response.send_message(wording.not_enabled_here(), ephemeral=True)
                 return
             # Deferred at once: Discord wants an answer within 3 s; the answer streams by edits.
@@ -130,21 +152,9 @@ class Handlers:
                     channel=str(channel_id),
                     thread=f"ask-{interaction.id}",
                 )
-            place = AnswerPlace(
-                transport=InteractionTransport(interaction),
-                channel=channel,  # type: ignore[arg-type]
-                channel_id=channel_id,
-                workspace=key.workspace,
-                thread=key.thread,
-                show_typing=False,
-            )
-            request = Request(
-                question=question.strip(),
-                conversation=key,
-                user=actor_of(interaction.user),
-                platform_refs={"interaction_id": str(interaction.id), "channel_id": str(channel_id)},
-            )
-            await self._streams.run(self._engine.ask(request), place)
+            surface = self._surfaces.for_interaction(interaction, workspace=key.workspace, thread=key.thread)
+            request = Request(question=question.strip(), conversation=key, user=actor_of(interaction.user))
+            await self._runner.play(self._engine.ask(request), surface)
 
 
 def _thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:
@@ -157,8 +167,8 @@ async def _thread_context(thread: discord.Thread, *, before: discord.Message) ->
     """The thread's earlier messages, oldest first; the engine trims them to its history budget."""
     prior: list[PriorMessage] = []
     try:
-        async for earlier in thread.history(limit=THREAD_CONTEXT_MESSAGES, before=before):
-            text = rendering.clean_question(earlier.content)
+        async for earlier in thread.history(limit=THREAD_CONTEXT_MAX_MESSAGES, before=before):
+            text = render.clean_question(earlier.content)
             if text:
                 prior.append(PriorMessage(author=earlier.author.display_name, text=text, is_bot=earlier.author.bot))
     except discord.HTTPException:
@@ -166,29 +176,23 @@ async def _thread_context(thread: discord.Thread, *, before: discord.Message) ->
     return tuple(reversed(prior))
 
 
-async def _download(attachments: list[discord.Attachment]) -> tuple[Attachment, ...]:
-    """Text-like files and images within the engine's size caps; other files are only named."""
-    files: list[Attachment] = []
-    for attachment in attachments:
-        content_type = attachment.content_type or ""
-        named = Attachment(filename=attachment.filename, content_type=content_type, data=b"")
-        if is_text_like(named):
-            cap = TEXT_ATTACHMENT_MAX_BYTES
-        elif content_type.split(";")[0].strip().lower() in IMAGE_CONTENT_TYPES:
-            cap = IMAGE_ATTACHMENT_MAX_BYTES
-        else:
-            files.append(named)
-            continue
-        if attachment.size > cap:
-            log.info("skipping attachment %s: %d bytes is over the %d byte cap", attachment.filename, attachment.size, cap)
-            continue
-        try:
-            data = await attachment.read()
-        except (discord.HTTPException, OSError):
-            log.warning("could not download attachment %s", attachment.filename)
-            continue
-        files.append(Attachment(filename=attachment.filename, content_type=content_type, data=data))
-    return tuple(files)
+async def _attachments(attachments: list[discord.Attachment]) -> tuple[Attachment, ...]:
+    """The message's files under the shared rules: read when they may be, otherwise only named."""
+    files = [
+        FileOnMessage(filename=a.filename, content_type=a.content_type or "", size=a.size, handle=a)
+        for a in attachments
+    ]
+    return await read_files(files, _download)
+
+
+async def _download(file: FileOnMessage, cap: int) -> bytes | None:
+    # The size Discord reported was already checked against `cap` by read_files.
+    attachment: discord.Attachment = file.handle
+    try:
+        return await attachment.read()
+    except (discord.HTTPException, OSError):
+        log.warning("could not download attachment %s", file.filename)
+        return None
 
 
 async def _reply_once(transport: ChannelTransport, text: str) -> None:

@@ -1,17 +1,14 @@
-"""Approve/Reject buttons as DynamicItems: the continuation and call live in the custom_id
-(parsed by one regex), so the buttons keep working after a restart; state stays in Postgres."""
+"""Approve/Reject buttons as DynamicItems whose custom_id names the continuation and call, so they work after a restart."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Protocol
 
 import discord
 
-if TYPE_CHECKING:
-    from .clicks import ClickHandler
+from core.approvals import ApprovalView
 
 CUSTOM_ID_MAX_CHARS = 100
 ALL_CALLS = "*"
@@ -24,8 +21,6 @@ CUSTOM_ID_TEMPLATE = (
     r":(?P<call>\d{1,3}|\*)"
 )
 _CUSTOM_ID = re.compile(CUSTOM_ID_TEMPLATE)
-
-Verb = Literal["a", "r"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,15 +53,16 @@ class ButtonTarget:
         )
 
 
-def _label(target: ButtonTarget, calls: int) -> str:
-    if target.call_index is None:
-        return "Approve all" if target.approve else "Reject all"
-    verb = "Approve" if target.approve else "Reject"
-    return f"{verb} {target.call_index + 1}" if calls > 1 else verb
+class ClickHandling(Protocol):
+    """What a button asks of the client's click handler (clicks.DiscordClicks); named here so buttons import no handler."""
+
+    async def check(self, interaction: discord.Interaction) -> bool: ...
+
+    async def handle(self, interaction: discord.Interaction, target: ButtonTarget) -> None: ...
 
 
 class DecisionButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=CUSTOM_ID_TEMPLATE):
-    """One Approve/Reject button; every click is checked and decided by the ClickHandler."""
+    """One Approve/Reject button; every click is checked and decided by the client's click handler."""
 
     def __init__(self, target: ButtonTarget, *, label: str, disabled: bool = False, row: int | None = None) -> None:
         style = discord.ButtonStyle.success if target.approve else discord.ButtonStyle.danger
@@ -86,39 +82,43 @@ class DecisionButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=CU
     async def interaction_check(self, interaction: discord.Interaction, /) -> bool:
         return await _clicks(interaction).check(interaction)
 
-    async def callback(self, interaction: discord.Interaction) -> None:  # type: ignore[override]
+    async def callback(self, interaction: discord.Interaction) -> None:
         await _clicks(interaction).handle(interaction, self.target)
 
 
-def _clicks(interaction: discord.Interaction) -> ClickHandler:
-    handler = getattr(interaction.client, "clicks", None)
+def _clicks(interaction: discord.Interaction) -> ClickHandling:
+    # Looked up on the client at click time: the handler needs the runner and the surfaces, which
+    # import this module to draw the buttons.
+    handler: ClickHandling | None = getattr(interaction.client, "clicks", None)
     if handler is None:
         raise RuntimeError("the Discord client has no click handler")
-    return handler  # type: ignore[no-any-return]
+    return handler
 
 
-def approval_view(
-    continuation_id: str, calls: int, *, decided: Collection[int] = (), closed: bool = False
-) -> discord.ui.View:
-    """Approve/Reject per call (decided ones disabled), plus Approve all/Reject all for several."""
-    view = discord.ui.View(timeout=None)
+def _label(target: ButtonTarget, calls: int) -> str:
+    if target.call_index is None:
+        return "Approve all" if target.approve else "Reject all"
+    verb = "Approve" if target.approve else "Reject"
+    return f"{verb} {target.call_index + 1}" if calls > 1 else verb
+
+
+def approval_view(view: ApprovalView) -> discord.ui.View:
+    """Approve/Reject per call (decided ones disabled), plus Approve all/Reject all for several; all disabled once closed."""
+    components = discord.ui.View(timeout=None)
+    calls = len(view.calls)
+    closed = view.state != "open"
     per_call = calls <= MAX_PER_CALL_ROWS * CALLS_PER_ROW
     if per_call:
-        for index in range(calls):
+        for index, call in enumerate(view.calls):
             for approve in (True, False):
-                target = ButtonTarget(continuation_id=continuation_id, approve=approve, call_index=index)
-                disabled = closed or index in decided
+                target = ButtonTarget(continuation_id=view.continuation_id, approve=approve, call_index=index)
+                disabled = closed or call.call_id in view.decisions
                 row = index // CALLS_PER_ROW
-                view.add_item(DecisionButton(target, label=_label(target, calls), disabled=disabled, row=row))
+                components.add_item(DecisionButton(target, label=_label(target, calls), disabled=disabled, row=row))
     if calls > 1 or not per_call:
-        all_decided = closed or len(set(decided)) >= calls
+        all_decided = closed or not view.undecided
         row = -(-calls // CALLS_PER_ROW) if per_call else 0
         for approve in (True, False):
-            target = ButtonTarget(continuation_id=continuation_id, approve=approve, call_index=None)
-            view.add_item(DecisionButton(target, label=_label(target, calls), disabled=all_decided, row=row))
-    return view
-
-
-def message_ref(*, channel_id: int, message_id: int, text: str, calls: int) -> dict[str, Any]:
-    """What the continuation remembers of its approval message, to edit it on a click or expiry."""
-    return {"platform": "discord", "channel_id": str(channel_id), "message_id": str(message_id), "text": text, "calls": calls}
+            target = ButtonTarget(continuation_id=view.continuation_id, approve=approve, call_index=None)
+            components.add_item(DecisionButton(target, label=_label(target, calls), disabled=all_decided, row=row))
+    return components

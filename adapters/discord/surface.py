@@ -1,0 +1,168 @@
+"""Discord's end of one answer for the shared AnswerRunner: its messages, typing, approval, sources and notices."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import discord
+
+from adapters.answers import AnswerPlace, Pacing
+from adapters.streaming import Clock, MessageTransport, StreamLimits
+from core.approvals import ApprovalView
+from core.events import SourceItem
+from core.ports import LiveMessage
+
+from . import buttons, render
+from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, send_reliably
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+
+
+class DiscordSurface:
+    """Implements adapters.answers.Surface for one answer in a channel, thread or DM; every call draws on that channel's budget."""
+
+    def __init__(
+        self,
+        *,
+        transport: MessageTransport,
+        channel: discord.abc.Messageable,
+        channel_id: int,
+        workspace: str,
+        thread: str,
+        budgets: ChannelBudgets,
+        limits: StreamLimits,
+        clock: Clock,
+        show_typing: bool,
+        background: set[asyncio.Task[None]],
+    ) -> None:
+        self._transport = transport
+        self._channel = channel
+        self._channel_id = channel_id
+        self._budget = budgets(channel_id)
+        self._clock = clock
+        self._show_typing = show_typing
+        self._background = background
+        self.place = AnswerPlace(platform=PLATFORM, workspace=workspace, channel=str(channel_id), thread=thread)
+        # Creates and edits share the channel's one budget: Discord counts them together.
+        # Nothing is posted before the first event, so a silent model spends none of it.
+        self.pacing = Pacing(
+            limits=limits, edit_budget=self._budget, post_budget=self._budget, clock=clock, start_on_first_event=True
+        )
+
+    async def show_working(self) -> None:
+        # Typing costs no message call; not awaited, so the answer never waits for it.
+        if not self._show_typing:
+            return
+        task = asyncio.create_task(_typing(self._channel))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def post(self, text: str) -> str:
+        """A new message of the answer: in the channel, or through the /ask interaction's webhook."""
+        return await self._transport.post(text)
+
+    async def edit(self, message_id: str, text: str) -> None:
+        await self._transport.edit(message_id, text)
+
+    async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        content = render.approval_text(view)
+        components = buttons.approval_view(view)
+        message = await send_reliably(
+            self._budget,
+            lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS),
+            clock=self._clock,
+        )
+        return {"platform": PLATFORM, "channel_id": str(self._channel_id), "message_id": str(message.id)}
+
+    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+        embed = render.sources_embed(items)
+        if embed is None:
+            return
+        reference = None
+        if answer_ids:
+            reference = discord.MessageReference(
+                message_id=int(answer_ids[-1]), channel_id=self._channel_id, fail_if_not_exists=False
+            )
+        await send_reliably(
+            self._budget,
+            lambda: self._channel.send(embed=embed, reference=reference, allowed_mentions=NO_PINGS),  # type: ignore[arg-type]
+            clock=self._clock,
+        )
+
+    async def show_notice(self, text: str) -> None:
+        await send_reliably(
+            self._budget, lambda: self._channel.send(text, allowed_mentions=NO_PINGS), clock=self._clock
+        )
+
+
+async def _typing(channel: discord.abc.Messageable) -> None:
+    try:
+        await channel.typing()
+    except Exception:
+        log.debug("could not show typing", exc_info=True)
+
+
+class DiscordSurfaces:
+    """Makes the surface of each answer; all of them share the channel budgets, stream limits and clock."""
+
+    def __init__(self, *, budgets: ChannelBudgets, limits: StreamLimits, clock: Clock) -> None:
+        self.budgets = budgets
+        self.limits = limits
+        self.clock = clock
+        # Typing tasks are fire-and-forget; holding them keeps the loop from dropping them half-way.
+        self._background: set[asyncio.Task[None]] = set()
+
+    def in_channel(
+        self, channel: discord.abc.Messageable, *, channel_id: int, workspace: str, thread: str = "",
+        reply_to: int | None = None,
+    ) -> DiscordSurface:
+        """An answer posted as messages in a channel, thread or DM, the first replying to `reply_to`."""
+        return self._surface(
+            ChannelTransport(channel, reply_to=reply_to), channel, channel_id=channel_id, workspace=workspace,
+            thread=thread, show_typing=True,
+        )
+
+    def for_interaction(self, interaction: discord.Interaction, *, workspace: str, thread: str) -> DiscordSurface:
+        """An /ask answer: the deferred response, then followups; approvals and sources go to its channel."""
+        # A deferred /ask already shows "thinking…": a typing indicator would say it twice.
+        return self._surface(
+            InteractionTransport(interaction), interaction.channel,  # type: ignore[arg-type]
+            channel_id=interaction.channel_id or 0, workspace=workspace, thread=thread, show_typing=False,
+        )
+
+    def _surface(
+        self, transport: MessageTransport, channel: discord.abc.Messageable, *, channel_id: int, workspace: str,
+        thread: str, show_typing: bool,
+    ) -> DiscordSurface:
+        return DiscordSurface(
+            transport=transport, channel=channel, channel_id=channel_id, workspace=workspace, thread=thread,
+            budgets=self.budgets, limits=self.limits, clock=self.clock, show_typing=show_typing,
+            background=self._background,
+        )
+
+
+class DiscordShownMessages:
+    """Implements adapters.answers.ShownMessages: answers a dead process left streaming, read back and rewritten."""
+
+    max_chars = render.MAX_CONTENT_CHARS
+
+    def __init__(self, client: discord.Client) -> None:
+        self._client = client
+
+    def render(self, markdown: str) -> str:
+        # Discord shows Markdown as written.
+        return markdown
+
+    async def read_shown(self, message: LiveMessage) -> str | None:
+        return (await self._message(message).fetch()).content
+
+    async def replace_shown(self, message: LiveMessage, text: str) -> None:
+        await self._message(message).edit(content=text, allowed_mentions=NO_PINGS)
+
+    def _message(self, message: LiveMessage) -> discord.PartialMessage:
+        channel = self._client.get_partial_messageable(int(message.channel))
+        return channel.get_partial_message(int(message.message_id))
