@@ -188,17 +188,17 @@ class DiscordAdapter:
 async def check_discord(settings: Settings) -> str:
     """One line for `relaybot doctor`: does Discord accept the bot token?"""
     if not settings.discord_token:
-        return "Discord: not configured (DISCORD_TOKEN is not set)."
+        return "not configured (DISCORD_TOKEN is not set)"
     base = (settings.discord_api_base or DEFAULT_API_BASE).rstrip("/")
     headers = {"Authorization": f"Bot {settings.discord_token}"}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DOCTOR_TIMEOUT_S)) as http:
             async with http.get(f"{base}/users/@me", headers=headers) as response:
                 if response.status == 401:
-                    return "Discord: FAILED — the bot token was rejected (401); copy it again from the Bot page."
+                    return "FAILED — the bot token was rejected (401); copy it again from the Bot page"
                 if response.status != 200:
-                    return f"Discord: FAILED — {base}/users/@me answered HTTP {response.status}."
+                    return f"FAILED — {base}/users/@me answered HTTP {response.status}"
                 me = await response.json(content_type=None)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return f"Discord: FAILED — cannot reach {base} ({exc.__class__.__name__})."
-    return f"Discord: OK — logged in as {me.get('username', '?')} (id {me.get('id', '?')})."
+        return f"FAILED — cannot reach {base} ({exc.__class__.__name__})"
+    return f"ok — logged in as {me.get('username', '?')} (id {me.get('id', '?')})"

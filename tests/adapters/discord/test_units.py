@@ -167,8 +167,8 @@ async def test_doctor_checks_the_token(discord_emulator: DiscordEmulator) -> Non
     ok = await check_discord(Settings(_env_file=None, discord_token=discord_emulator.token, discord_api_base=base))
     bad = await check_discord(Settings(_env_file=None, discord_token="wrong", discord_api_base=base))
     missing = await check_discord(Settings(_env_file=None, discord_token=None))
-    assert ok.startswith("Discord: OK") and "relaybot" in ok
-    assert bad.startswith("Discord: FAILED") and "401" in bad
+    assert ok.startswith("ok — ") and "relaybot" in ok
+    assert bad.startswith("FAILED — ") and "401" in bad
     assert "not configured" in missing
     assert all("\n" not in line for line in (ok, bad, missing))
 
