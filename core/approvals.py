@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -136,16 +136,20 @@ class ApprovalService:
         actor: Actor,
         call_id: str | None = None,
         call_index: int | None = None,
+        among: Sequence[str] | None = None,
         comment: str = "",
         mention: Callable[[str], str] = _as_is,
+        admins: bool = True,
     ) -> ClickResult:
-        """Record a decision on one call (by id or position) or on every undecided call, and resume once all are decided.
+        """Record a decision on one call (by id or position) or on every undecided call (`among` those ids, when
+        given), and resume once all are decided.
 
-        `mention` formats user ids in the refusal sentence the platform's way.
+        `mention` formats user ids in the refusal sentence the platform's way; `admins` says whether the
+        platform has an admin rule to mention there.
         """
         decided = await self.decide(
-            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, comment=comment,
-            mention=mention,
+            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, among=among,
+            comment=comment, mention=mention, admins=admins,
         )
         if decided.outcome != "ready" or decided.view is None:
             return decided
@@ -159,8 +163,10 @@ class ApprovalService:
         actor: Actor,
         call_id: str | None = None,
         call_index: int | None = None,
+        among: Sequence[str] | None = None,
         comment: str = "",
         mention: Callable[[str], str] = _as_is,
+        admins: bool = True,
     ) -> ClickResult:
         """Record a decision without resuming: "ready" means every call is decided and the run may be claimed."""
         row = await self._get(continuation_id)
@@ -170,10 +176,13 @@ class ApprovalService:
                 row = None
         if row is None:
             return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
-        refused = self._policy_refusal(row, actor, mention)
+        refused = self._policy_refusal(row, actor, mention, admins=admins)
         if refused is not None:
             return refused
-        return await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment)
+        return await self._record(
+            row, call_id=call_id, approved=approved, actor=actor, comment=comment,
+            among=tuple(among) if among is not None and call_id is None else None,
+        )
 
     async def submit(
         self, continuation_id: str, decisions: Mapping[str, bool | Decision], *, actor: Actor
@@ -182,7 +191,7 @@ class ApprovalService:
         row = await self._get(continuation_id)
         if row is None:
             return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
-        refused = self._policy_refusal(row, actor, _as_is)
+        refused = self._policy_refusal(row, actor, _as_is, admins=True)
         if refused is not None:
             return refused
         for call_id, decision in decisions.items():
@@ -225,25 +234,28 @@ class ApprovalService:
         key = _parse_uuid(continuation_id)
         return await self._continuations.get(key) if key else None
 
-    def _policy_refusal(self, row: ContinuationRow, actor: Actor, mention: Callable[[str], str]) -> ClickResult | None:
+    def _policy_refusal(
+        self, row: ContinuationRow, actor: Actor, mention: Callable[[str], str], *, admins: bool
+    ) -> ClickResult | None:
         # Checked on every click: posting the buttons decided nothing about who may press them.
         if self.policy.may_decide(
             actor=actor.id, requested_by=row.requested_by, actor_roles=actor.roles, actor_is_admin=actor.is_admin
         ):
             return None
         return ClickResult(
-            outcome="refused", message=self.policy.describe(row.requested_by, mention=mention),
+            outcome="refused", message=self.policy.describe(row.requested_by, mention=mention, admins=admins),
             view=ApprovalView.from_row(row), reason="not_allowed",
         )
 
     async def _record(
-        self, row: ContinuationRow, *, call_id: str | None, approved: bool, actor: Actor, comment: str
+        self, row: ContinuationRow, *, call_id: str | None, approved: bool, actor: Actor, comment: str,
+        among: tuple[str, ...] | None = None,
     ) -> ClickResult:
         closed = _closed(row)
         if closed is not None:
             return closed
         decision = Decision(approved=approved, actor=actor.display, comment=comment)
-        updated = await self._continuations.record_decision(row.id, call_id=call_id, decision=decision)
+        updated = await self._continuations.record_decision(row.id, call_id=call_id, decision=decision, among=among)
         if updated is not None:
             if updated.undecided:
                 return ClickResult(
@@ -255,7 +267,7 @@ class ApprovalService:
         if current is None:
             return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
         view = ApprovalView.from_row(current)
-        targets = current.call_ids if call_id is None else (call_id,)
+        targets = (call_id,) if call_id is not None else among if among is not None else current.call_ids
         if targets and all(target in current.decisions for target in targets):
             # Someone decided first. The same decision again (a double click, or a click on a run a
             # crash reverted) may resume; a contrary one is refused, saying who decided.

@@ -25,7 +25,12 @@ HINTS: dict[str, str] = {
     "EMBEDDING_PROVIDER": "one of local, openai, none",
     "AGENT_TYPE": "one of classic, react, agentic, research",
     "TOOL_APPROVAL_OVERRIDES": 'a JSON object of tool name to true/false, e.g. {"create_reminder": false}',
+    "DIRECT_MESSAGES": "one of members, open, closed",
 }
+
+# Who may DM the bot: `members` of an allowed workspace/guild (everyone when no allowlist is set),
+# anyone (`open`), or nobody (`closed`). One rule for every surface that is a DM.
+DirectMessagePolicy = Literal["members", "open", "closed"]
 
 
 class SettingsError(Exception):
@@ -92,6 +97,9 @@ class Settings(BaseSettings):
     discord_guild_ids: CommaList = ()
     discord_message_content_intent: bool = False
     discord_channel_budget_per_5s: int = Field(default=4, ge=1)
+
+    # Direct messages (Slack DMs, Discord DMs)
+    direct_messages: DirectMessagePolicy = "members"
 
     # HTTP server
     http_host: str = "127.0.0.1"

@@ -133,9 +133,11 @@ def _as_chat_message(message: StoredMessage) -> dict[str, Any]:
 
 
 def _thread_context_messages(thread_context: Sequence[PriorMessage]) -> list[dict[str, Any]]:
+    # Only the bot's own words speak as the assistant; another bot or a webhook is quoted like a
+    # person, so text it planted cannot pass for the bot's.
     return [
         {"role": "assistant", "content": prior.text}
-        if prior.is_bot
-        else {"role": "user", "content": f"{prior.author}: {prior.text}"}
+        if prior.is_self
+        else {"role": "user", "content": f"{prior.author}{' (bot)' if prior.is_bot else ''}: {prior.text}"}
         for prior in thread_context
     ]

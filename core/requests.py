@@ -31,7 +31,8 @@ class PriorMessage:
 
     author: str
     text: str
-    is_bot: bool = False
+    is_bot: bool = False  # any bot, app or webhook
+    is_self: bool = False  # this bot's own message: only these become assistant turns
 
 
 @dataclass(frozen=True, kw_only=True)

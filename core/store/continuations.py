@@ -126,13 +126,25 @@ class ContinuationStore:
         return await self._fetch_one(f"SELECT {COLUMNS} FROM continuations WHERE id = %s", (continuation_id,))
 
     async def record_decision(
-        self, continuation_id: uuid.UUID, *, call_id: str | None, decision: Decision
+        self, continuation_id: uuid.UUID, *, call_id: str | None, decision: Decision,
+        among: tuple[str, ...] | None = None,
     ) -> ContinuationRow | None:
-        """Record a decision for one call, or for every undecided call when call_id is None.
+        """Record a decision for one call, or for every undecided call when call_id is None (only those
+        `among` the given ids, when given: an "approve all" covers only the calls its message showed).
 
         Returns the updated row, or None when nothing changed (not pending, expired, unknown call,
         that call already decided, or no call left undecided) — the caller reads the row to say which.
         """
+        if call_id is None and among is not None:
+            return await self._fetch_one(
+                "UPDATE continuations SET decisions ="
+                " (SELECT coalesce(jsonb_object_agg(c, %s::jsonb), '{}'::jsonb) FROM unnest(call_ids) AS c"
+                "  WHERE c = ANY(%s::text[])) || decisions"
+                " WHERE id = %s AND status = 'pending' AND expires_at > now()"
+                " AND EXISTS (SELECT 1 FROM unnest(call_ids) AS c WHERE c = ANY(%s::text[]) AND NOT decisions ? c)"
+                f" RETURNING {COLUMNS}",
+                (Jsonb(decision.to_json()), list(among), continuation_id, list(among)),
+            )
         if call_id is None:
             return await self._fetch_one(
                 "UPDATE continuations SET decisions ="

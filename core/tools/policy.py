@@ -36,12 +36,14 @@ class ApprovalPolicy:
             return True
         return any(role in self.approver_roles for role in actor_roles)
 
-    def describe(self, requested_by: str, *, mention: Callable[[str], str] = _as_is) -> str:
-        """The sentence telling a refused clicker who can decide; `mention` formats user ids for the platform."""
+    def describe(self, requested_by: str, *, mention: Callable[[str], str] = _as_is, admins: bool = True) -> str:
+        """The sentence telling a refused clicker who can decide; `mention` formats user ids for the platform,
+        `admins` says whether the platform has an admin rule at all (Discord's Manage Server; Slack has none)."""
         who = [f"{mention(requested_by)} (who asked)"]
         who += [mention(user) for user in sorted(self.approvers) if user != requested_by]
         if self.approver_roles:
             who.append(wording.anyone_with_roles(sorted(self.approver_roles)))
-        who.append("an admin")
-        listing = ", ".join(who[:-1]) + f" or {who[-1]}"
+        if admins:
+            who.append("an admin")
+        listing = ", ".join(who[:-1]) + f" or {who[-1]}" if len(who) > 1 else who[0]
         return wording.only_they_may_decide(listing)

@@ -58,3 +58,30 @@ async def test_the_same_decision_clicked_twice_is_still_ready_so_a_reverted_run_
     events = [event async for event in resumed_run(engine, continuation_id, actor=BOB)]
     assert [e.status for e in events if isinstance(e, ToolCallFinished)] == ["ok"]
     assert tool.runs == [{"env": "prod"}]
+
+
+async def test_approve_all_covers_only_the_calls_the_approver_was_shown(db: Database, openai_emulator: OpenAIEmulator) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
+    three = ToolCalls([Call("deploy", f'{{"env": "{env}"}}', id=f"call_{env}") for env in ("a", "b", "c")])
+    openai_emulator.script(three, Text("Done."))
+    continuation_id = approval(await events_of(engine, request("deploy three", channel="C-shown"))).continuation_id
+    shown = await engine.approvals.click(continuation_id, call_id=None, among=["call_a", "call_b"], approved=True, actor=ADA)
+    assert shown.outcome == "recorded" and shown.events is None and tool.runs == []
+    assert shown.view is not None and [c.call_id for c in shown.view.undecided] == ["call_c"]
+    rest = await engine.approvals.click(continuation_id, call_id=None, among=["call_c"], approved=False, actor=ADA)
+    assert rest.claimed and rest.events is not None
+    events = [event async for event in rest.events]
+    assert tool.runs == [{"env": "a"}, {"env": "b"}] and isinstance(events[-1], Done)
+
+
+async def test_a_refusal_on_a_platform_without_an_admin_rule_does_not_mention_admins(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    tool = RecordingTool(requires_approval=True)
+    engine, continuation_id = await paused(db, openai_emulator, tool, "C-no-admins")
+    stranger = Actor(id="U9", name="Eve")
+    slack_like = await engine.approvals.click(continuation_id, call_id="call_dep", approved=True, actor=stranger, admins=False)
+    discord_like = await engine.approvals.click(continuation_id, call_id="call_dep", approved=True, actor=stranger)
+    assert slack_like.reason == "not_allowed" and "admin" not in slack_like.message
+    assert discord_like.message.endswith("or an admin can approve or reject this.")
