@@ -151,6 +151,8 @@ class AnswerRunner:
                     message_id=message_id, thread=place.thread,
                 )
             ),
+            # A message whose final text is delivered needs no repair, whatever happens next.
+            on_final_delivered=lambda message_ids: self._forget(place, message_ids),
         )
         answer = _Answer(streamer=streamer, task=asyncio.current_task())
         self._answers.add(answer)

@@ -19,6 +19,7 @@ from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
 from core.store.conversations import ConversationStore
 from core.store.db import Database
+from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
 from core.store.live_messages import LiveMessages
 from core.store.processed_events import ProcessedEvents
 from core.tools import ToolRegistry, ToolServices, builtin_registry
@@ -58,6 +59,9 @@ class Runtime:
         self.http = HttpServer(host=settings.http_host, port=settings.http_port)
         self.adapters: list[PlatformAdapter] = []
         self.engine: Engine | None = None
+        # Who this process is, for the records of what it streams and for its heartbeat.
+        self.owner = process_identity()
+        self.heartbeats = Heartbeats(self.db, owner=self.owner)
         self.reminders: ReminderService | None = None
         self._llm: LLMClient | None = None
 
@@ -81,6 +85,7 @@ class Runtime:
 
     async def start(self) -> None:
         engine = await self.open_engine()
+        await self.heartbeats.beat()
         self.adapters = self._build_adapters(engine)
         notifiers: dict[str, Notifier] = {adapter.platform: adapter.notifier for adapter in self.adapters}
         self.reminders = ReminderService(self.db, self.scheduler, notifiers)
@@ -96,7 +101,10 @@ class Runtime:
     def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
         """Slack and/or Discord, whichever has a token; built before the HTTP server starts (Slack adds a route)."""
         adapters: list[PlatformAdapter] = []
-        ports = AdapterPorts(live=LiveMessages(self.db), dedup=ProcessedEvents(self.db), conversations=ConversationStore(self.db))
+        ports = AdapterPorts(
+            live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
+            conversations=ConversationStore(self.db),
+        )
         try:
             if self.settings.slack_bot_token:
                 from adapters.slack.adapter import SlackAdapter
@@ -113,6 +121,7 @@ class Runtime:
     def _schedule_jobs(self, engine: Engine, reminders: ReminderService, notifiers: dict[str, Notifier]) -> None:
         events = ProcessedEvents(self.db)
         jobs = [
+            (self.heartbeats.beat, HEARTBEAT_INTERVAL_S, "heartbeat"),
             (events.prune, PRUNE_EVENTS_INTERVAL_S, "prune-processed-events"),
             (lambda: expire_approvals(engine.approvals, notifiers), EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
             (lambda: engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
@@ -134,6 +143,9 @@ class Runtime:
             await _quietly(adapter.close(), "close adapter")
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        if self.adapters:
+            # Gone cleanly: what this process left streaming is another's (or the next start's) to repair now.
+            await _quietly(self.heartbeats.stop(), "remove the heartbeat")
         await self.http.stop()
         if self._llm is not None:
             await self._llm.aclose()

@@ -27,7 +27,7 @@ class LiveAnswerLog(Protocol):
     async def remove(self, *, platform: str, channel: str, message_id: str) -> None: ...
 
     async def take_all(self, platform: str) -> list[LiveMessage]:
-        """Remove and return the platform's records left by a process that died."""
+        """Remove and return the platform's records left by processes that died (each record to one caller)."""
         ...
 
 

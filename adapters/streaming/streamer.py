@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 OnMessagePosted = Callable[[str], Awaitable[None]]
+OnFinalDelivered = Callable[[list[str]], Awaitable[None]]
 # Shown in a message left over when a corrected final text needs fewer messages than were used.
 VACATED_MESSAGE_TEXT = "…"
 # A permanent edit failure this many times in a row: the message is gone or frozen, so the
@@ -62,6 +63,7 @@ class MessageStreamer:
         clock: Clock | None = None,
         key: Hashable = None,
         on_message_posted: OnMessagePosted | None = None,
+        on_final_delivered: OnFinalDelivered | None = None,
     ) -> None:
         self._transport = transport
         self._limits = limits
@@ -70,6 +72,7 @@ class MessageStreamer:
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._key: Hashable = key if key is not None else id(self)
         self._on_message_posted = on_message_posted
+        self._on_final_delivered = on_final_delivered
         self._pieces: list[str] = []
         self._text = ""
         self._base = 0  # where the current (last) message's text starts in the answer
@@ -239,6 +242,11 @@ class MessageStreamer:
             await self._deliver_final_targets(ending)
         finally:
             self._release_prepaid()
+        if self._delivered and self._on_final_delivered is not None:
+            try:
+                await self._on_final_delivered(self.message_ids)
+            except Exception:
+                logger.exception("on_final_delivered failed")
 
     async def _deliver_final_targets(self, ending: _Ending) -> None:
         targets = self._final_targets(ending, self._snapshot())

@@ -82,6 +82,9 @@ def address_refusal(
         return "a loopback address"
     if inner.is_link_local or ip.is_link_local:
         return "a link-local address (this includes cloud metadata services)"
+    if isinstance(inner, ipaddress.IPv6Address) and inner.is_site_local:
+        # fec0::/10 is deprecated, but Python counts it as global; networks still route it privately.
+        return "a private network address"
     if inner.is_reserved or ip.is_reserved:
         return "a reserved address"
     if not (inner.is_global and ip.is_global) or inner.is_private:

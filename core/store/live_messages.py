@@ -1,23 +1,34 @@
-"""Answer messages still streaming, recorded so that a crash never leaves one at "thinking…"."""
+"""Answer messages still streaming, recorded with the process that streams them, so that a crash never
+leaves one at "thinking…" and a second process never touches a live one."""
 
 from __future__ import annotations
 
 from core.ports import LiveMessage
 from core.store.db import Database
+from core.store.heartbeats import STALE_AFTER_S, process_identity
+
+_FIELDS = "platform, workspace, channel, message_id, thread"
 
 
 class LiveMessages:
-    """Implements core.ports.LiveAnswerLog. Adapters add a message when they post it and remove it once its final text is delivered."""
+    """Implements core.ports.LiveAnswerLog for the process `owner`."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, owner: str | None = None, stale_after_s: float = STALE_AFTER_S) -> None:
         self._db = db
+        self.owner = owner or process_identity()
+        self._stale_after_s = stale_after_s
 
     async def add(self, message: LiveMessage) -> None:
         async with self._db.connection() as conn:
             await conn.execute(
-                "INSERT INTO live_messages (platform, workspace, channel, message_id, thread) VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING",
-                (message.platform, message.workspace, message.channel, message.message_id, message.thread),
+                f"INSERT INTO live_messages ({_FIELDS}, owner) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (message.platform, message.workspace, message.channel, message.message_id, message.thread, self.owner),
+            )
+            # Writing is a sign of life too, so a record is never an orphan the moment it is made.
+            await conn.execute(
+                "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
+                " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
+                (self.owner,),
             )
 
     async def remove(self, *, platform: str, channel: str, message_id: str) -> None:
@@ -28,11 +39,20 @@ class LiveMessages:
             )
 
     async def take_all(self, platform: str) -> list[LiveMessage]:
-        """Remove and return every live message of a platform (at startup, to mark them interrupted)."""
+        """Remove and return the platform's orphans: records whose owner's heartbeat is stale or missing.
+
+        Concurrent callers in several processes each get different rows (SKIP LOCKED), so every
+        orphan is repaired exactly once; a live process's records are never taken.
+        """
         async with self._db.connection() as conn:
             cursor = await conn.execute(
-                "DELETE FROM live_messages WHERE platform = %s RETURNING platform, workspace, channel, message_id, thread",
-                (platform,),
+                "DELETE FROM live_messages WHERE ctid IN ("
+                " SELECT m.ctid FROM live_messages m LEFT JOIN process_heartbeats h ON h.owner = m.owner"
+                " WHERE m.platform = %s AND m.owner <> %s"
+                " AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))"
+                " FOR UPDATE OF m SKIP LOCKED)"
+                f" RETURNING {_FIELDS}",
+                (platform, self.owner, self._stale_after_s),
             )
             rows = await cursor.fetchall()
         return [

@@ -106,6 +106,7 @@ def no_connections(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         "http://192.168.1.1/",
         "http://[::1]/",
         "http://[fd00::1]/",
+        "http://[fec0::1]/",
         "http://[fe80::1]/",
         "http://[::ffff:127.0.0.1]/",
         "http://0.0.0.0/",
