@@ -64,6 +64,7 @@ class Runtime:
         self.heartbeats = Heartbeats(self.db, owner=self.owner)
         self.reminders: ReminderService | None = None
         self._llm: LLMClient | None = None
+        self._warm_up: asyncio.Task[None] | None = None
 
     async def open_engine(self) -> Engine:
         """Database, model client, retriever and engine (enough for `chat`)."""
@@ -72,12 +73,15 @@ class Runtime:
         self._llm = build_llm(self.settings)
         from bot.retrieval import build_retriever
 
+        retriever = await build_retriever(self.settings, self.db)
+        # Loaded in the background, and only when stored vectors need it: no question waits for it otherwise.
+        self._warm_up = asyncio.create_task(_warm_up(retriever), name="embedding-warm-up")
         self.engine = Engine(
             settings=self.settings,
             db=self.db,
             llm=self._llm,
             registry=build_registry(),
-            retriever=await build_retriever(self.settings, self.db),
+            retriever=retriever,
             # The tool only writes the row; the ReminderService of a process serving the platform delivers it.
             tool_services=ToolServices(reminders=ReminderBook(self.db)),
         )
@@ -147,9 +151,18 @@ class Runtime:
             # Gone cleanly: what this process left streaming is another's (or the next start's) to repair now.
             await _quietly(self.heartbeats.stop(), "remove the heartbeat")
         await self.http.stop()
+        if self._warm_up is not None and not self._warm_up.done():
+            self._warm_up.cancel()
         if self._llm is not None:
             await self._llm.aclose()
         await self.db.close()
+
+
+async def _warm_up(retriever: Any) -> None:
+    try:
+        await retriever.warm_up()
+    except Exception:
+        log.exception("could not load the embedding model in the background; the first search will try again")
 
 
 async def _quietly(step: Any, what: str) -> None:

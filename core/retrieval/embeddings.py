@@ -181,6 +181,10 @@ class LocalEmbeddings:
                     self._model = await asyncio.to_thread(_load_local_model)
         return self._model
 
+    async def warm_up(self) -> None:
+        """Load the model now (in a thread), so the first question that needs it does not wait."""
+        await self._ensure_model()
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from core.retrieval.retriever import Exposure
 from core.store.db import Database
 
 log = logging.getLogger(__name__)
+
+# How long "no vectors yet" is believed before asking again (an ingest may add some meanwhile).
+NO_VECTORS_RECHECK_S = 30.0
 
 RRF_K = 60
 # Each branch contributes this many candidates per requested result (at least CANDIDATES_MIN).
@@ -135,6 +139,8 @@ class PgRetriever:
         self.ef_search = ef_search
         self.fulltext_candidates = fulltext_candidates
         self._iterative_scan: bool | None = None
+        self._vectors_seen = False
+        self._no_vectors_until = 0.0
 
     async def has_sources(self, exposure: Exposure) -> bool:
         async with self.db.connection() as conn:
@@ -160,8 +166,33 @@ class PgRetriever:
         )
         return [hit.as_source_item() for hit in hits]
 
-    async def embed_query(self, query: str) -> list[float] | None:
+    async def has_vectors(self) -> bool:
+        """Whether any chunk is embedded by this embedder's model; until one is, queries are not embedded,
+        so a bot with no (embedded) sources never loads an embedding model for a question."""
         if self.embedder is None:
+            return False
+        if self._vectors_seen:
+            return True
+        if time.monotonic() < self._no_vectors_until:
+            return False
+        async with self.db.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM chunk_embeddings WHERE model = %s)", (self.embedder.name,)
+            )
+            row = await cursor.fetchone()
+        self._vectors_seen = bool(row and row[0])
+        if not self._vectors_seen:
+            self._no_vectors_until = time.monotonic() + NO_VECTORS_RECHECK_S
+        return self._vectors_seen
+
+    async def warm_up(self) -> None:
+        """At startup: load the embedding model in the background only when stored vectors need it."""
+        warm = getattr(self.embedder, "warm_up", None)
+        if warm is not None and await self.has_vectors():
+            await warm()
+
+    async def embed_query(self, query: str) -> list[float] | None:
+        if self.embedder is None or not await self.has_vectors():
             return None
         try:
             vectors = await self.embedder.embed([query])

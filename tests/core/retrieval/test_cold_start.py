@@ -1,0 +1,61 @@
+"""No question waits for an embedding model that nothing stored needs; when vectors exist, it loads at startup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from core.retrieval import search
+from core.retrieval.ingest import ingest
+from core.retrieval.search import PgRetriever
+from core.store.db import Database
+
+DIMENSION = 8
+
+
+class CountingEmbedder:
+    """Stands in for the local model: counts loads and embeddings, so a test can see what a question cost."""
+
+    name = "local:counting"
+    dimension = DIMENSION
+
+    def __init__(self) -> None:
+        self.loads = 0
+        self.embedded = 0
+
+    async def warm_up(self) -> None:
+        self.loads += 1
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.loads = max(self.loads, 1)
+        self.embedded += len(texts)
+        return [[1.0] + [0.0] * (DIMENSION - 1) for _ in texts]
+
+
+async def test_words_only_without_loading_the_model_until_some_chunk_has_vectors(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with db.connection() as conn:
+        await conn.execute("TRUNCATE sources, documents, chunks, chunk_embeddings CASCADE")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "deploy.md").write_text("# Deploy\nRun the deploy script on Fridays.\n")
+    await ingest(db, [str(docs)], source="words", exposure="prefetch", embedder=None)
+    embedder = CountingEmbedder()
+    retriever = PgRetriever(db, embedder)
+
+    await retriever.warm_up()
+    found = await retriever.search("deploy script", limit=3)
+    assert found and "deploy script" in found[0].text
+    assert (embedder.loads, embedder.embedded) == (0, 0), "nothing stored needs the model: it is never loaded"
+
+    monkeypatch.setattr(search, "NO_VECTORS_RECHECK_S", 0.0)
+    await ingest(db, [str(docs)], source="vectors", exposure="prefetch", embedder=embedder)
+    fresh = PgRetriever(db, CountingEmbedder())
+    await fresh.warm_up()
+    assert fresh.embedder.loads == 1  # type: ignore[union-attr]
+    before = embedder.embedded
+    await retriever.search("deploy script", limit=3)
+    assert embedder.embedded == before + 1, "once vectors exist, the question is embedded"
