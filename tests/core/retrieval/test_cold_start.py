@@ -45,13 +45,14 @@ async def test_words_only_without_loading_the_model_until_some_chunk_has_vectors
     await ingest(db, [str(docs)], source="words", exposure="prefetch", embedder=None)
     embedder = CountingEmbedder()
     retriever = PgRetriever(db, embedder)
+    # Look again at every question, so the test sees vectors as soon as they are stored.
+    monkeypatch.setattr(search, "NO_VECTORS_RECHECK_S", 0.0)
 
     await retriever.warm_up()
     found = await retriever.search("deploy script", limit=3)
     assert found and "deploy script" in found[0].text
     assert (embedder.loads, embedder.embedded) == (0, 0), "nothing stored needs the model: it is never loaded"
 
-    monkeypatch.setattr(search, "NO_VECTORS_RECHECK_S", 0.0)
     await ingest(db, [str(docs)], source="vectors", exposure="prefetch", embedder=embedder)
     fresh = PgRetriever(db, CountingEmbedder())
     await fresh.warm_up()
