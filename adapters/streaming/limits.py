@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from .splitter import CLOSE_RESERVE_CHARS, MIN_SPLIT_CHARS
 
 MIN_EDIT_INTERVAL_S = 1.0
+# Permanent failures (the message or channel is gone) before a final text is given up; 429s and
+# transient failures never count: they only mean "later".
 MAX_FINAL_ATTEMPTS = 8
-# A 429 is the platform saying "later", not a failure, so it has its own, larger bound.
-MAX_RATE_LIMITED_RETRIES = 30
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 CALL_TIMEOUT_S = 30.0
@@ -30,7 +30,6 @@ class StreamLimits:
     placeholder: str = "_thinking…_"
     empty_text: str = "_(no answer)_"  # shown when an answer ends with no text at all
     max_final_attempts: int = MAX_FINAL_ATTEMPTS
-    max_rate_limited_retries: int = MAX_RATE_LIMITED_RETRIES
     backoff_base_s: float = BACKOFF_BASE_S
     backoff_cap_s: float = BACKOFF_CAP_S
     call_timeout_s: float = CALL_TIMEOUT_S
@@ -46,8 +45,8 @@ class StreamLimits:
             raise ValueError("empty_text must be non-blank and fit in max_chars")
         if len(self.cursor) > self.max_chars // 10:
             raise ValueError("cursor is too long for max_chars")
-        if self.max_final_attempts < 1 or self.max_rate_limited_retries < 0:
-            raise ValueError("max_final_attempts must be at least 1, retries not negative")
+        if self.max_final_attempts < 1:
+            raise ValueError("max_final_attempts must be at least 1")
         if min(self.min_edit_interval_s, self.backoff_base_s) < 0 or self.call_timeout_s <= 0:
             raise ValueError("intervals must not be negative and call_timeout_s must be positive")
 

@@ -39,6 +39,12 @@ PLATFORM_RATE_MARGIN = 0.02
 # (its message still shows the placeholder) go first, but only those requested up to this many
 # seconds after it, so it never starves.
 SHOWN_TEXT_FINAL_DEFER_S = 60.0
+# Learning from 429s (`learns=True`): each 429 halves the rate, down to this floor; after this long
+# without one, the rate grows back by a quarter each time, up to where it started.
+LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
+LEARNED_RATE_DECREASE = 0.5
+LEARNED_RATE_RECOVERY = 1.25
+LEARNED_RATE_RECOVER_AFTER_S = 60.0
 
 
 class Priority(IntEnum):
@@ -74,9 +80,18 @@ class RateBudget:
     FIRST requests) requested up to `SHOWN_TEXT_FINAL_DEFER_S` after it go ahead, so a burst of
     answers shows every answer's first text before it polishes the ones already showing. A waiter can be promoted to FINAL while it waits (its answer ended).
     `penalize` (on a 429) pauses the whole bucket.
+
+    `parent`: a wider limit this one also counts against (Slack's workspace-wide chat.postMessage
+    over each channel's, Discord's per-bot global limit over each channel's): every call takes a
+    token of both, at the same priority, and a 429 pauses both, since a 429 rarely says its scope.
+    `learns`: a limit whose number the platform does not publish. Each 429 halves the rate (and the
+    burst); quiet minutes grow it back towards where it started.
     """
 
-    def __init__(self, *, capacity: float, refill_per_s: float, clock: Clock) -> None:
+    def __init__(
+        self, *, capacity: float, refill_per_s: float, clock: Clock, parent: RateBudget | None = None,
+        learns: bool = False,
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least one call")
         if refill_per_s <= 0:
@@ -84,6 +99,10 @@ class RateBudget:
         self._capacity = float(capacity)
         self._refill_per_s = float(refill_per_s)
         self._clock = clock
+        self._parent = parent
+        self._learns = learns
+        self._initial = (self._capacity, self._refill_per_s)
+        self._last_limited_at = float("-inf")
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
@@ -150,6 +169,18 @@ class RateBudget:
         are first texts, see `SHOWN_TEXT_FINAL_DEFER_S`). `promote`: when set while a FIRST or
         INTERMEDIATE request waits, the request becomes a FINAL one (its answer has ended).
         """
+        await self._acquire_own(priority, requester_key, shows_text=shows_text, promote=promote)
+        if self._parent is None:
+            return
+        try:
+            await self._parent.acquire(priority, requester_key, shows_text=shows_text, promote=promote)
+        except BaseException:
+            self._release_own()
+            raise
+
+    async def _acquire_own(
+        self, priority: Priority, requester_key: Hashable, *, shows_text: bool, promote: asyncio.Event | None
+    ) -> None:
         if not self._has_waiters() and self._take():
             return
         waiter = _Waiter(
@@ -171,13 +202,18 @@ class RateBudget:
             await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
-                self.release()
+                self._release_own()
             else:
                 waiter.future.cancel()
             raise
 
     def release(self) -> None:
-        """Gives back a token that was granted but not spent."""
+        """Gives back a token that was granted but not spent (the parent's too)."""
+        self._release_own()
+        if self._parent is not None:
+            self._parent.release()
+
+    def _release_own(self) -> None:
         self._refill()
         self._tokens = min(self._capacity, self._tokens + 1)
         if self._has_waiters():
@@ -187,7 +223,13 @@ class RateBudget:
             self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
 
     def penalize(self, retry_after_s: float) -> None:
-        """The platform said 429: send nothing until `retry_after_s` from now, then one call."""
+        """The platform said 429: send nothing until `retry_after_s` from now, then one call.
+
+        The parent is paused too (the 429 may have been its limit), and a learning budget slows down."""
+        if self._parent is not None:
+            self._parent.penalize(retry_after_s)
+        if self._learns:
+            self._slow_down()
         resume_at = self._clock.now() + max(0.0, retry_after_s)
         if resume_at <= self._paused_until:
             return
@@ -214,8 +256,25 @@ class RateBudget:
             self._finals, _FinalEntry(rank_at=rank_at, seq=next(self._final_seq), waiter=waiter)
         )
 
+    def _slow_down(self) -> None:
+        self._last_limited_at = self._clock.now()
+        self._refill_per_s = max(LEARNED_RATE_FLOOR_PER_S, self._refill_per_s * LEARNED_RATE_DECREASE)
+        self._capacity = max(1.0, self._capacity * LEARNED_RATE_DECREASE)
+        self._tokens = min(self._tokens, self._capacity)
+
+    def _recover(self, now: float) -> None:
+        """A quiet stretch since the last 429: the learnt rate grows back, never past where it started."""
+        capacity, refill = self._initial
+        if self._refill_per_s >= refill or now - self._last_limited_at < LEARNED_RATE_RECOVER_AFTER_S:
+            return
+        self._last_limited_at = now  # the next step needs another quiet stretch
+        self._refill_per_s = min(refill, self._refill_per_s * LEARNED_RATE_RECOVERY)
+        self._capacity = min(capacity, max(1.0, self._capacity * LEARNED_RATE_RECOVERY))
+
     def _refill(self) -> None:
         now = self._clock.now()
+        if self._learns:
+            self._recover(now)
         if now > self._updated_at:
             elapsed = now - self._updated_at
             self._tokens = min(self._capacity, self._tokens + elapsed * self._refill_per_s)

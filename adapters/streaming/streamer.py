@@ -20,11 +20,15 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 OnMessagePosted = Callable[[str], Awaitable[None]]
 OnFinalDelivered = Callable[[list[str]], Awaitable[None]]
+# Told once, when a final text could not be delivered at the first try: its parts, each with the id
+# of the message that shows (or will show) it, so the text can be kept safe until it arrives.
+OnFinalPending = Callable[[list[tuple[str, str | None]]], Awaitable[None]]
 # Shown in a message left over when a corrected final text needs fewer messages than were used.
 VACATED_MESSAGE_TEXT = "…"
 # A permanent edit failure this many times in a row: the message is gone or frozen, so the
 # final text goes into a new message instead.
 EDIT_FAILURES_BEFORE_REPOST = 2
+RATE_LIMITS_PER_LOG_LINE = 10
 
 SendOutcome = Literal["sent", "rate_limited", "failed"]
 
@@ -64,6 +68,7 @@ class MessageStreamer:
         key: Hashable = None,
         on_message_posted: OnMessagePosted | None = None,
         on_final_delivered: OnFinalDelivered | None = None,
+        on_final_pending: OnFinalPending | None = None,
     ) -> None:
         self._transport = transport
         self._limits = limits
@@ -73,6 +78,8 @@ class MessageStreamer:
         self._key: Hashable = key if key is not None else id(self)
         self._on_message_posted = on_message_posted
         self._on_final_delivered = on_final_delivered
+        self._on_final_pending = on_final_pending
+        self._pending_told = False
         self._pieces: list[str] = []
         self._text = ""
         self._base = 0  # where the current (last) message's text starts in the answer
@@ -291,13 +298,14 @@ class MessageStreamer:
         return targets
 
     async def _deliver(self, slot: _Slot, *, shows_text: bool = False) -> bool:
-        """Sends `slot.target` with backoff: at most `max_final_attempts` failures, plus up to
-        `max_rate_limited_retries` waits for a 429's Retry-After.
+        """Sends `slot.target` until it arrives: a 429 waits its Retry-After and a transient failure backs
+        off (capped), however often, while the bot runs; only `max_final_attempts` permanent failures
+        (the channel is gone, the bot was removed) end it, with a log line.
 
         `shows_text`: the message shows answer text already, so finals that are other answers'
         first texts may go ahead (within the budget's bound)."""
         text = slot.target or self._limits.empty_text
-        failures = edit_failures = rate_limited = 0
+        failures = edit_failures = rate_limited = transient = 0
         while True:
             posting = slot.message_id is None
             budget = self._post_budget if posting else self._edit_budget
@@ -314,15 +322,19 @@ class MessageStreamer:
                 slot.shown = text
                 return True
             except RateLimited as exc:
-                # The budget's pause is the wait; the next acquire honours it.
+                # The budget's pause is the wait; the next acquire honours it. A 429 is "later", never "no".
                 budget.penalize(exc.retry_after_s)
                 rate_limited += 1
-                if rate_limited <= self._limits.max_rate_limited_retries:
-                    continue
-                failures = self._limits.max_final_attempts
+                await self._final_pending()
+                if rate_limited % RATE_LIMITS_PER_LOG_LINE == 0:
+                    logger.warning("final text still rate limited after %d tries; waiting as told", rate_limited)
+                continue
             except TransientSendError as exc:
-                failures += 1
-                logger.info("final text not delivered (attempt %d): %s", failures, exc)
+                transient += 1
+                logger.info("final text not delivered yet (attempt %d): %s", transient, exc)
+                await self._final_pending()
+                await self._clock.sleep(self._limits.backoff_s(transient))
+                continue
             except Exception:
                 failures += 1
                 logger.exception("final text not delivered (attempt %d)", failures)
@@ -332,12 +344,30 @@ class MessageStreamer:
                         slot.message_id = None
             if failures >= self._limits.max_final_attempts:
                 logger.error(
-                    "gave up delivering a final text after %d failures and %d rate limits",
+                    "gave up delivering a final text after %d permanent failures (and %d rate limits, %d transient)",
                     failures,
                     rate_limited,
+                    transient,
                 )
                 return False
             await self._clock.sleep(self._limits.backoff_s(failures))
+
+    @property
+    def final_pending(self) -> bool:
+        """A final text is known but not yet delivered (it was handed to `on_final_pending`)."""
+        return self._pending_told and not self._delivered
+
+    async def _final_pending(self) -> None:
+        if self._pending_told or self._on_final_pending is None or self._ending is None:
+            return
+        if self._ending.kind != "finish":
+            return  # only an answer's own text is worth keeping; notes and failures are not
+        self._pending_told = True
+        parts = [(slot.target or self._limits.empty_text, slot.message_id) for slot in self._slots if slot.target is not None]
+        try:
+            await self._on_final_pending(parts)
+        except Exception:
+            logger.exception("on_final_pending failed")
 
     # --- helpers ---
 

@@ -51,6 +51,7 @@ def make_streamer(
     post_budget: RateBudget | None = None,
     key: str | None = None,
     on_message_posted=None,
+    on_final_pending=None,
 ) -> MessageStreamer:
     return MessageStreamer(
         transport,
@@ -60,6 +61,7 @@ def make_streamer(
         clock=clock,
         key=key,
         on_message_posted=on_message_posted,
+        on_final_pending=on_final_pending,
     )
 
 
@@ -149,6 +151,43 @@ async def test_budget_bursts_then_refills_at_its_rate() -> None:
         return times
 
     assert await clock.run(scenario()) == pytest.approx([0, 0, 1, 2, 3])
+
+
+async def test_channel_budgets_share_their_parents_limit_and_a_429_pauses_both() -> None:
+    clock = FakeClock()
+    workspace = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    first = RateBudget(capacity=5, refill_per_s=5, clock=clock, parent=workspace)
+    second = RateBudget(capacity=5, refill_per_s=5, clock=clock, parent=workspace)
+
+    async def scenario() -> list[float]:
+        times = []
+        for budget in (first, second, first):
+            await budget.acquire(Priority.FINAL, "a")
+            times.append(clock.now())
+        second.penalize(10.0)  # the 429 came through one channel; the workspace waits too
+        await first.acquire(Priority.FINAL, "a")
+        times.append(clock.now())
+        return times
+
+    assert await clock.run(scenario()) == pytest.approx([0, 1, 2, 12])
+
+
+async def test_a_learning_budget_halves_its_rate_on_each_429_and_grows_back_when_quiet() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=10, refill_per_s=2.0, clock=clock, learns=True)
+    budget.penalize(1.0)
+    budget.penalize(1.0)
+    assert budget.refill_per_s == pytest.approx(0.5) and budget.capacity == pytest.approx(2.5)
+
+    async def quiet(seconds: float) -> None:
+        await clock.sleep(seconds)
+        await budget.acquire(Priority.INTERMEDIATE, "a")
+
+    await clock.run(quiet(61.0))
+    assert budget.refill_per_s == pytest.approx(0.625)
+    for _ in range(20):
+        await clock.run(quiet(61.0))
+    assert budget.refill_per_s == pytest.approx(2.0) and budget.capacity == pytest.approx(10.0)
 
 
 async def test_budget_serves_finals_then_firsts_then_intermediates() -> None:
@@ -580,13 +619,34 @@ async def test_a_message_that_cannot_be_edited_gets_its_final_in_a_new_message()
     assert transport.texts["m2"] == "partial, then complete"
 
 
-async def test_gives_up_after_max_attempts() -> None:
+async def test_a_long_outage_or_429s_never_make_it_give_up_the_final_text() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    pending: list[list[tuple[str, str | None]]] = []
+
+    async def keep(parts: list[tuple[str, str | None]]) -> None:
+        pending.append(parts)
+
+    streamer = make_streamer(clock, transport, on_final_pending=keep)
+
+    async def scenario() -> None:
+        transport.faults.extend(TransientSendError("down") for _ in range(40))
+        transport.faults.extend(RateLimited(5) for _ in range(40))
+        await streamer.finish("seen at last")
+
+    await clock.run(scenario(), max_virtual_s=36_000)
+    assert transport.final_texts() == ["seen at last"] and len(transport.attempt_times) == 81
+    assert pending == [[("seen at last", None)]], "told once, with the text to keep safe meanwhile"
+    assert not streamer.final_pending
+
+
+async def test_only_permanent_failures_give_up_after_max_attempts() -> None:
     clock = FakeClock()
     transport = MemoryTransport(clock=clock)
     streamer = make_streamer(clock, transport)
 
     async def scenario() -> None:
-        transport.faults.extend(TransientSendError("down") for _ in range(100))
+        transport.faults.extend(RuntimeError("channel_not_found") for _ in range(100))
         await streamer.finish("never seen")
 
     await clock.run(scenario())
@@ -761,12 +821,14 @@ async def test_interrupt_takes_over_a_finish_that_gave_up() -> None:
         await streamer.start()
         streamer.append("Partial")
         await clock.sleep(2)
-        transport.faults.extend(TransientSendError("down") for _ in range(8))
+        # Permanent failures (only those make a finish give up).
+        transport.faults.extend(RuntimeError("cant_update_message") for _ in range(8))
         await streamer.finish()
         await streamer.interrupt("(interrupted)")
 
     await clock.run(scenario())
-    assert transport.final_texts() == ["Partial\n\n(interrupted)"]
+    # The message that could not be edited stays as it was; the note arrives in a new one.
+    assert transport.final_texts()[-1] == "Partial\n\n(interrupted)"
 
 
 async def test_cancelling_the_caller_of_finish_does_not_stop_delivery() -> None:
