@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
 from adapters import wording
-from adapters.streaming import Clock, MessageStreamer, MessageTransport, RateBudget, StreamLimits
+from adapters.streaming import (
+    Clock,
+    MessageStreamer,
+    MessageTransport,
+    RateBudget,
+    RateLimited,
+    StreamLimits,
+    TransientSendError,
+)
 from adapters.streaming.splitter import close_open_fence
 from core import wording as engine_wording
 from core.approvals import ApprovalView, ClickResult
@@ -25,7 +34,7 @@ from core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from core.ports import LiveAnswerLog, LiveMessage
+from core.ports import FinalOutbox, FinalPart, LiveAnswerLog, LiveMessage, PendingFinal
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +121,36 @@ class ShownMessages(Protocol):
     async def replace_shown(self, message: LiveMessage, text: str) -> None: ...
 
 
+class FinalDelivery(Protocol):
+    """Delivers a kept final's parts on a platform, after the process that started it could not."""
+
+    async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+        """Posts part `index` unless the platform already shows it (marked with the answer id): no part twice."""
+        ...
+
+    async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None: ...
+
+
 @dataclass(kw_only=True, eq=False)
 class _Answer:
     streamer: MessageStreamer
     task: asyncio.Task[Any] | None
+    answer_id: str
     interrupted: bool = False
+    pending: PendingFinal | None = None  # its final is kept in the outbox until delivered
+    handed_over: bool = False  # stopped with its final still pending: another delivery takes it
 
 
 class AnswerRunner:
     """One per platform adapter; the same behaviour on every platform."""
 
-    def __init__(self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog) -> None:
+    def __init__(
+        self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog, outbox: FinalOutbox | None = None
+    ) -> None:
         self.platform = platform
         self._approvals = approvals
         self._live = live
+        self._outbox = outbox
         self._answers: set[_Answer] = set()
         self._redraw_locks: dict[str, asyncio.Lock] = {}
 
@@ -138,6 +163,30 @@ class AnswerRunner:
         await surface.show_working()
         pacing = surface.pacing
         place = surface.place
+        answer_id = uuid.uuid4().hex
+        answer: _Answer | None = None
+
+        async def posted(message_id: str) -> None:
+            await self._live.add(
+                LiveMessage(
+                    platform=place.platform, workspace=place.workspace, channel=place.channel,
+                    message_id=message_id, thread=place.thread,
+                )
+            )
+            if answer is not None and answer.pending is not None:
+                await self._keep(answer, place, _with_posted(answer.pending.parts, message_id))
+
+        async def delivered(message_ids: list[str]) -> None:
+            # A message whose final text is delivered needs no repair, whatever happens next.
+            await self._forget(place, message_ids)
+            if answer is not None and answer.pending is not None and self._outbox is not None:
+                answer.pending = None
+                await self._outbox.delivered(answer_id)
+
+        async def pending(parts: list[tuple[str, str | None]]) -> None:
+            if answer is not None:
+                await self._keep(answer, place, tuple(FinalPart(text=text, message_id=mid) for text, mid in parts))
+
         streamer = MessageStreamer(
             surface,
             limits=pacing.limits,
@@ -145,16 +194,11 @@ class AnswerRunner:
             post_budget=pacing.post_budget,
             clock=pacing.clock,
             key=pacing.key if pacing.key is not None else object(),
-            on_message_posted=lambda message_id: self._live.add(
-                LiveMessage(
-                    platform=place.platform, workspace=place.workspace, channel=place.channel,
-                    message_id=message_id, thread=place.thread,
-                )
-            ),
-            # A message whose final text is delivered needs no repair, whatever happens next.
-            on_final_delivered=lambda message_ids: self._forget(place, message_ids),
+            on_message_posted=posted,
+            on_final_delivered=delivered,
+            on_final_pending=pending if self._outbox is not None else None,
         )
-        answer = _Answer(streamer=streamer, task=asyncio.current_task())
+        answer = _Answer(streamer=streamer, task=asyncio.current_task(), answer_id=answer_id)
         self._answers.add(answer)
         ended = False
         try:
@@ -163,7 +207,10 @@ class AnswerRunner:
             ended = True
         except asyncio.CancelledError:
             # Cancelled by shutdown: interrupt_all ends the message; a bare close leaves its record
-            # for the next start to repair, as a crash would.
+            # for the next start to repair, as a crash would. A final still pending goes to
+            # whichever process delivers next.
+            if answer.pending is not None and self._outbox is not None:
+                await asyncio.shield(self._outbox.release(answer_id))
             raise
         except Exception:
             log.exception("answer failed while streaming in %s", place.channel)
@@ -179,14 +226,17 @@ class AnswerRunner:
         """Stops every answer still streaming and ends it with the text shown so far plus a note."""
         answers = list(self._answers)
         for answer in answers:
-            answer.interrupted = True
+            # An answer whose whole final text waits in the outbox is not cut short: it is handed over.
+            answer.handed_over = answer.pending is not None
+            answer.interrupted = not answer.handed_over
             if answer.task is not None and answer.task is not asyncio.current_task():
                 answer.task.cancel()
         tasks = [answer.task for answer in answers if answer.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=INTERRUPT_WAIT_S)
         await asyncio.gather(
-            *(answer.streamer.interrupt(wording.interrupted()) for answer in answers), return_exceptions=True
+            *(answer.streamer.interrupt(wording.interrupted()) for answer in answers if not answer.handed_over),
+            return_exceptions=True,
         )
 
     def cancel_all(self) -> list[asyncio.Task[Any]]:
@@ -209,6 +259,48 @@ class AnswerRunner:
         if leftovers:
             log.info("repaired %d unfinished %s answers", len(leftovers), self.platform)
         return len(leftovers)
+
+    async def deliver_pending(self, delivery: FinalDelivery) -> int:
+        """Delivers the finals nobody else is delivering (their process stopped or died, or was told "later");
+        returns how many arrived. A 429 or a transient failure hands the final back for the next round;
+        only a permanent error drops it, with a log line."""
+        if self._outbox is None:
+            return 0
+        arrived = 0
+        for final in await self._outbox.take(self.platform):
+            parts = list(final.parts)
+            try:
+                for index, part in enumerate(parts):
+                    if part.message_id is None:
+                        message_id = await delivery.post_part(final, index, part.text)
+                        parts[index] = FinalPart(text=part.text, message_id=message_id)
+                        await self._outbox.keep(_replace_parts(final, parts))
+                    else:
+                        await delivery.edit_part(final, part.message_id, part.text)
+            except (RateLimited, TransientSendError) as error:
+                log.info("final %s not delivered yet (%s); handed back for the next round", final.answer_id, error)
+                await self._outbox.release(final.answer_id)
+                continue
+            except Exception:
+                log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
+                await self._outbox.delivered(final.answer_id)
+                continue
+            await self._outbox.delivered(final.answer_id)
+            await self._forget(AnswerPlace(platform=final.platform, workspace=final.workspace, channel=final.channel),
+                               [p.message_id for p in parts if p.message_id])
+            arrived += 1
+        return arrived
+
+    async def _keep(self, answer: _Answer, place: AnswerPlace, parts: tuple[FinalPart, ...]) -> None:
+        """The final goes to the outbox; its messages leave the live records (the outbox finishes them, not repair)."""
+        if self._outbox is None:
+            return
+        answer.pending = PendingFinal(
+            answer_id=answer.answer_id, platform=place.platform, workspace=place.workspace, channel=place.channel,
+            thread=place.thread, parts=parts,
+        )
+        await self._outbox.keep(answer.pending)
+        await self._forget(place, [part.message_id for part in parts if part.message_id])
 
     async def settle_click(self, result: ClickResult, reply: ClickReply, surface: Surface, *, message_key: str) -> None:
         """Shows a click's result: the approval message redrawn, a private note when there is one to give,
@@ -335,3 +427,20 @@ def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
     if len(text) > room:
         text = close_open_fence(text[: room - len("\n```") - 1])
     return f"{text}\n\n{note}"
+
+
+def _with_posted(parts: tuple[FinalPart, ...], message_id: str) -> tuple[FinalPart, ...]:
+    """The parts with a newly posted message given to the first part that had none (messages post in order)."""
+    updated = list(parts)
+    for index, part in enumerate(updated):
+        if part.message_id is None:
+            updated[index] = FinalPart(text=part.text, message_id=message_id)
+            break
+    return tuple(updated)
+
+
+def _replace_parts(final: PendingFinal, parts: list[FinalPart]) -> PendingFinal:
+    return PendingFinal(
+        answer_id=final.answer_id, platform=final.platform, workspace=final.workspace, channel=final.channel,
+        thread=final.thread, parts=tuple(parts),
+    )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
-from core.ports import EventDedup, KnownConversations, LiveAnswerLog
+from core.ports import EventDedup, FinalOutbox, KnownConversations, LiveAnswerLog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +16,7 @@ class AdapterPorts:
     live: LiveAnswerLog
     dedup: EventDedup
     conversations: KnownConversations
+    outbox: FinalOutbox
 
 
 class PlatformAdapter(Protocol):

@@ -21,6 +21,7 @@ from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
 from core.store.live_messages import LiveMessages
+from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
 from core.tools import ToolRegistry, ToolServices, builtin_registry
 from core.tools.reminders import CREATE_REMINDER
@@ -107,7 +108,7 @@ class Runtime:
         adapters: list[PlatformAdapter] = []
         ports = AdapterPorts(
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
-            conversations=ConversationStore(self.db),
+            conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
         )
         try:
             if self.settings.slack_bot_token:

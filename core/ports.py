@@ -31,6 +31,45 @@ class LiveAnswerLog(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class FinalPart:
+    """One message of a final answer: its text, and the message showing it once there is one."""
+
+    text: str
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingFinal:
+    """A final answer text not yet delivered; `answer_id` also marks its parts on the platform, so a retry
+    finds a part already posted instead of posting it twice."""
+
+    answer_id: str
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+    parts: tuple[FinalPart, ...]
+
+
+class FinalOutbox(Protocol):
+    """Keeps final texts safe until delivered, by this process or another (core.store.pending_finals)."""
+
+    async def keep(self, final: PendingFinal) -> None:
+        """Store (or update) a final this process is delivering."""
+        ...
+
+    async def delivered(self, answer_id: str) -> None: ...
+
+    async def release(self, answer_id: str) -> None:
+        """Hand a final over to whichever process delivers next (this one is stopping, or was told "later")."""
+        ...
+
+    async def take(self, platform: str) -> list[PendingFinal]:
+        """Claim the platform's finals nobody is delivering: released, or their process died (each to one caller)."""
+        ...
+
+
 class EventDedup(Protocol):
     """One atomic "first time?" per platform event, across processes (core.store.processed_events)."""
 

@@ -3,15 +3,16 @@ crash repair keeps the text shown; a click's result is shown the same way on eve
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 from adapters import wording
 from adapters.answers import AnswerPlace, AnswerRunner, Pacing, repaired_text
-from adapters.streaming import RateBudget, StreamLimits
+from adapters.streaming import RateBudget, RateLimited, StreamLimits
 from core.approvals import ApprovalView, CallView, ClickResult
 from core.events import AnswerDelta, ApprovalRequired, Done, Event, PendingCall, SourceItem, Sources
-from core.ports import LiveMessage
+from core.ports import LiveMessage, PendingFinal
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 
@@ -209,3 +210,80 @@ async def test_a_click_result_is_redrawn_told_and_its_resumed_run_played() -> No
     await clock.run(runner.settle_click(result, ready, surface, message_key="m"))
     assert ready.told == [], "a failed redraw of a click that resumed tells nobody the click was lost"
     assert surface.transport.final_texts() == ["Deployed."]
+
+
+class MemoryOutbox:
+    """An in-memory FinalOutbox; `owner` '' means anyone may take the final."""
+
+    def __init__(self) -> None:
+        self.finals: dict[str, tuple[PendingFinal, str]] = {}
+
+    async def keep(self, final: PendingFinal) -> None:
+        self.finals[final.answer_id] = (final, "me")
+
+    async def delivered(self, answer_id: str) -> None:
+        self.finals.pop(answer_id, None)
+
+    async def release(self, answer_id: str) -> None:
+        if answer_id in self.finals:
+            self.finals[answer_id] = (self.finals[answer_id][0], "")
+
+    async def take(self, platform: str) -> list[PendingFinal]:
+        free = [final for final, owner in self.finals.values() if owner == "" and final.platform == platform]
+        for final in free:
+            self.finals[final.answer_id] = (final, "taker")
+        return free
+
+
+class PartDelivery:
+    """A FinalDelivery over a MemoryTransport: posts each part once, however often it is asked."""
+
+    def __init__(self, transport: MemoryTransport) -> None:
+        self.transport = transport
+        self.posted: dict[tuple[str, int], str] = {}
+
+    async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+        key = (final.answer_id, index)
+        if key not in self.posted:
+            self.posted[key] = await self.transport.post(text)
+        else:
+            await self.transport.edit(self.posted[key], text)
+        return self.posted[key]
+
+    async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
+        await self.transport.edit(message_id, text)
+
+
+async def test_a_final_still_rate_limited_at_shutdown_is_handed_over_whole_not_cut_short() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    outbox = MemoryOutbox()
+    live = MemoryLive()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=live, outbox=outbox)
+
+    async def answer() -> AsyncIterator[Event]:
+        yield AnswerDelta(text="The whole answer, ")
+        await clock.sleep(2)
+        yield AnswerDelta(text="every word of it.")
+        surface.transport.faults.extend(RateLimited(3600) for _ in range(3))  # the platform says "much later"
+        yield Done(answer="The whole answer, every word of it.")
+
+    async def scenario() -> None:
+        playing = asyncio.ensure_future(runner.play(answer(), surface))
+        await clock.sleep(5)
+        assert outbox.finals, "the final waits in the outbox"
+        await runner.interrupt_all()  # shutdown
+        await asyncio.gather(playing, return_exceptions=True)
+
+    await clock.run(scenario())
+    [(kept, owner)] = outbox.finals.values()
+    assert owner == "" and [part.text for part in kept.parts] == ["The whole answer, every word of it."]
+    assert all(wording.interrupted() not in text for text in surface.transport.texts.values())
+    assert live.rows == [], "the outbox finishes those messages, so crash repair leaves them alone"
+
+    # The next process (or this one after a restart) delivers it, editing the message already shown.
+    surface.transport.faults.clear()
+    later = AnswerRunner(platform="test", approvals=Approvals(), live=live, outbox=outbox)
+    delivery = PartDelivery(surface.transport)
+    assert await clock.run(later.deliver_pending(delivery)) == 1
+    assert surface.transport.final_texts() == ["The whole answer, every word of it."] and outbox.finals == {}

@@ -5,9 +5,16 @@ from __future__ import annotations
 from adapters.base import AdapterPorts
 from core.store.conversations import ConversationStore
 from core.store.db import Database
+from core.store.heartbeats import process_identity
 from core.store.live_messages import LiveMessages
+from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
 
 
 def ports_for(db: Database) -> AdapterPorts:
-    return AdapterPorts(live=LiveMessages(db), dedup=ProcessedEvents(db), conversations=ConversationStore(db))
+    """One call, one bot process: its live records and kept finals carry one new owner."""
+    owner = process_identity()
+    return AdapterPorts(
+        live=LiveMessages(db, owner=owner), dedup=ProcessedEvents(db), conversations=ConversationStore(db),
+        outbox=PendingFinals(db, owner=owner),
+    )

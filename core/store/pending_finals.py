@@ -1,0 +1,73 @@
+"""Final answer texts not yet delivered, kept until this or another process delivers them (the outbox)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from core.ports import FinalPart, PendingFinal
+from core.store.db import Database
+from core.store.heartbeats import STALE_AFTER_S, process_identity
+
+_FIELDS = "answer_id, platform, workspace, channel, thread, parts"
+_STAMP = (
+    "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
+    " ON CONFLICT (owner) DO UPDATE SET seen_at = now()"
+)
+
+
+class PendingFinals:
+    """Implements core.ports.FinalOutbox for the process `owner`."""
+
+    def __init__(self, db: Database, *, owner: str | None = None, stale_after_s: float = STALE_AFTER_S) -> None:
+        self._db = db
+        self.owner = owner or process_identity()
+        self._stale_after_s = stale_after_s
+
+    async def keep(self, final: PendingFinal) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(_STAMP, (self.owner,))
+            await conn.execute(
+                f"INSERT INTO pending_finals ({_FIELDS}, owner) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (answer_id) DO UPDATE SET parts = EXCLUDED.parts, owner = EXCLUDED.owner, updated_at = now()",
+                (final.answer_id, final.platform, final.workspace, final.channel, final.thread,
+                 Jsonb(_parts_json(final.parts)), self.owner),
+            )
+
+    async def delivered(self, answer_id: str) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute("DELETE FROM pending_finals WHERE answer_id = %s", (answer_id,))
+
+    async def release(self, answer_id: str) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE pending_finals SET owner = '', attempts = attempts + 1, updated_at = now() WHERE answer_id = %s",
+                (answer_id,),
+            )
+
+    async def take(self, platform: str) -> list[PendingFinal]:
+        async with self._db.connection() as conn:
+            # The taker is alive by definition: its claims must not look orphaned to the next taker.
+            await conn.execute(_STAMP, (self.owner,))
+            cursor = await conn.execute(
+                "UPDATE pending_finals SET owner = %s, updated_at = now() WHERE answer_id IN ("
+                " SELECT f.answer_id FROM pending_finals f LEFT JOIN process_heartbeats h ON h.owner = f.owner"
+                " WHERE f.platform = %s AND (f.owner = '' OR (f.owner <> %s"
+                "  AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))))"
+                " ORDER BY f.created_at FOR UPDATE OF f SKIP LOCKED)"
+                f" RETURNING {_FIELDS}",
+                (self.owner, platform, self.owner, self._stale_after_s),
+            )
+            rows = await cursor.fetchall()
+        return [
+            PendingFinal(
+                answer_id=row[0], platform=row[1], workspace=row[2], channel=row[3], thread=row[4],
+                parts=tuple(FinalPart(text=str(p.get("text", "")), message_id=p.get("message_id")) for p in row[5]),
+            )
+            for row in rows
+        ]
+
+
+def _parts_json(parts: tuple[FinalPart, ...]) -> list[dict[str, Any]]:
+    return [{"text": part.text, "message_id": part.message_id} for part in parts]
