@@ -78,3 +78,60 @@ def default_thread_name() -> str:
 def approval_footer(when: str) -> str:
     """`when` is the expiry as the platform shows times."""
     return f"Expires {when}. Approve or reject each call below."
+
+
+def direct_messages_off() -> str:
+    return "Direct messages to relaybot are turned off; please mention me in a channel instead."
+
+
+def not_your_workspace_to_decide() -> str:
+    return "Only people of a workspace where relaybot is enabled can decide this approval."
+
+
+def approval_part(first: int, last: int, total: int) -> str:
+    """The heading of a further approval message, for requests with more calls than one message shows."""
+    return f"🔐 **Approval needed** (continued) — calls {first}–{last} of {total}."
+
+
+def more_calls_below(count: int, messages: int) -> str:
+    """Calls past what one approval message shows, posted in `messages` further messages."""
+    where = "the next message" if messages == 1 else f"the next {messages} messages"
+    return f"…and {count} more call{'s' if count != 1 else ''} in {where}, each with its own buttons."
+
+
+def full_arguments_label() -> str:
+    return "Full arguments"
+
+
+def arguments_cut() -> str:
+    return f"✂️ Arguments shortened to fit here; “{full_arguments_label()}” shows them whole."
+
+
+def full_arguments_heading(tool: str, part: int, parts: int) -> str:
+    """`tool` is a registered tool's name; `part` counts from 1."""
+    return f"**{full_arguments_label()}** of `{tool}`" + (f" ({part}/{parts})" if parts > 1 else "")
+
+
+def full_arguments_already_shown() -> str:
+    return "The full arguments of that call are already in this thread."
+
+
+def approval_expired_line(started_tools: tuple[str, ...]) -> str:
+    """The expired line of an approval message: nothing ran, unless a crash had left calls started
+    (`ApprovalView.started_tools`)."""
+    if started_tools:
+        return f"⌛ {engine_wording.approval_expired_after_start(started_tools)}"
+    return approval_expired()
+
+
+def direct_messages_members_only() -> str:
+    return "I answer direct messages only from members of a workspace where relaybot is enabled; please ask me there."
+
+
+def membership_unknown() -> str:
+    return "I couldn't check whether you're a member of a workspace where relaybot is enabled; please try again in a moment."
+
+
+def full_arguments_attached(count: int) -> str:
+    calls = "the call" if count == 1 else f"all {count} calls"
+    return f"**{full_arguments_label()}** of {calls}, in the order the model wrote them, are in the attached file."

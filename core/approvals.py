@@ -6,7 +6,8 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import aclosing
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -19,7 +20,10 @@ from core.requests import Actor
 from core.runs import Runs
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
 
-__all__ = ["ApprovalService", "ApprovalView", "CallView", "ClickResult", "Decision", "DecisionView", "ExpiredApproval", "failed_click"]
+__all__ = [
+    "ApprovalService", "ApprovalView", "CallView", "ClickResult", "Decision", "DecisionView", "ExpiredApproval",
+    "expired_sentence", "failed_click",
+]
 from core.tools import ApprovalPolicy
 
 log = logging.getLogger(__name__)
@@ -61,16 +65,20 @@ class ApprovalView:
     expires_at: float  # unix seconds
     decisions: Mapping[str, DecisionView] = field(default_factory=dict)
     state: ViewState = "open"
+    # Calls that had started (a crash can leave a run reverted to pending, or expired, after that).
+    started: tuple[str, ...] = ()
 
     @property
     def undecided(self) -> tuple[CallView, ...]:
         return tuple(call for call in self.calls if call.call_id not in self.decisions)
 
+    @property
+    def started_tools(self) -> tuple[str, ...]:
+        """The tools of the started calls, in the order shown."""
+        return tuple(call.tool for call in self.calls if call.call_id in self.started)
+
     def expired(self) -> ApprovalView:
-        return ApprovalView(
-            continuation_id=self.continuation_id, requested_by=self.requested_by, calls=self.calls,
-            expires_at=self.expires_at, decisions=self.decisions, state="expired",
-        )
+        return replace(self, state="expired")
 
     @classmethod
     def from_event(cls, event: ApprovalRequired) -> ApprovalView:
@@ -96,6 +104,7 @@ class ApprovalView:
             expires_at=row.expires_at.timestamp() if row.expires_at else 0.0,
             decisions={cid: DecisionView(approved=d.approved, actor=d.actor) for cid, d in row.decisions.items()},
             state=state,
+            started=row.started_calls,
         )
 
 
@@ -300,9 +309,10 @@ class ApprovalService:
         """The claimed run's events; afterwards the row is closed, or goes back to pending if nothing of it ran."""
         completed = False
         try:
-            async for event in self._runs.resume(row):
-                completed = completed or event.kind in _COMPLETED_KINDS
-                yield event
+            async with aclosing(self._runs.resume(row)) as events:
+                async for event in events:
+                    completed = completed or event.kind in _COMPLETED_KINDS
+                    yield event
         finally:
             # A run that ended before any approved call started (cancelled while waiting for the
             # conversation, a database blip, a model failure after rejections) goes back to pending so
@@ -325,12 +335,17 @@ def _closed(row: ContinuationRow) -> ClickResult | None:
         view = ApprovalView.from_row(row)
         if view.state == "open":
             view = view.expired()
-        return ClickResult(outcome="expired", message=wording.approval_expired(), view=view)
+        return ClickResult(outcome="expired", message=expired_sentence(view), view=view)
     if row.status != "pending":
         return ClickResult(
             outcome="already_handled", message=wording.approval_already_handled(row.claimed_by), view=ApprovalView.from_row(row)
         )
     return None
+
+
+def expired_sentence(view: ApprovalView) -> str:
+    """Why an expired approval ran nothing — unless a crash had left some of its calls started."""
+    return wording.approval_expired_after_start(view.started_tools) if view.started_tools else wording.approval_expired()
 
 
 def _arguments(raw: str) -> dict[str, Any]:

@@ -38,6 +38,17 @@ class ToolCallFinished:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolRun:
+    """An approved call that started during a run; `status` is None while its outcome is unknown
+    (the run stopped before it returned)."""
+
+    call_id: str
+    tool: str
+    status: ToolStatus | None = None
+    output_preview: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class PendingCall:
     """One tool call waiting for a human decision."""
 

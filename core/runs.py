@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, assert_never
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -17,7 +19,7 @@ from core.agents import AgentConfig, AgentDeps, AgentOutput, BaseAgent, Finished
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
 from core.config import Settings
-from core.events import ApprovalRequired, Done, Event, Failed, Sources
+from core.events import ApprovalRequired, Done, Event, Failed, SourceItem, Sources
 from core.history import TurnHistory, content_text
 from core.requests import Actor, Request
 from core.store.continuations import ContinuationRow, ContinuationStore, StoredCall
@@ -25,6 +27,10 @@ from core.store.conversations import ConversationStore
 from core.store.locks import ConversationLocks
 
 log = logging.getLogger(__name__)
+
+# A turn whose approved calls ran cannot simply be asked again, so storing it is worth more tries
+# than one: a database blip kills pooled connections, and each try takes another.
+STORE_ATTEMPTS_AFTER_CALLS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +44,8 @@ class RunPlan:
 
 
 class Runs:
-    """Starts agent runs and stores how each ended: a finished turn, a saved pause, or the question alone."""
+    """Starts agent runs and stores how each ended: a finished turn, a saved pause, the question alone
+    after a failure — or, once an approved call started, the turn so far, whatever stopped it."""
 
     def __init__(
         self,
@@ -104,8 +111,9 @@ class Runs:
                 outputs = agent.gen(query, history=history, extra_parts=attachments.parts)
                 return RunPlan(agent=agent, outputs=outputs, author=request.user.display, question=query)
 
-            async for event in self._guard_database(self._locked_run(conversation_id, prepare)):
-                yield event
+            async with aclosing(self._guard_database(self._locked_run(conversation_id, prepare))) as events:
+                async for event in events:
+                    yield event
 
     async def resume(self, row: ContinuationRow) -> AsyncIterator[Event]:
         """Continue a paused run that the caller has claimed; approved calls run at most once."""
@@ -139,8 +147,9 @@ class Runs:
             async def prepared() -> RunPlan:
                 return plan
 
-            async for event in self._guard_database(self._locked_run(state.conversation_id, prepared)):
-                yield event
+            async with aclosing(self._guard_database(self._locked_run(state.conversation_id, prepared))) as events:
+                async for event in events:
+                    yield event
 
     def config(
         self, agent_type: str, request: Request | None, *, temperature: float | None = None, max_tokens: int | None = None
@@ -168,8 +177,9 @@ class Runs:
     async def _guard_database(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """A database that blips mid-run ends the run with a sentence, never an exception in the adapter."""
         try:
-            async for event in events:
-                yield event
+            async with aclosing(events):
+                async for event in events:
+                    yield event
         except (psycopg.Error, PoolTimeout):
             log.exception("database failure during a run")
             yield Failed(message=wording.database_unavailable(), retryable=True)
@@ -185,28 +195,88 @@ class Runs:
         ending: list[Event] = []
         async with self._locks.hold(conversation_id):
             plan = await prepare()
-            async for output in plan.outputs:
-                match output:
-                    case Finished():
-                        ending.extend(await self._store_finished(plan, output))
-                    case Paused():
-                        ending.append(await self._save_pause(plan, output))
-                    case Failed():
-                        await self._store_question(plan)
-                        ending.append(output)
-                    case _:
-                        yield output
+            ended = False
+            try:
+                async with aclosing(plan.outputs) as outputs:
+                    async for output in outputs:
+                        match output:
+                            case Finished() | Paused() | Failed():
+                                ended = True
+                                # Shielded: a shutdown arriving now must not cut the turn's storing short.
+                                ending.extend(await asyncio.shield(self._end(plan, output)))
+                            case _:
+                                yield output
+            finally:
+                if not ended:
+                    # Cancelled at shutdown or dropped by its consumer mid-run: calls that ran stay on record.
+                    await asyncio.shield(self._keep_progress(plan))
         for event in ending:
             yield event
 
+    async def _end(self, plan: RunPlan, output: Finished | Paused | Failed) -> list[Event]:
+        """Store how the run ended; once approved calls ran, even a database failure says so."""
+        try:
+            match output:
+                case Finished():
+                    return await self._store_finished(plan, output)
+                case Paused():
+                    return [await self._save_pause(plan, output)]
+                case Failed():
+                    return [await self._store_failed(plan, output)]
+                case _:
+                    assert_never(output)
+        except (psycopg.Error, PoolTimeout):
+            ran = plan.agent.ran
+            if not ran:
+                raise
+            log.exception("database failure while ending a run whose approved calls ran")
+            message = wording.stopped_after_tools(ran, wording.database_unavailable())
+            if isinstance(output, Paused):
+                await self._keep_progress(plan, shown=message)
+            return [Failed(message=message, retryable=False)]
+
     async def _store_finished(self, plan: RunPlan, finished: Finished) -> list[Event]:
-        context = plan.agent.context
-        if context.conversation_id is not None:
-            await self._history.store_turn(
-                context.conversation_id, context.turn_id, finished.turn_messages, sources=finished.sources, author=plan.author
-            )
+        await self._store(plan, finished.turn_messages, sources=finished.sources)
         sources: list[Event] = [Sources(items=tuple(finished.sources))] if finished.sources else []
         return [*sources, Done(answer=finished.answer, usage=finished.usage)]
+
+    async def _store_failed(self, plan: RunPlan, failed: Failed) -> Failed:
+        """The question alone when nothing was approved and run; otherwise the turn so far, and a
+        sentence saying what ran (asking again would ask to run it again)."""
+        ran = plan.agent.ran
+        if not ran:
+            await self._store_question(plan)
+            return failed
+        message = wording.stopped_after_tools(ran, failed.message)
+        await self._keep_progress(plan, shown=message)
+        return Failed(message=message, retryable=False)
+
+    async def _keep_progress(self, plan: RunPlan, *, shown: str | None = None) -> None:
+        """Store the turn so far once an approved call started; `shown` is what the user was told."""
+        progress = plan.agent.progress()
+        if not progress.ran:
+            return
+        messages = [*progress.turn_messages, *([{"role": "assistant", "content": shown}] if shown else [])]
+        try:
+            await self._store(plan, messages, sources=progress.sources)
+        except (psycopg.Error, PoolTimeout):
+            log.exception("could not store turn %s, whose approved calls ran", plan.agent.context.turn_id)
+
+    async def _store(self, plan: RunPlan, turn_messages: Sequence[dict[str, Any]], *, sources: Sequence[SourceItem]) -> None:
+        context = plan.agent.context
+        if context.conversation_id is None:
+            return
+        attempts = STORE_ATTEMPTS_AFTER_CALLS if plan.agent.ran else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._history.store_turn(
+                    context.conversation_id, context.turn_id, turn_messages, sources=sources, author=plan.author
+                )
+                return
+            except psycopg.OperationalError:
+                if attempt == attempts:
+                    raise
+                log.warning("could not store turn %s (try %d); trying another connection", context.turn_id, attempt)
 
     async def _store_question(self, plan: RunPlan) -> None:
         context = plan.agent.context

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from datetime import datetime
+
+from core.events import ToolRun
+
+# A run that stopped after approved calls lists at most this many, each outcome cut to this length.
+RAN_LISTED = 3
+RAN_OUTCOME_CHARS = 120
+_TRY_AGAIN = re.compile(r"\s*Please try again[^.]*\.\s*$")
 
 
 def database_unavailable() -> str:
@@ -28,6 +37,16 @@ def approval_expired() -> str:
     return "This approval request has expired, so nothing was run. Ask again if you still need it."
 
 
+def approval_expired_after_start(tools: Sequence[str]) -> str:
+    """An approval that expired after a crash had left some of its calls started."""
+    names = ", ".join(f"`{tool}`" for tool in tools)
+    outcome = "its outcome is" if len(tools) == 1 else "their outcomes are"
+    return (
+        f"This approval request has expired, but {names} had already started before the bot restarted; "
+        f"{outcome} unknown, so check before asking again."
+    )
+
+
 def approval_already_handled(by: str | None) -> str:
     who = f" by {by}" if by else ""
     return f"This approval was already handled{who}."
@@ -43,6 +62,14 @@ def decision_recorded(remaining: int) -> str:
 
 def tool_outcome_unknown() -> str:
     return "This tool call was already started before the bot restarted; its outcome is unknown. Do not retry it."
+
+
+def tool_stopped_running() -> str:
+    return "The run stopped while this tool call was running; its outcome is unknown. Do not retry it without asking."
+
+
+def tool_not_started() -> str:
+    return "This tool call did not run: the run stopped before it started."
 
 
 def unknown_agent_type(name: str, known: list[str]) -> str:
@@ -113,3 +140,29 @@ def anyone_with_roles(roles: list[str]) -> str:
 
 def only_they_may_decide(listing: str) -> str:
     return f"Only {listing} can approve or reject this."
+
+
+def stopped_after_tools(ran: Sequence[ToolRun], reason: str) -> str:
+    """A run that stopped after approved calls ran: what ran and how it went, then why it stopped.
+
+    The reason's own "Please try again" is left out: asking the same question again would ask for
+    the same calls again, and they already ran.
+    """
+    listed = "; ".join(_tool_run(run) for run in ran[:RAN_LISTED])
+    if len(ran) > RAN_LISTED:
+        listed += f"; and {len(ran) - RAN_LISTED} more"
+    why = _TRY_AGAIN.sub("", reason).strip()
+    stop = f"then I had to stop: {why}" if why else "then I had to stop."
+    it = "it" if len(ran) == 1 else "them"
+    return f"{listed}; {stop} Ask me to continue rather than to run {it} again."
+
+
+def _tool_run(run: ToolRun) -> str:
+    if run.status is None:
+        return f"`{run.tool}` started, but its outcome is unknown"
+    outcome = " ".join(run.output_preview.split())
+    if len(outcome) > RAN_OUTCOME_CHARS:
+        outcome = outcome[: RAN_OUTCOME_CHARS - 1] + "…"
+    if run.status == "ok":
+        return f"`{run.tool}` ran (ok: {outcome})" if outcome else f"`{run.tool}` ran (ok)"
+    return f"`{run.tool}` ran but failed ({run.status}: {outcome})" if outcome else f"`{run.tool}` ran but failed"

@@ -22,9 +22,9 @@ from adapters.http.server import HttpServer
 from core.config import Settings
 from core.engine import Engine
 
-from .buttons import ACTION_PATTERN
+from .buttons import ACTION_ARGUMENTS, ACTION_PATTERN
 from .clicks import SlackClicks
-from .inbound import SlackInbound
+from .inbound import BotIdentity, SlackInbound
 from .notifier import SlackNotifier
 from .surface import PLATFORM, SlackShownMessages, SlackSurfaces
 from .transport import ScaledClock, SlackBudgets
@@ -67,7 +67,9 @@ class SlackAdapter:
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
             conversations=ports.conversations,
         )
-        self.clicks = SlackClicks(approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate)
+        self.clicks = SlackClicks(
+            approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
+        )
         self.notifier = SlackNotifier(self.surfaces)
         self.app = AsyncApp(
             client=self.client, signing_secret=settings.slack_signing_secret or "",
@@ -78,6 +80,7 @@ class SlackAdapter:
         self.app.event("message")(self._on_message)
         # Registered as is, so a click goes from Bolt straight to the click handler.
         self.app.action(ACTION_PATTERN)(self.clicks.on_click)
+        self.app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
         if not socket_mode and http is not None:
             http.app.router.add_post(EVENTS_PATH, self._handle_http)
 
@@ -134,10 +137,15 @@ class SlackAdapter:
         return await next()
 
     async def _on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
-        await self.inbound.on_app_mention(body, event, context.bot_user_id or "")
+        await self.inbound.on_app_mention(body, event, _bot(context))
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
-        await self.inbound.on_message(body, event, context.bot_user_id or "")
+        await self.inbound.on_message(body, event, _bot(context))
+
+
+def _bot(context: AsyncBoltContext) -> BotIdentity:
+    """This app's bot as Bolt learnt it from auth.test: how its own messages are recognised."""
+    return BotIdentity(user_id=context.bot_user_id or "", bot_id=context.bot_id or "")
 
 
 async def check_slack(settings: Settings) -> str:

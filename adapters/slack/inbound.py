@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -16,7 +17,7 @@ from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
-from core.config import Settings
+from core.config import DirectMessagePolicy, Settings
 from core.engine import Engine
 from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
@@ -28,6 +29,47 @@ logger = logging.getLogger(__name__)
 SLACK_HOST_SUFFIX = ".slack.com"
 DOWNLOAD_TIMEOUT_S = 20.0
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+# Message subtypes that are a person writing: a file share, and a thread reply also sent to the channel.
+PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+
+Access = Literal["allowed", "refused", "direct_messages_off"]
+
+
+class SlackAccess:
+    """Who may ask and decide, beyond the envelope's workspace (checked by the gate middleware).
+
+    In a Slack Connect channel the envelope names the host workspace while the person writing
+    belongs to their own, so their team must be on `SLACK_TEAM_IDS` too. Direct messages follow
+    `DIRECT_MESSAGES`: `members` (people of an allowed workspace; everyone with no allowlist),
+    `open` (anyone) or `closed`.
+    """
+
+    def __init__(self, *, allowed_teams: tuple[str, ...], direct_messages: DirectMessagePolicy) -> None:
+        self._allowed = frozenset(allowed_teams)
+        self._direct_messages = direct_messages
+
+    def person(self, user: str, teams: tuple[str, ...], *, direct: bool, shared: bool = False) -> Access:
+        """`teams`: every team the payload says `user` belongs to; `shared`: the envelope says the
+        channel is shared with another organisation, so a person of no stated team is not let in."""
+        if direct and self._direct_messages == "closed":
+            return "direct_messages_off"
+        if (direct and self._direct_messages == "open") or not self._allowed:
+            return "allowed"
+        outside = [team for team in teams if team not in self._allowed]
+        if outside or (shared and not teams):
+            logger.info("refusing Slack user %s of %s: not in SLACK_TEAM_IDS", user, ", ".join(outside) or "an unstated team")
+            return "refused"
+        return "allowed"
+
+
+def asker_teams(event: dict[str, Any]) -> tuple[str, ...]:
+    """The teams an event says its author belongs to (`user_team`, `source_team`, the profile's, `team`)."""
+    profile = event.get("user_profile")
+    found = (
+        event.get("user_team"), event.get("source_team"),
+        profile.get("team") if isinstance(profile, dict) else None, event.get("team"),
+    )
+    return tuple(dict.fromkeys(team for team in found if isinstance(team, str) and team))
 
 
 class SlackInbound:
@@ -44,6 +86,7 @@ class SlackInbound:
         self._surfaces = surfaces
         self._conversations = conversations
         self._session: aiohttp.ClientSession | None = None
+        self.access = SlackAccess(allowed_teams=settings.slack_team_ids, direct_messages=settings.direct_messages)
 
     @property
     def client(self) -> AsyncWebClient:
@@ -57,48 +100,60 @@ class SlackInbound:
             await self._session.close()
             self._session = None
 
-    async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str) -> None:
+    async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
-            if _not_from_a_person(event) or not await self._gate.first_time(str(body.get("event_id") or "")):
+            if _not_from_a_person(event) or not self._may_ask(body, event):
+                return
+            if not await self._gate.first_time(str(body.get("event_id") or "")):
                 return
             ts = str(event["ts"])
             thread_ts = str(event.get("thread_ts") or ts)
             team_id = _team(body, event)
             context: tuple[PriorMessage, ...] = ()
             if thread_ts != ts:
-                context = await self._thread_context(str(event["channel"]), thread_ts, before_ts=ts)
+                context = await self._thread_context(str(event["channel"]), thread_ts, before_ts=ts, bot=bot)
             key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=str(event["channel"]), thread=thread_ts)
             await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=key.channel, thread_ts=thread_ts),
-                               bot_user_id=bot_user_id, context=context)
+                               bot_user_id=bot.user_id, context=context)
 
-    async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str) -> None:
+    async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
-            if _not_from_a_person(event) or event.get("user") == bot_user_id:
+            if _not_from_a_person(event) or bot.wrote(event):
                 return
             channel = str(event.get("channel", ""))
             team_id = _team(body, event)
             thread_ts = event.get("thread_ts")
             if event.get("channel_type") == "im":
+                access = self.access.person(str(event.get("user")), asker_teams(event), direct=True, shared=_shared(body))
                 # Top-level DMs are one rolling conversation; a thread in a DM is its own.
                 if not await self._gate.first_time(str(body.get("event_id") or "")):
                     return
                 key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""))
                 target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
-                await self._answer(event, key=key, target=target, bot_user_id=bot_user_id)
+                if access != "allowed":
+                    # The same DM rule, and the same sentences, as on every platform.
+                    refusal = wording.direct_messages_off() if access == "direct_messages_off" else wording.direct_messages_members_only()
+                    await self._surfaces.at(target).show_notice(refusal)
+                    return
+                await self._answer(event, key=key, target=target, bot_user_id=bot.user_id)
                 return
             # A channel message: only follow-ups in threads the bot already answers, without a mention
             # (a mention arrives as app_mention too and is answered there).
             if not self._settings.slack_thread_followups or not thread_ts or thread_ts == event.get("ts"):
                 return
-            if bot_user_id and f"<@{bot_user_id}" in str(event.get("text", "")):
+            if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
                 return
             if not await self._gate.first_time(str(body.get("event_id") or "")):
                 return
             key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts))
-            if not await self._conversations.exists(key):
+            if not await self._conversations.exists(key) or not self._may_ask(body, event):
                 return
             await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts)),
-                               bot_user_id=bot_user_id)
+                               bot_user_id=bot.user_id)
+
+    def _may_ask(self, body: dict[str, Any], event: dict[str, Any]) -> bool:
+        """In a channel: the asker's own workspace must be allowed, not only the channel's."""
+        return self.access.person(str(event.get("user")), asker_teams(event), direct=False, shared=_shared(body)) == "allowed"
 
     async def _answer(
         self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
@@ -117,7 +172,9 @@ class SlackInbound:
         )
         await self._runner.play(self._engine.ask(request), surface)
 
-    async def _thread_context(self, channel: str, thread_ts: str, *, before_ts: str) -> tuple[PriorMessage, ...]:
+    async def _thread_context(
+        self, channel: str, thread_ts: str, *, before_ts: str, bot: BotIdentity
+    ) -> tuple[PriorMessage, ...]:
         try:
             response = await self.client.conversations_replies(
                 channel=channel, ts=thread_ts, limit=THREAD_CONTEXT_MAX_MESSAGES
@@ -129,9 +186,7 @@ class SlackInbound:
         for message in response.get("messages", []):
             if float(message.get("ts", 0)) >= float(before_ts) or not str(message.get("text", "")).strip():
                 continue
-            is_bot = bool(message.get("bot_id"))
-            author = str(message.get("user") or message.get("bot_id") or "someone")
-            prior.append(PriorMessage(author=author, text=str(message["text"]), is_bot=is_bot))
+            prior.append(bot.prior(message))
         return tuple(prior)
 
     async def _files(self, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
@@ -182,10 +237,40 @@ def _trusted(url: str, trusted_hosts: set[str]) -> bool:
     return host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class BotIdentity:
+    """This app's bot in the workspace (from Bolt's context): its user id and its bot id."""
+
+    user_id: str
+    bot_id: str = ""
+
+    def wrote(self, message: dict[str, Any]) -> bool:
+        return bool(
+            (self.bot_id and message.get("bot_id") == self.bot_id) or (self.user_id and message.get("user") == self.user_id)
+        )
+
+    def prior(self, message: dict[str, Any]) -> PriorMessage:
+        """A thread message as context: only this bot's own words become assistant turns; other bots,
+        apps and webhooks are quoted like people, so what they say cannot pass for the bot's."""
+        text = str(message.get("text", ""))
+        if self.wrote(message):
+            return PriorMessage(author=self.user_id or self.bot_id, text=text, is_bot=True, is_self=True)
+        profile = message.get("bot_profile")
+        is_bot = bool(message.get("bot_id") or message.get("app_id") or profile or message.get("subtype") == "bot_message")
+        name = message.get("username") or (profile.get("name") if isinstance(profile, dict) else None)
+        author = str(message.get("user") or name or message.get("bot_id") or "someone")
+        return PriorMessage(author=author, text=text, is_bot=is_bot)
+
+
 def _not_from_a_person(event: dict[str, Any]) -> bool:
-    """Bots, edits, joins and every other subtype are not questions (file shares are)."""
+    """Bots, edits, joins and every other subtype are not questions (file shares and replies also sent to
+    the channel are)."""
     subtype = event.get("subtype")
-    return bool(event.get("bot_id")) or (subtype is not None and subtype != "file_share") or not event.get("user")
+    return bool(event.get("bot_id")) or (subtype is not None and subtype not in PERSON_SUBTYPES) or not event.get("user")
+
+
+def _shared(body: dict[str, Any]) -> bool:
+    return body.get("is_ext_shared_channel") is True
 
 
 def _team(body: dict[str, Any], event: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from core.approvals import ApprovalView
@@ -10,6 +11,8 @@ from core.requests import ConversationKey
 from .buttons import approval_blocks, approval_text
 from .render import message_text
 from .surface import ReplyTarget, SlackSurfaces
+
+logger = logging.getLogger(__name__)
 
 
 class SlackNotifier:
@@ -22,10 +25,18 @@ class SlackNotifier:
         for ref in message_refs:
             if ref.get("platform", "slack") != "slack" or not ref.get("ts"):
                 continue
-            await self._surfaces.update_paced(
-                str(ref.get("team", "")), str(ref["channel"]), str(ref["ts"]),
-                text=approval_text(view), blocks=approval_blocks(view),
-            )
+            # A request with many calls was shown in several messages, each showing calls from `first`.
+            parts = [{"ts": ref["ts"], "first": 0}, *(part for part in ref.get("parts") or [] if isinstance(part, dict))]
+            for part in parts:
+                first = int(part.get("first") or 0)
+                try:
+                    await self._surfaces.update_paced(
+                        str(ref.get("team", "")), str(ref["channel"]), str(part["ts"]),
+                        text=approval_text(view, first=first), blocks=approval_blocks(view, first=first),
+                    )
+                except Exception:
+                    # One message gone (deleted, channel archived) must not keep the others open.
+                    logger.exception("could not mark approval message %s in %s as expired", part.get("ts"), ref.get("channel"))
 
     async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
         target = ReplyTarget(team_id=conversation.workspace, channel=conversation.channel, thread_ts=conversation.thread or None)

@@ -139,3 +139,36 @@ def sources_messages(items: tuple[SourceItem, ...]) -> list[str]:
 
 def _is_web(uri: str) -> bool:
     return uri.startswith(("https://", "http://"))
+
+
+def code_messages(code: str, *, max_chars: int) -> list[str]:
+    """Untrusted text (e.g. a call's full arguments) as code blocks of at most `max_chars` each: escaped,
+    pings and fences defused, cut at line ends where a line fits, never inside an escape."""
+    body = plain(code.replace("```", "ˋˋˋ"))
+    room = max_chars - len("```\n\n```")
+    if room < 8:
+        raise ValueError("max_chars leaves no room for code")
+    pieces: list[str] = []
+    for line in body.split("\n"):
+        while len(line) > room:
+            cut = _escape_safe_cut(line, room)
+            pieces.append(line[:cut])
+            line = line[cut:]
+        pieces.append(line)
+    chunks: list[str] = []
+    current: list[str] = []
+    size = -1
+    for piece in pieces:
+        if current and size + 1 + len(piece) > room:
+            chunks.append("\n".join(current))
+            current, size = [], -1
+        current.append(piece)
+        size += 1 + len(piece)
+    chunks.append("\n".join(current))
+    return ["```\n" + chunk + "\n```" for chunk in chunks]
+
+
+def _escape_safe_cut(text: str, limit: int) -> int:
+    """Where to cut `text` at most `limit` chars in, not splitting an escape like `&amp;`."""
+    amp = text.rfind("&", max(0, limit - 4), limit)
+    return amp if amp > 0 and ";" not in text[amp:limit] else limit

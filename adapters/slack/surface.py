@@ -14,7 +14,7 @@ from core.approvals import ApprovalView
 from core.events import SourceItem
 from core.ports import LiveMessage
 
-from .buttons import approval_blocks, approval_text
+from .buttons import approval_blocks, approval_text, page_starts
 from .render import MAX_MESSAGE_TEXT_CHARS, message_text, rendered_length, sources_messages
 from .transport import ScaledClock, SlackBudgets, SlackTransport, send_paced
 
@@ -92,11 +92,21 @@ class SlackSurface:
         return None
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
-        response = await self._surfaces.post_paced(self.target, text=approval_text(view), blocks=approval_blocks(view))
-        return {
+        """One message per MAX_SHOWN_CALLS calls, so every call is shown where it is decided; the
+        reference names them all (`parts` beyond the first) for expiry to edit."""
+        posted: list[dict[str, Any]] = []
+        for first in page_starts(view):
+            response = await self._surfaces.post_paced(
+                self.target, text=approval_text(view, first=first), blocks=approval_blocks(view, first=first)
+            )
+            posted.append({"ts": str(response["ts"]), "first": first})
+        ref: dict[str, Any] = {
             "platform": PLATFORM, "team": self.target.team_id, "channel": self.target.channel,
-            "ts": str(response["ts"]), "thread_ts": self.target.thread_ts or "",
+            "ts": posted[0]["ts"], "thread_ts": self.target.thread_ts or "",
         }
+        if len(posted) > 1:
+            ref["parts"] = posted[1:]
+        return ref
 
     async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         # A DM answer at top level gets its sources in the answer's own thread.

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -26,6 +27,10 @@ EDIT_BURST_CALLS = 10.0
 # chat.postMessage: about one a second per channel, with a small burst.
 POST_CALLS_PER_S = 1.0
 POST_BURST_CALLS = 2.0
+# A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
+# it is dropped, and the maps stay as small as the channels in use.
+IDLE_BUDGET_S = 600.0
+K = TypeVar("K", bound=Hashable)
 
 
 class ScaledClock:
@@ -52,25 +57,52 @@ class SlackBudgets:
     def __init__(self, *, clock: Clock, share: float) -> None:
         self._clock = clock
         self._share = share
-        self._edits: dict[str, RateBudget] = {}
-        self._posts: dict[tuple[str, str], RateBudget] = {}
+        self._edits: _IdleDropping[str] = _IdleDropping(clock)
+        self._posts: _IdleDropping[tuple[str, str]] = _IdleDropping(clock)
 
     def edit(self, team_id: str) -> RateBudget:
-        budget = self._edits.get(team_id)
-        if budget is None:
-            budget = RateBudget.per_minute(
-                EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
-            )
-            self._edits[team_id] = budget
-        return budget
+        return self._edits.get(team_id, lambda: RateBudget.per_minute(
+            EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+        ))
 
     def post(self, team_id: str, channel: str) -> RateBudget:
-        budget = self._posts.get((team_id, channel))
+        return self._posts.get((team_id, channel), lambda: RateBudget(
+            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock
+        ))
+
+    @property
+    def kept(self) -> int:
+        """How many budgets are kept now (posts and edits)."""
+        return len(self._posts) + len(self._edits)
+
+
+class _IdleDropping(Generic[K]):
+    """Budgets by key, dropping those not handed out for IDLE_BUDGET_S.
+
+    A dropped budget someone still holds (a long answer streaming in its channel) is found again
+    through a weak reference, so one channel never has two budgets at once.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._recent: dict[K, tuple[RateBudget, float]] = {}
+        self._held: weakref.WeakValueDictionary[K, RateBudget] = weakref.WeakValueDictionary()
+        self._swept_at = clock.now()
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def get(self, key: K, make: Callable[[], RateBudget]) -> RateBudget:
+        now = self._clock.now()
+        if now - self._swept_at >= IDLE_BUDGET_S:
+            self._swept_at = now
+            self._recent = {k: entry for k, entry in self._recent.items() if now - entry[1] < IDLE_BUDGET_S}
+        entry = self._recent.get(key)
+        budget = entry[0] if entry is not None else self._held.get(key)
         if budget is None:
-            budget = RateBudget(
-                capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock
-            )
-            self._posts[(team_id, channel)] = budget
+            budget = make()
+            self._held[key] = budget
+        self._recent[key] = (budget, now)
         return budget
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, Sequence, Union
 
 from core import wording
-from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, plan_budget
+from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, complete_tool_rounds, plan_budget
 from core.sources import SourceCollector, render_numbered
 from core.agents.state import PendingToolCall, RunState
 from core.events import (
@@ -20,6 +20,7 @@ from core.events import (
     SourceItem,
     ToolCallFinished,
     ToolCallStarted,
+    ToolRun,
     Usage,
 )
 from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
@@ -95,6 +96,16 @@ class Paused:
     calls: tuple[PendingCall, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    """What a run that stopped early had done: its turn so far (the question and every tool round,
+    each completed with a result per call), its sources, and the approved calls it started."""
+
+    turn_messages: list[dict[str, Any]]
+    sources: list[SourceItem]
+    ran: tuple[ToolRun, ...]
+
+
 RunEnd = Union[Finished, Paused]
 # What an agent yields: events for the user, then (unless it failed) how the run ended, as data.
 AgentOutput = Union[Event, Finished, Paused]
@@ -113,6 +124,11 @@ class BaseAgent(ABC):
         self.config = config
         self.context = context
         self.sources = SourceCollector()
+        # What progress() reads when a run stops early: the state being looped, the results of
+        # the round in progress, and the approved calls started in this run.
+        self._state: RunState | None = None
+        self._round: list[ToolResult] = []
+        self._ran: dict[str, ToolRun] = {}
 
     # ----- entry points -------------------------------------------------------------------------
 
@@ -150,6 +166,41 @@ class BaseAgent(ABC):
         except Exception:
             log.exception("agent run failed")
             yield Failed(message=wording.unexpected_error(), retryable=True)
+
+    @property
+    def ran(self) -> tuple[ToolRun, ...]:
+        """The approved calls this run started, in order, with their outcome once they returned."""
+        return tuple(self._ran.values())
+
+    def progress(self) -> Progress:
+        """The turn so far, for a run that failed or was cancelled: once an approved call started,
+        it is stored whatever happens next, so nobody is asked to run it again."""
+        ran = self.ran
+        state = self._state
+        if state is None:
+            return Progress(turn_messages=[], sources=self.sources.items, ran=ran)
+        messages = list(state.messages[state.turn_start :])
+        messages.extend(self._result_messages(messages, self._unanswered(messages)))
+        return Progress(turn_messages=complete_tool_rounds(messages), sources=self.sources.items, ran=ran)
+
+    def _unanswered(self, messages: list[dict[str, Any]]) -> list[ToolResult]:
+        """Results for the calls of the round in progress that have none in `messages` yet: what
+        returned so far, else a sentence saying the call stopped while running or never started."""
+        calls = next((m["tool_calls"] for m in reversed(messages) if m.get("role") == "assistant" and m.get("tool_calls")), [])
+        answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+        returned = {result.call_id: result for result in self._round}
+        return [
+            returned.get(call["id"])
+            or ToolResult(
+                call_id=call["id"],
+                tool=call["function"]["name"],
+                status="error",
+                output=wording.tool_stopped_running() if call["id"] in self._ran else wording.tool_not_started(),
+                arguments={},
+            )
+            for call in calls
+            if call["id"] not in answered
+        ]
 
     # ----- building blocks for subclasses -------------------------------------------------------
 
@@ -239,6 +290,7 @@ class BaseAgent(ABC):
 
     async def run_loop(self, state: RunState) -> AsyncIterator[AgentOutput]:
         """Call the model, run tools, repeat until an answer, a pause, or the round limit."""
+        self._state = state
         while state.rounds_used < self.config.loop_limit:
             state.rounds_used += 1
             completion: Completion | None = None
@@ -265,6 +317,7 @@ class BaseAgent(ABC):
             state.messages.append(_assistant_tool_message(completion))
             pending: list[PendingToolCall] = []
             results: list[ToolResult] = []
+            self._round = results
             for call in completion.tool_calls:
                 parsed = self.deps.executor.parse(_as_tool_call(call), offered=state.offered_tools)
                 if isinstance(parsed, ToolResult):
@@ -285,7 +338,9 @@ class BaseAgent(ABC):
         self, state: RunState, decisions: Mapping[str, Decision], mark_started: MarkStarted
     ) -> AsyncIterator[AgentOutput]:
         self.sources = SourceCollector(state.sources)
+        self._state = state
         results: list[ToolResult] = []
+        self._round = results
         for pending in state.pending:
             call = ToolCallRequest(id=pending.call_id, name=pending.tool, arguments=pending.arguments)
             decision = decisions.get(pending.call_id)
@@ -304,8 +359,11 @@ class BaseAgent(ABC):
                 results.append(result)
                 yield ToolCallFinished(call_id=call.id, tool=call.name, status="error", output_preview=_preview(result.output))
                 continue
+            self._ran[call.id] = ToolRun(call_id=call.id, tool=call.name)
             async for event in self._run_tool(parsed, results):
                 yield event
+            ended = results[-1]
+            self._ran[call.id] = ToolRun(call_id=call.id, tool=call.name, status=ended.status, output_preview=_preview(ended.output))
         state.pending = []
         self._append_results(state, results)
         async for event in self.run_loop(state):
@@ -332,18 +390,25 @@ class BaseAgent(ABC):
 
     def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
         """Add tool results in call order, each capped so the next call still fits the context."""
+        state.messages.extend(self._result_messages(state.messages, results))
+        self._round = []
+        state.sources = self.sources.items
+
+    def _result_messages(self, messages: list[dict[str, Any]], results: list[ToolResult]) -> list[dict[str, Any]]:
+        """Tool messages for results of the last tool round in `messages`, in call order, each capped."""
         if not results:
-            return
+            return []
         model = self.deps.model
         budget = plan_budget(context_limit=model.context_limit, system_tokens=0, max_tokens=self.config.max_tokens)
-        used = sum(self.deps.counter.count_message(message) for message in state.messages)
+        used = sum(self.deps.counter.count_message(message) for message in messages)
         room = budget.available - used
         cap = max(TOOL_OUTPUT_MIN_TOKENS, min(TOOL_OUTPUT_MAX_TOKENS, room // len(results)))
-        order = {call["id"]: index for index, call in enumerate(state.messages[-1].get("tool_calls") or [])}
-        for result in sorted(results, key=lambda r: order.get(r.call_id, len(order))):
-            output = self.deps.counter.truncate_middle(result.output, cap)
-            state.messages.append({"role": "tool", "tool_call_id": result.call_id, "content": output})
-        state.sources = self.sources.items
+        calls = next((m.get("tool_calls") for m in reversed(messages) if m.get("role") == "assistant" and m.get("tool_calls")), None)
+        order = {call["id"]: index for index, call in enumerate(calls or [])}
+        return [
+            {"role": "tool", "tool_call_id": result.call_id, "content": self.deps.counter.truncate_middle(result.output, cap)}
+            for result in sorted(results, key=lambda r: order.get(r.call_id, len(order)))
+        ]
 
     def _pause(self, state: RunState, pending: list[PendingToolCall]) -> Paused:
         state.pending = pending

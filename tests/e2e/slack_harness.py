@@ -13,6 +13,7 @@ from adapters.slack import SlackAdapter
 from core.engine import Engine
 from core.retrieval.retriever import Retriever
 from core.store.db import Database
+from core.store.live_messages import LiveMessages
 from core.tools import ToolRegistry
 from tests.emulators.slack import SlackEmulator, app_mention_event, channel_message_event, dm_message_event
 from tests.support.engine import make_engine
@@ -29,6 +30,7 @@ class SlackBot:
     adapter: SlackAdapter
     engine: Engine
     http: HttpServer
+    live: LiveMessages  # this bot's live-answer records, owned by it as by a process of its own
 
     @property
     def url(self) -> str:
@@ -54,10 +56,12 @@ async def start_bot(
     settings.update(overrides)
     engine = make_engine(db, llm_url, registry=registry, retriever=retriever, **settings)
     http = HttpServer(host="127.0.0.1", port=0)
-    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http, time_scale=slack.time_scale)
+    ports = ports_for(db)
+    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports, http=http, time_scale=slack.time_scale)
     await http.start()
     await adapter.start()
-    return SlackBot(adapter=adapter, engine=engine, http=http)
+    assert isinstance(ports.live, LiveMessages)
+    return SlackBot(adapter=adapter, engine=engine, http=http, live=ports.live)
 
 
 async def eventually(predicate: Callable[[], bool], *, limit_s: float = POLL_LIMIT_S) -> bool:
@@ -71,30 +75,33 @@ async def eventually(predicate: Callable[[], bool], *, limit_s: float = POLL_LIM
 
 
 def mention(slack: SlackEmulator, channel: str, text: str, *, user: str = ALICE,
-            thread_ts: str | None = None) -> dict[str, Any]:
-    """A person's message mentioning the bot, stored in the emulator, as its app_mention event."""
+            thread_ts: str | None = None, user_team: str | None = None) -> dict[str, Any]:
+    """A person's message mentioning the bot, stored in the emulator, as its app_mention event;
+    `user_team`: the person's own workspace in a Slack Connect channel."""
     full = f"<@{slack.bot_user_id}> {text}"
     ts = slack.add_user_message(channel, full, user, thread_ts)
     return app_mention_event(text=full, user=user, channel=channel, ts=ts, team_id=slack.team_id,
-                             thread_ts=thread_ts)
+                             thread_ts=thread_ts, user_team=user_team)
 
 
 def dm(slack: SlackEmulator, channel: str, text: str, *, user: str = ALICE,
-       thread_ts: str | None = None) -> dict[str, Any]:
+       thread_ts: str | None = None, user_team: str | None = None) -> dict[str, Any]:
     ts = slack.add_user_message(channel, text, user, thread_ts)
     return dm_message_event(text=text, user=user, channel=channel, ts=ts, team_id=slack.team_id,
-                            thread_ts=thread_ts)
+                            thread_ts=thread_ts, user_team=user_team)
 
 
 def channel_message(slack: SlackEmulator, channel: str, text: str, *, user: str = ALICE,
-                    thread_ts: str | None = None) -> dict[str, Any]:
+                    thread_ts: str | None = None, user_team: str | None = None,
+                    subtype: str | None = None) -> dict[str, Any]:
     ts = slack.add_user_message(channel, text, user, thread_ts)
     return channel_message_event(text=text, user=user, channel=channel, ts=ts, team_id=slack.team_id,
-                                 thread_ts=thread_ts)
+                                 thread_ts=thread_ts, user_team=user_team, subtype=subtype)
 
 
 def bot_replies(slack: SlackEmulator, channel: str, thread_ts: str) -> list[Any]:
-    return [m for m in slack.thread(channel, thread_ts) if m.is_bot]
+    """This bot's messages in the thread (not other apps')."""
+    return [m for m in slack.thread(channel, thread_ts) if m.bot_id == slack.bot_id]
 
 
 def final_answer_texts(slack: SlackEmulator, channel: str) -> list[str]:

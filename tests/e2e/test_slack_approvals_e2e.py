@@ -202,3 +202,110 @@ async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modu
     # Bolt calls the click handler, which asks core/approvals.py once and hands the run to the runner.
     assert path == ["adapters/slack/clicks.py", "adapters/answers.py", "adapters/slack/surface.py"]
     assert len(path) <= MAX_CLICK_PATH_MODULES
+
+
+EXTERNAL_TEAM = "T0000EXTRN"
+
+
+async def test_an_external_clicker_cannot_decide_and_refusals_offer_no_admin(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, registry, deploys: list[str]  # type: ignore[no-untyped-def]
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, registry=registry, approvers=CAROL,
+                          slack_team_ids=slack.team_id)
+    try:
+        script_deploy(openai_emulator, "prod", answer="Deployed by the right person.")
+        thread, approval = await ask_for_deploy(slack, bot)
+        # Slack has no admin rule: the sentence names who may decide, and no admin.
+        await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", BOB))
+        assert await eventually(lambda: len(slack.ephemerals) == 1)
+        assert "admin" not in slack.ephemerals[0].text and f"<@{CAROL}>" in slack.ephemerals[0].text
+        # A person of another organisation in a shared channel, even one listed as an approver.
+        value = buttons(approval)[0]["value"]
+        outsider = slack.block_actions(CHANNEL, approval.ts, user=CAROL, action_id="relaybot_approve", value=value,
+                                       user_team=EXTERNAL_TEAM)
+        assert (await slack.deliver_interaction(bot.url, outsider)).status == 200
+        assert await eventually(lambda: len(slack.ephemerals) == 2)
+        assert slack.ephemerals[1].user == CAROL and "workspace where relaybot is enabled" in slack.ephemerals[1].text
+        assert buttons(slack.message(CHANNEL, approval.ts)) and deploys == []
+        await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))
+        assert await eventually(lambda: any(m.text == "Deployed by the right person." for m in bot_replies(slack, CHANNEL, thread)))
+        assert deploys == ["prod"]
+    finally:
+        await bot.stop()
+
+
+def approval_messages(slack: SlackEmulator, thread: str) -> list[Any]:
+    return [m for m in bot_replies(slack, CHANNEL, thread) if m.blocks]
+
+
+async def ask_for_many(slack: SlackEmulator, bot: SlackBot, count: int) -> tuple[str, list[Any]]:
+    event = mention(slack, CHANNEL, "deploy everywhere", user=ALICE)
+    await slack.deliver_event(bot.url, event)
+    expected = -(-count // 20)
+    assert await eventually(lambda: len(approval_messages(slack, event["ts"])) == expected)
+    return event["ts"], approval_messages(slack, event["ts"])
+
+
+async def test_approve_all_covers_only_the_calls_its_message_showed(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str]
+) -> None:
+    slack = slack_emulator
+    envs = [f"env{n:02d}" for n in range(25)]
+    script_deploy(openai_emulator, *envs, answer="All 25 deployed.")
+    thread, (first, second) = await ask_for_many(slack, bot, 25)
+    shown_first = json.dumps(first.blocks)
+    assert "env19" in shown_first and "env20" not in shown_first and "5 more calls in the next message" in shown_first
+    assert "env20" in json.dumps(second.blocks) and "env24" in json.dumps(second.blocks)
+
+    await slack.deliver_interaction(bot.url, click(slack, first, "relaybot_approve_all", ALICE))
+    assert await eventually(lambda: json.dumps(slack.message(CHANNEL, first.ts).blocks, ensure_ascii=False).count("✅ Approved") == 20)
+    await asyncio.sleep(0.3)
+    assert deploys == [], "the calls of the second message were not shown there, so they wait"
+    assert len([b for b in buttons(slack.message(CHANNEL, second.ts)) if b["action_id"] == "relaybot_approve"]) == 5
+
+    await slack.deliver_interaction(bot.url, click(slack, second, "relaybot_reject_all", ALICE))
+    assert await eventually(lambda: any(m.text == "All 25 deployed." for m in bot_replies(slack, CHANNEL, thread)), limit_s=30)
+    assert sorted(deploys) == envs[:20]
+    edited = json.dumps(slack.message(CHANNEL, second.ts).blocks, ensure_ascii=False)
+    assert edited.count("❌ Rejected") == 5 and buttons(slack.message(CHANNEL, second.ts)) == []
+
+
+async def test_cut_arguments_are_one_click_away_in_the_thread(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    notes = "\n".join(f"step {n}: restart <service-{n}> @channel" for n in range(300))
+    calls = [Call("deploy", json.dumps({"notes": notes, "env": "PRODUCTION"}), id="call_long")]
+    openai_emulator.script(ToolCalls(calls, text="Let me deploy."), Text("Done."))
+    thread, approval = await ask_for_deploy(slack, bot)
+    [section] = [b for b in approval.blocks if b.get("block_id") == "relaybot_call_0"]
+    assert '"env": "PRODUCTION"' in section["text"]["text"] and "✂️" in section["text"]["text"]
+    value = section["accessory"]["value"]
+    press = slack.block_actions(CHANNEL, approval.ts, user=BOB, action_id="relaybot_arguments", value=value)
+    await slack.deliver_interaction(bot.url, press)
+    assert await eventually(lambda: any("Full arguments" in m.text for m in bot_replies(slack, CHANNEL, thread)))
+    await asyncio.sleep(0.5)
+    parts = [m for m in bot_replies(slack, CHANNEL, thread) if "Full arguments" in m.text]
+    assert len(parts) > 1 and all(len(m.text) <= 4000 and m.thread_ts == thread for m in parts)
+    shown = "".join(m.text.split("```")[1] for m in parts)
+    assert "step 299: restart &lt;service-299&gt;" in shown and "@channel" not in shown and "PRODUCTION" in shown
+    # A second press does not repeat them; the clicker is told where they are.
+    await slack.deliver_interaction(bot.url, press)
+    assert await eventually(lambda: any("already in this thread" in e.text for e in slack.ephemerals))
+    assert len([m for m in bot_replies(slack, CHANNEL, thread) if "Full arguments" in m.text]) == len(parts)
+
+
+async def test_expiry_edits_every_message_of_a_long_approval(
+    db: Database, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    script_deploy(openai_emulator, *[f"env{n:02d}" for n in range(45)])
+    _thread, messages = await ask_for_many(slack, bot, 45)
+    continuation = buttons(messages[0])[0]["value"].split("|")[0]
+    async with db.connection() as conn:
+        await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second' WHERE id = %s", (continuation,))
+    assert await expire_approvals(bot.engine.approvals, {"slack": bot.adapter.notifier}) == 1
+    for message in messages:
+        edited = slack.message(CHANNEL, message.ts)
+        assert "⌛" in json.dumps(edited.blocks, ensure_ascii=False) and buttons(edited) == []

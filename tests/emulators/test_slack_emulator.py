@@ -15,7 +15,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.emulators.slack import MethodLimit, SlackEmulator, app_mention_event
+from tests.emulators.slack import (
+    MethodLimit,
+    SlackEmulator,
+    app_mention_event,
+    channel_message_event,
+    event_envelope,
+    workspace_post_cap,
+)
 
 CHANNEL = "C0000CHAN1"
 POLL_LIMIT_S = 5.0
@@ -258,3 +265,126 @@ async def test_post_message_limit_is_per_channel() -> None:
         with pytest.raises(SlackApiError):
             await client.chat_postMessage(channel=CHANNEL, text="x")
         await client.chat_postMessage(channel="C0000CHAN2", text="other channel has its own bucket")
+
+
+async def test_workspace_wide_post_cap_spans_channels_and_answers_429_with_retry_after() -> None:
+    # 60 posts a minute with a burst of 5, across all channels; per-channel limits alone allow far more.
+    async with SlackEmulator(time_scale=0.5, workspace_post_cap=workspace_post_cap(60, burst=5)) as slack:
+        client = client_for(slack)
+        for n in range(5):
+            await client.chat_postMessage(channel=f"C0000CAP{n:02d}", text="within the burst")
+        with pytest.raises(SlackApiError) as raised:
+            await client.chat_postMessage(channel="C0000CAP99", text="over the workspace cap")
+        response = raised.value.response
+        assert response.status_code == 429 and response["error"] == "ratelimited"
+        assert int(response.headers["Retry-After"]) >= 1
+        assert slack.messages("C0000CAP99") == [] and slack.count_429 == {"chat.postMessage": 1}
+        # Other methods and other workspaces are not capped by it.
+        await client.chat_update(channel="C0000CAP00", ts=slack.messages("C0000CAP00")[0].ts, text="edit")
+        other = slack.add_team("T0000OTHER")
+        await AsyncWebClient(token=other.bot_token, base_url=slack.api_url).chat_postMessage(channel="C0000OTH01", text="y")
+        # After the Retry-After it gave, the call goes through.
+        await asyncio.sleep(int(response.headers["Retry-After"]))
+        await client.chat_postMessage(channel="C0000CAP99", text="later")
+        slack.cap_workspace_posts(None)
+        for n in range(10):
+            await client.chat_postMessage(channel=f"C0000FREE{n}", text="uncapped")
+
+
+async def test_a_call_refused_by_the_workspace_cap_costs_its_channel_nothing() -> None:
+    limits = {"chat.postMessage": MethodLimit(calls=1, window_s=600.0, burst=1, scope="channel")}
+    async with SlackEmulator(limits=limits, workspace_post_cap=workspace_post_cap(1, burst=1)) as slack:
+        client = client_for(slack)
+        await client.chat_postMessage(channel="C0000AAAA1", text="takes the workspace's only token")
+        with pytest.raises(SlackApiError):
+            await client.chat_postMessage(channel="C0000BBBB1", text="refused by the cap")
+        slack.cap_workspace_posts(None)
+        # Had the refused call spent C0000BBBB1's token, this would be a 429.
+        await client.chat_postMessage(channel="C0000BBBB1", text="its channel still has its token")
+
+
+async def test_the_workspace_cap_applies_with_other_limits_off() -> None:
+    async with SlackEmulator(limits=False, workspace_post_cap=2) as slack:
+        client = client_for(slack)
+        assert slack.limits["chat.postMessage/workspace"].burst == 1
+        await client.chat_postMessage(channel=CHANNEL, text="1")
+        with pytest.raises(SlackApiError):
+            await client.chat_postMessage(channel="C0000CHAN2", text="2")
+        for _ in range(5):
+            await client.chat_update(channel=CHANNEL, ts=slack.messages(CHANNEL)[0].ts, text="edits are not limited")
+
+
+async def test_a_seeded_share_of_calls_is_answered_429() -> None:
+    async def run(seed: int) -> list[int | None]:
+        async with SlackEmulator(limits=False) as slack:
+            slack.rate_limit_randomly(0.3, retry_after_s=(1, 3), seed=seed)
+            client = client_for(slack)
+            outcomes: list[int | None] = []
+            for n in range(60):
+                try:
+                    await client.chat_postMessage(channel=CHANNEL, text=str(n)) if n % 2 else await client.auth_test()
+                    outcomes.append(None)
+                except SlackApiError as exc:
+                    assert exc.response.status_code == 429 and exc.response["error"] == "ratelimited"
+                    outcomes.append(int(exc.response.headers["Retry-After"]))
+            assert slack.random_429_count == sum(o is not None for o in outcomes)
+            return outcomes
+
+    first = await run(7)
+    assert first == await run(7), "the same seed, the same faults"
+    limited = [o for o in first if o is not None]
+    assert 5 <= len(limited) <= 35 and set(limited) <= {1, 2, 3}
+    assert any(o is not None for o in first[0::2]) and any(o is not None for o in first[1::2]), "every method"
+
+    async with SlackEmulator(limits=False) as slack:
+        slack.rate_limit_randomly(1.0, methods=["chat.update"])
+        client = client_for(slack)
+        posted = await client.chat_postMessage(channel=CHANNEL, text="posts pass")
+        with pytest.raises(SlackApiError):
+            await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="edits do not")
+        slack.rate_limit_randomly(0)
+        await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="off again")
+
+
+def test_slack_connect_events_name_the_authors_own_team() -> None:
+    event = app_mention_event(text="hi", user="WEXT", channel=CHANNEL, ts="1.000001", team_id="THOST",
+                              user_team="TEXTERNAL")
+    assert (event["team"], event["user_team"], event["source_team"], event["user_profile"]["team"]) == (
+        "TEXTERNAL", "TEXTERNAL", "TEXTERNAL", "TEXTERNAL")
+    assert event_envelope(event, team_id="THOST", api_app_id="A1", bot_user_id="UB")["is_ext_shared_channel"] is True
+    local = app_mention_event(text="hi", user="U1", channel=CHANNEL, ts="1.000002", team_id="THOST")
+    assert "user_team" not in local and local["team"] == "THOST"
+    assert event_envelope(local, team_id="THOST", api_app_id="A1", bot_user_id="UB")["is_ext_shared_channel"] is False
+    broadcast = channel_message_event(text="also to channel", user="U1", channel=CHANNEL, ts="1.000004",
+                                      team_id="THOST", thread_ts="1.000002", subtype="thread_broadcast")
+    assert broadcast["subtype"] == "thread_broadcast" and broadcast["thread_ts"] == "1.000002"
+
+
+async def test_clicks_name_the_clickers_own_team(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    posted = await client_for(slack).chat_postMessage(channel=CHANNEL, text="Run the tool?")
+    payload = slack.block_actions(CHANNEL, posted["ts"], user="WEXT", action_id="approve", value="c1",
+                                  user_team="TEXTERNAL")
+    assert payload["user"]["team_id"] == "TEXTERNAL" and payload["team"]["id"] == slack.team_id
+
+
+async def test_other_apps_messages_and_message_metadata_read_back(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    root = slack.add_user_message(CHANNEL, "build status?", "U0000ALICE")
+    slack.add_bot_message(CHANNEL, "build is red", bot_id="B0000CIBOT", username="ci", thread_ts=root)
+    client = client_for(slack)
+    posted = await client.chat_postMessage(
+        channel=CHANNEL, thread_ts=root, text="part 1",
+        metadata={"event_type": "relaybot_answer", "event_payload": {"answer": "a1", "part": 1}},
+    )
+    plain = await client.conversations_replies(channel=CHANNEL, ts=root)
+    other = plain["messages"][1]
+    assert (other["subtype"], other["bot_id"], other["username"], "user" in other) == ("bot_message", "B0000CIBOT", "ci", False)
+    assert "metadata" not in plain["messages"][2]
+    full = await client.conversations_replies(channel=CHANNEL, ts=root, include_all_metadata=True)
+    assert full["messages"][2]["metadata"]["event_payload"] == {"answer": "a1", "part": 1}
+    assert slack.message(CHANNEL, posted["ts"]).metadata == {"event_type": "relaybot_answer",
+                                                              "event_payload": {"answer": "a1", "part": 1}}
+    with pytest.raises(SlackApiError) as raised:
+        await client.chat_postMessage(channel=CHANNEL, text="x", metadata={"event_payload": {}})
+    assert raised.value.response["error"] == "invalid_metadata_format"

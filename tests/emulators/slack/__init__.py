@@ -10,7 +10,7 @@ from .events import (
     dm_message_event,
     event_envelope,
 )
-from .limits import DEFAULT_LIMITS, GENEROUS_LIMIT, MethodLimit
+from .limits import DEFAULT_LIMITS, GENEROUS_LIMIT, WORKSPACE_POST_LIMIT, MethodLimit, workspace_post_cap
 from .server import SlackEmulator
 from .state import (
     CallRecord,
@@ -26,6 +26,7 @@ from .state import (
 __all__ = [
     "DEFAULT_LIMITS",
     "GENEROUS_LIMIT",
+    "WORKSPACE_POST_LIMIT",
     "CallRecord",
     "Delivery",
     "Edit",
@@ -42,4 +43,5 @@ __all__ = [
     "channel_message_event",
     "dm_message_event",
     "event_envelope",
+    "workspace_post_cap",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,6 +56,24 @@ def _in_window(items: list[MessageRecord], params: JsonDict) -> list[MessageReco
     if inclusive:
         return [m for m in items if low <= float(m.ts) <= high]
     return [m for m in items if low < float(m.ts) < high]
+
+
+def _metadata(raw: Any) -> JsonDict | None | Rejection:
+    """chat.postMessage's `metadata`: {"event_type": str, "event_payload": object}, as JSON or a string of it."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return Rejection(error="invalid_metadata_format", details=[])
+    if not isinstance(raw, dict) or not isinstance(raw.get("event_type"), str) or not isinstance(raw.get("event_payload"), dict):
+        return Rejection(error="invalid_metadata_format", details=[])
+    return {"event_type": raw["event_type"], "event_payload": raw["event_payload"]}
+
+
+def _asks_metadata(params: JsonDict) -> bool:
+    return str(params.get("include_all_metadata", "")).lower() in ("1", "true")
 
 
 class WebApi:
@@ -148,6 +167,9 @@ class WebApi:
         rejection = check_message(text=text, blocks=blocks, is_update=False)
         if rejection is not None:
             return _rejected(rejection)
+        metadata = _metadata(params.get("metadata"))
+        if isinstance(metadata, Rejection):
+            return _rejected(metadata)
         thread_ts = params.get("thread_ts") or None
         if thread_ts is not None:
             thread_ts = self._store.thread_root_ts(channel, str(thread_ts))
@@ -155,6 +177,7 @@ class WebApi:
                 return error("thread_not_found")
         record = self._store.post(channel, text=text, blocks=blocks, thread_ts=thread_ts,
                                   user=team.bot_user_id, bot_id=team.bot_id)
+        record.metadata = metadata
         message = record.to_api()
         message["app_id"] = team.app_id
         return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "message": message}
@@ -239,7 +262,8 @@ class WebApi:
         if root is None:
             return error("thread_not_found")
         page, next_cursor = _page(self._store.thread(channel, root), params, DEFAULT_REPLIES_LIMIT)
-        messages = [m.to_api(reply_count=self._store.reply_count(channel, m)) for m in page]
+        messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
+                    for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
                 "response_metadata": {"next_cursor": next_cursor}}
 
@@ -249,7 +273,8 @@ class WebApi:
             return error("channel_not_found")
         newest_first = list(reversed(self._store.top_level(channel)))
         page, next_cursor = _page(newest_first, params, DEFAULT_HISTORY_LIMIT)
-        messages = [m.to_api(reply_count=self._store.reply_count(channel, m)) for m in page]
+        messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
+                    for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
                 "response_metadata": {"next_cursor": next_cursor}}
 

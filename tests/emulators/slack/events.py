@@ -34,8 +34,12 @@ def new_event_id() -> str:
 
 def _message_like(
     kind: str, *, text: str, user: str, channel: str, ts: str, thread_ts: str | None,
-    team_id: str, files: list[JsonDict] | None,
+    team_id: str, files: list[JsonDict] | None, user_team: str | None = None, source_team: str | None = None,
 ) -> JsonDict:
+    """`team_id` is the workspace the event is delivered for; `user_team` the author's own when it differs
+    (a Slack Connect channel shared with another organisation): Slack then names it as `team`,
+    `user_team`, `source_team` (where the message was sent from) and in `user_profile`."""
+    author_team = user_team or team_id
     event: JsonDict = {
         "type": kind,
         "user": user,
@@ -43,9 +47,14 @@ def _message_like(
         "ts": ts,
         "event_ts": ts,
         "channel": channel,
-        "team": team_id,
+        "team": author_team,
         "client_msg_id": str(uuid.uuid4()),
     }
+    if user_team is not None or source_team is not None:
+        event["user_team"] = author_team
+        event["source_team"] = source_team or author_team
+        event["user_profile"] = {"name": user.lower(), "real_name": user.title(), "display_name": user.lower(),
+                                 "is_restricted": False, "is_ultra_restricted": False, "team": author_team}
     if thread_ts is not None:
         event["thread_ts"] = thread_ts
     if files:
@@ -57,22 +66,24 @@ def _message_like(
 def app_mention_event(
     *, text: str, user: str, channel: str, ts: str, team_id: str,
     thread_ts: str | None = None, files: list[JsonDict] | None = None,
+    user_team: str | None = None, source_team: str | None = None,
 ) -> JsonDict:
     """An `app_mention` event; `text` should contain `<@BOT_USER_ID>` as Slack's would."""
     return _message_like(
         "app_mention", text=text, user=user, channel=channel, ts=ts, thread_ts=thread_ts,
-        team_id=team_id, files=files,
+        team_id=team_id, files=files, user_team=user_team, source_team=source_team,
     )
 
 
 def dm_message_event(
     *, text: str, user: str, channel: str, ts: str, team_id: str,
     thread_ts: str | None = None, files: list[JsonDict] | None = None,
+    user_team: str | None = None, source_team: str | None = None,
 ) -> JsonDict:
     """A `message` event in a direct message (`channel_type` "im")."""
     event = _message_like(
         "message", text=text, user=user, channel=channel, ts=ts, thread_ts=thread_ts,
-        team_id=team_id, files=files,
+        team_id=team_id, files=files, user_team=user_team, source_team=source_team,
     )
     event["channel_type"] = "im"
     return event
@@ -81,22 +92,29 @@ def dm_message_event(
 def channel_message_event(
     *, text: str, user: str, channel: str, ts: str, team_id: str,
     thread_ts: str | None = None, files: list[JsonDict] | None = None,
-    channel_type: str = "channel",
+    channel_type: str = "channel", user_team: str | None = None, source_team: str | None = None,
+    subtype: str | None = None,
 ) -> JsonDict:
-    """A `message` event in a public ("channel") or private ("group") channel."""
+    """A `message` event in a public ("channel") or private ("group") channel; `subtype`
+    "thread_broadcast" is a thread reply also sent to the channel."""
     event = _message_like(
         "message", text=text, user=user, channel=channel, ts=ts, thread_ts=thread_ts,
-        team_id=team_id, files=files,
+        team_id=team_id, files=files, user_team=user_team, source_team=source_team,
     )
     event["channel_type"] = channel_type
+    if subtype is not None:
+        event["subtype"] = subtype
     return event
 
 
 def event_envelope(
     event: JsonDict, *, team_id: str, api_app_id: str, bot_user_id: str,
-    event_id: str | None = None, event_time: int | None = None,
+    event_id: str | None = None, event_time: int | None = None, is_ext_shared_channel: bool | None = None,
 ) -> JsonDict:
     """The `event_callback` body Slack posts (or wraps in a Socket Mode envelope)."""
+    # Slack marks channels shared with another organisation (Slack Connect): by default, when the
+    # author's team is not the receiving one.
+    shared = is_ext_shared_channel if is_ext_shared_channel is not None else event.get("user_team", team_id) != team_id
     return {
         "token": "emulator-verification-token",
         "team_id": team_id,
@@ -114,7 +132,7 @@ def event_envelope(
                 "is_enterprise_install": False,
             }
         ],
-        "is_ext_shared_channel": False,
+        "is_ext_shared_channel": shared,
         "event_context": "4-" + uuid.uuid4().hex,
     }
 
@@ -123,8 +141,10 @@ def block_actions_payload(
     *, user: str, action_id: str, value: str, message: JsonDict, channel: str, team_id: str,
     api_app_id: str, response_url: str, block_id: str | None = None,
     container: JsonDict | None = None, team_domain: str = "emulator", username: str | None = None,
+    user_team: str | None = None,
 ) -> JsonDict:
-    """A `block_actions` interaction for a button click on `message`."""
+    """A `block_actions` interaction for a button click on `message`; `user_team` is the clicker's own
+    workspace when it is not `team_id` (a Slack Connect channel)."""
     action_ts = f"{time.time():.6f}"
     default_container: JsonDict = {
         "type": "message",
@@ -137,7 +157,7 @@ def block_actions_payload(
     return {
         "type": "block_actions",
         "user": {"id": user, "username": username or user.lower(), "name": username or user.lower(),
-                 "team_id": team_id},
+                 "team_id": user_team or team_id},
         "api_app_id": api_app_id,
         "token": "emulator-verification-token",
         "container": container or default_container,

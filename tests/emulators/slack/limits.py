@@ -1,8 +1,10 @@
-"""Slack's per-method rate limits as token buckets (time-scalable), plus injected faults."""
+"""Slack's per-method rate limits as token buckets (time-scalable), a workspace-wide chat.postMessage cap,
+plus injected faults (scheduled, or a seeded random share of calls answered 429)."""
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +40,16 @@ DEFAULT_LIMITS: dict[str, MethodLimit] = {
 }
 # Everything else: generous, so tests are never throttled by incidental calls.
 GENEROUS_LIMIT = MethodLimit(calls=1000, window_s=60.0, burst=200)
+# The name of the workspace-wide chat.postMessage cap among the limits. Slack documents one
+# besides the 1/s per channel, without a number; it is off unless a test sets it.
+WORKSPACE_POST_LIMIT = "chat.postMessage/workspace"
+
+
+def workspace_post_cap(calls_per_minute: int, *, burst: int | None = None) -> MethodLimit:
+    """A cap on chat.postMessage across all channels of a workspace (burst: a tenth of a minute's calls)."""
+    if calls_per_minute < 1:
+        raise ValueError("calls_per_minute must be at least 1")
+    return MethodLimit(calls=calls_per_minute, window_s=60.0, burst=burst or max(1, calls_per_minute // 10))
 
 
 @dataclass(kw_only=True)
@@ -71,20 +83,30 @@ class RateLimiter:
 
     def try_acquire(self, method: str, *, team_id: str, channel: str | None) -> float | None:
         """Take one token; None when allowed, else the real seconds until a token is available."""
-        limit = self.limit_for(method)
+        return self.try_acquire_all((method,), team_id=team_id, channel=channel)
+
+    def try_acquire_all(self, names: tuple[str, ...], *, team_id: str, channel: str | None) -> float | None:
+        """One token from each named limit, or none at all: None when every limit allows the call, else
+        the real seconds until all of them would (a refused call costs no limit a token)."""
+        buckets = [(self._refilled(name, team_id=team_id, channel=channel), self.refill_per_s(name)) for name in names]
+        waits = [(1.0 - bucket.tokens) / rate for bucket, rate in buckets if bucket.tokens < 1.0]
+        if waits:
+            return max(waits)
+        for bucket, _rate in buckets:
+            bucket.tokens -= 1.0
+        return None
+
+    def _refilled(self, name: str, *, team_id: str, channel: str | None) -> _Bucket:
+        limit = self.limit_for(name)
         scope_key = (channel or "") if limit.scope == "channel" else ""
-        key = (method, team_id, scope_key)
+        key = (name, team_id, scope_key)
         now = self._clock()
-        rate = self.refill_per_s(method)
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(tokens=float(limit.burst), updated_s=now)
-        bucket.tokens = min(float(limit.burst), bucket.tokens + (now - bucket.updated_s) * rate)
+        bucket.tokens = min(float(limit.burst), bucket.tokens + (now - bucket.updated_s) * self.refill_per_s(name))
         bucket.updated_s = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            return None
-        return (1.0 - bucket.tokens) / rate
+        return bucket
 
 
 def retry_after_header(wait_s: float) -> str:
@@ -100,3 +122,31 @@ class Fault:
     http_status: int
     times: int
     retry_after_s: int
+
+
+class RandomRateLimits:
+    """Answers a seeded random `fraction` of calls 429, with a `Retry-After` drawn from `retry_after_s`
+    (whole real seconds, as Slack sends them), for fault tests that must not depend on timing."""
+
+    def __init__(
+        self, *, fraction: float, retry_after_s: tuple[int, int], seed: int, methods: frozenset[str] | None
+    ) -> None:
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("fraction must be within [0, 1]")
+        low, high = retry_after_s
+        if not 1 <= low <= high:
+            raise ValueError("retry_after_s must be (low, high) with 1 <= low <= high")
+        self._fraction = fraction
+        self._retry_after_s = (low, high)
+        self._random = random.Random(seed)
+        self._methods = methods
+        self.count = 0
+
+    def draw(self, method: str) -> int | None:
+        """The Retry-After to answer this call with, or None to let it through."""
+        if self._methods is not None and method not in self._methods:
+            return None
+        if self._random.random() >= self._fraction:
+            return None
+        self.count += 1
+        return self._random.randint(*self._retry_after_s)

@@ -13,7 +13,16 @@ from aiohttp import web
 from . import events
 from .api import WebApi, error
 from .events import Delivery
-from .limits import DEFAULT_LIMITS, Fault, MethodLimit, RateLimiter, retry_after_header
+from .limits import (
+    DEFAULT_LIMITS,
+    WORKSPACE_POST_LIMIT,
+    Fault,
+    MethodLimit,
+    RandomRateLimits,
+    RateLimiter,
+    retry_after_header,
+    workspace_post_cap,
+)
 from .socket import EnvelopeType, SocketHub
 from .state import (
     CallRecord,
@@ -46,6 +55,10 @@ class SlackEmulator:
     to at least 1 s. `limits=False` turns rate limiting off; a dict replaces limits per method.
     Unknown but well-formed channel ids (C…, D…, G…) are created on first use unless
     `strict_channels=True`.
+
+    `workspace_post_cap` (calls a minute, or a MethodLimit) caps chat.postMessage across all
+    channels of a workspace, besides the per-channel limit; it applies even with `limits=False`.
+    `rate_limit_randomly` answers a seeded share of calls 429 (see there).
     """
 
     def __init__(
@@ -59,11 +72,14 @@ class SlackEmulator:
         app_id: str = DEFAULT_APP_ID,
         app_token: str = DEFAULT_APP_TOKEN,
         signing_secret: str = DEFAULT_SIGNING_SECRET,
+        workspace_post_cap: int | MethodLimit | None = None,
     ) -> None:
         self.time_scale = time_scale
         self.limits: dict[str, MethodLimit] = (
             {**DEFAULT_LIMITS, **limits} if isinstance(limits, dict) else dict(DEFAULT_LIMITS)
         )
+        if workspace_post_cap is not None:
+            self.cap_workspace_posts(workspace_post_cap)
         self.limits_enabled = limits is not False
         self.app_id = app_id
         self.app_token = app_token
@@ -73,6 +89,7 @@ class SlackEmulator:
         self._api = WebApi(self._store)
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
         self._faults: dict[str, list[Fault]] = {}
+        self._random_429s: RandomRateLimits | None = None
         self._socket = SocketHub(app_id=app_id)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -163,6 +180,21 @@ class SlackEmulator:
         return self._store.post(found, text=text, blocks=None, thread_ts=root, user=user, bot_id=None,
                                 files=files).ts
 
+    def add_bot_message(self, channel: str, text: str, *, bot_id: str, username: str | None = None,
+                        thread_ts: str | None = None, team_id: str | None = None) -> str:
+        """Records a message of another app, bot or incoming webhook (subtype `bot_message`, a
+        `bot_id`, no user); returns its ts."""
+        team = team_id or self.team_id
+        found = self._store.channel(channel, team_id=team, create=True)
+        if found is None:
+            raise ValueError(f"channel {channel!r} does not belong to team {team}")
+        root = self._store.thread_root_ts(found, thread_ts) if thread_ts is not None else None
+        if thread_ts is not None and root is None:
+            raise ValueError(f"no thread {thread_ts} in {channel}")
+        record = self._store.post(found, text=text, blocks=None, thread_ts=root, user=None, bot_id=bot_id)
+        record.subtype, record.username = "bot_message", username
+        return record.ts
+
     def add_file(self, name: str, content: bytes, mimetype: str, *, team_id: str | None = None,
                  filetype: str | None = None) -> JsonDict:
         """A Slack file object; its url_private(_download) needs the team's bot token as Bearer."""
@@ -178,6 +210,30 @@ class SlackEmulator:
         status = http_status or (429 if error == "ratelimited" else 200)
         self._faults.setdefault(method, []).append(
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
+
+    def cap_workspace_posts(self, cap: int | MethodLimit | None) -> None:
+        """chat.postMessage calls a minute (Slack time) across all channels of each workspace, or a
+        MethodLimit for its burst too; None lifts the cap. A call over it gets 429 with Retry-After."""
+        if cap is None:
+            self.limits.pop(WORKSPACE_POST_LIMIT, None)
+        else:
+            limit = cap if isinstance(cap, MethodLimit) else workspace_post_cap(cap)
+            self.limits[WORKSPACE_POST_LIMIT] = MethodLimit(calls=limit.calls, window_s=limit.window_s, burst=limit.burst)
+
+    def rate_limit_randomly(self, fraction: float, *, retry_after_s: tuple[int, int] = (1, 3), seed: int = 0,
+                            methods: list[str] | None = None) -> None:
+        """From now on a seeded random `fraction` of calls (to `methods`, default every Web API method)
+        gets 429 `ratelimited` with a Retry-After of whole real seconds drawn from `retry_after_s`.
+        `fraction=0` turns it off."""
+        self._random_429s = RandomRateLimits(
+            fraction=fraction, retry_after_s=retry_after_s, seed=seed,
+            methods=frozenset(methods) if methods is not None else None,
+        ) if fraction > 0 else None
+
+    @property
+    def random_429_count(self) -> int:
+        """How many calls rate_limit_randomly has answered 429 so far."""
+        return self._random_429s.count if self._random_429s is not None else 0
 
     # --- recording API ---
     def messages(self, channel: str, *, include_deleted: bool = False) -> list[MessageRecord]:
@@ -259,10 +315,17 @@ class SlackEmulator:
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after_s)} if fault.http_status == 429 else {}
             return fault.http_status, error(fault.error), headers
-        if self.limits_enabled:
+        if self._random_429s is not None:
+            drawn = self._random_429s.draw(method)
+            if drawn is not None:
+                return 429, error("ratelimited"), {"Retry-After": str(drawn)}
+        names = (method,) if self.limits_enabled else ()
+        if method == "chat.postMessage" and WORKSPACE_POST_LIMIT in self.limits:
+            names += (WORKSPACE_POST_LIMIT,)
+        if names:
             channel = params.get("channel") or params.get("channel_id")
-            wait_s = self._limiter.try_acquire(method, team_id=team.team_id,
-                                               channel=str(channel) if channel else None)
+            wait_s = self._limiter.try_acquire_all(names, team_id=team.team_id,
+                                                   channel=str(channel) if channel else None)
             if wait_s is not None:
                 return 429, error("ratelimited"), {"Retry-After": retry_after_header(wait_s)}
         if method == "apps.connections.open":
@@ -331,14 +394,16 @@ class SlackEmulator:
                                      bot_user_id=team.bot_user_id, event_id=event_id)
 
     def block_actions(self, channel: str, message_ts: str, *, user: str, action_id: str, value: str,
-                      block_id: str | None = None, team_id: str | None = None) -> JsonDict:
-        """A block_actions payload for a click on a stored message, with a working response_url."""
+                      block_id: str | None = None, team_id: str | None = None,
+                      user_team: str | None = None) -> JsonDict:
+        """A block_actions payload for a click on a stored message, with a working response_url;
+        `user_team`: the clicker's own workspace, when not the channel's (Slack Connect)."""
         team = self.team(team_id)
         return events.block_actions_payload(
             user=user, action_id=action_id, value=value, message=self.message_json(channel, message_ts),
             channel=channel, team_id=team.team_id, api_app_id=self.app_id, block_id=block_id,
             response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}",
-            team_domain=team.domain,
+            team_domain=team.domain, user_team=user_team,
         )
 
     async def deliver_event(

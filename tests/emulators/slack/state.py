@@ -55,6 +55,9 @@ class MessageRecord:
     user: str | None = None
     bot_id: str | None = None
     files: list[JsonDict] = field(default_factory=list)
+    subtype: str | None = None  # e.g. "bot_message" for another app's or a webhook's message
+    username: str | None = None  # the name a bot_message is shown under
+    metadata: JsonDict | None = None  # message metadata ({"event_type", "event_payload"}) set when posting
     edits: list[Edit] = field(default_factory=list)
     deleted: bool = False
     posted_at_s: float = field(default_factory=time.monotonic)
@@ -63,13 +66,19 @@ class MessageRecord:
     def is_bot(self) -> bool:
         return self.bot_id is not None
 
-    def to_api(self, *, reply_count: int = 0) -> JsonDict:
-        """The message as Slack's Web API returns it."""
+    def to_api(self, *, reply_count: int = 0, include_metadata: bool = True) -> JsonDict:
+        """The message as Slack's Web API returns it (history and replies add metadata only when asked)."""
         out: JsonDict = {"type": "message", "ts": self.ts, "text": self.text, "team": self.team_id}
+        if self.subtype is not None:
+            out["subtype"] = self.subtype
         if self.user is not None:
             out["user"] = self.user
         if self.bot_id is not None:
             out["bot_id"] = self.bot_id
+        if self.username is not None:
+            out["username"] = self.username
+        if self.metadata is not None and include_metadata:
+            out["metadata"] = self.metadata
         if self.blocks is not None:
             out["blocks"] = self.blocks
         if self.thread_ts is not None:
