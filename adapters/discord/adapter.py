@@ -21,9 +21,9 @@ from core.config import Settings
 from core.engine import Engine
 
 from . import render
-from .buttons import DecisionButton
+from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
-from .inbound import DiscordInbound
+from .inbound import DirectMessageRule, DiscordInbound
 from .notifier import DiscordNotifier
 from .surface import PLATFORM, DiscordShownMessages, DiscordSurfaces
 from .transport import DISCORD_WINDOW_S, ChannelBudgets
@@ -86,7 +86,7 @@ class RelayClient(discord.Client):
 
     async def setup_hook(self) -> None:
         # Registered at every start, so buttons posted before a restart still work.
-        self.add_dynamic_items(DecisionButton)
+        self.add_dynamic_items(DecisionButton, ArgumentsButton)
         try:
             await self.tree.sync()
         except discord.HTTPException:
@@ -126,17 +126,31 @@ class DiscordAdapter:
         self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)
         limits = render.stream_limits(min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s)
         surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock)
+        self.direct_messages = DirectMessageRule(
+            policy=settings.direct_messages, guild_ids=settings.discord_guild_ids, is_member=self._is_member
+        )
         self.client = RelayClient(
             inbound=DiscordInbound(
                 engine=engine, runner=self.runner, surfaces=surfaces, gate=self.gate, conversations=ports.conversations,
-                follow_unmentioned=settings.discord_message_content_intent,
+                direct_messages=self.direct_messages, follow_unmentioned=settings.discord_message_content_intent,
             ),
-            clicks=DiscordClicks(approvals=engine.approvals, runner=self.runner, surfaces=surfaces, gate=self.gate),
+            clicks=DiscordClicks(
+                approvals=engine.approvals, runner=self.runner, surfaces=surfaces, gate=self.gate,
+                direct_messages=self.direct_messages,
+            ),
             message_content=settings.discord_message_content_intent,
             guild_ready_timeout_s=tuning.guild_ready_timeout_s,
         )
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         self._connection: asyncio.Task[None] | None = None
+
+    async def _is_member(self, guild_id: int, user_id: int) -> bool:
+        """Asked of Discord's REST API: the bot has no members intent, so its cache does not know."""
+        try:
+            await self.client.http.get_member(guild_id, user_id)
+        except discord.NotFound:
+            return False
+        return True
 
     @property
     def inflight_answers(self) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
+from collections.abc import Awaitable, Callable
 
 import discord
 
@@ -15,24 +18,39 @@ from core.approvals import ApprovalService, ApprovalView
 
 from . import buttons, render
 from .buttons import ButtonTarget
-from .inbound import actor_of, guild_of, workspace_of
-from .surface import DiscordSurface, DiscordSurfaces
+from .inbound import DirectMessageRule, actor_of, guild_of, workspace_of
+from .render import ApprovalPart
+from .surface import DiscordSurface, DiscordSurfaces, edit_approval
 from .transport import NO_PINGS, send_after_answers, send_reliably
 from .wording import mention
 
 log = logging.getLogger(__name__)
 
+# How far around a clicked approval message its other messages (parts) are looked for.
+PART_SCAN_MESSAGES = 50
+
+RedrawParts = Callable[[], Awaitable[None]]
+
 
 class DiscordClicks:
-    """Handles every Approve/Reject click, including clicks on buttons posted before a restart."""
+    """Handles every Approve/Reject/Full arguments click, including clicks on buttons posted before a restart."""
 
     def __init__(
-        self, *, approvals: ApprovalService, runner: AnswerRunner, surfaces: DiscordSurfaces, gate: Gate
+        self,
+        *,
+        approvals: ApprovalService,
+        runner: AnswerRunner,
+        surfaces: DiscordSurfaces,
+        gate: Gate,
+        direct_messages: DirectMessageRule,
     ) -> None:
         self._approvals = approvals
         self._runner = runner
         self._surfaces = surfaces
         self._gate = gate
+        self._direct_messages = direct_messages
+        # One redraw of an approval's other messages at a time, each reading the latest decisions.
+        self._part_locks: dict[str, asyncio.Lock] = {}
 
     async def check(self, interaction: discord.Interaction) -> bool:
         """Run on every click before the callback; a refusal is always answered."""
@@ -50,15 +68,21 @@ class DiscordClicks:
             # A deferred update answers within Discord's 3 s; the message is edited afterwards.
             await interaction.response.defer()
             channel_id = interaction.channel_id or (interaction.message.channel.id if interaction.message else 0)
-            reply = _ClickReply(interaction, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock)
+            budget = self._surfaces.budgets(channel_id)
+            reply = _ClickReply(interaction, target=target, budget=budget, clock=self._surfaces.clock)
             try:
                 message, channel = interaction.message, interaction.channel
                 if message is None or channel is None:
                     raise RuntimeError("a button click without its message or channel")
+                if await self._refused_in_dm(interaction, reply):
+                    return
                 # Built before the click: once it claims the run, nothing may stop the run from being shown.
                 surface = self._resumed_surface(interaction, channel, message_id=message.id, channel_id=channel_id)
+                reply.shown = buttons.part_of_message(target.continuation_id, buttons.custom_ids_of(message))
+                reply.redraw_parts = lambda: self._redraw_parts(interaction, message, target.continuation_id, budget)
+                among = await self._shown_call_ids(target, reply.shown) if target.call_index is None and target.approve else None
                 result = await self._approvals.click(
-                    target.continuation_id, call_index=target.call_index, approved=target.approve,
+                    target.continuation_id, call_index=target.call_index, approved=target.approve, among=among,
                     actor=actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None),
                     mention=mention,
                 )
@@ -66,6 +90,74 @@ class DiscordClicks:
             except Exception:
                 log.exception("approval click failed")
                 await reply.tell(wording.click_failed())
+
+    async def show_arguments(self, interaction: discord.Interaction, continuation_id: str) -> None:
+        """"Full arguments": every call's arguments as a JSON file only the clicker sees."""
+        with self._gate.track():
+            # Deferred first: reading the approval may take longer than Discord's 3 s.
+            await interaction.response.defer(ephemeral=True, thinking=True)
+            channel_id = interaction.channel_id or 0
+            reply = _ClickReply(
+                interaction, target=None, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock
+            )
+            try:
+                if await self._refused_in_dm(interaction, reply):
+                    return
+                view = await self._approvals.view(continuation_id)
+                if view is None:
+                    await reply.tell(engine_wording.approval_not_found())
+                    return
+                await reply.attach(
+                    wording.full_arguments_attached(len(view.calls)), render.full_arguments_file(view),
+                    filename=f"arguments-{continuation_id[:8]}.json",
+                )
+            except Exception:
+                log.exception("could not show the full arguments of approval %s", continuation_id)
+                await reply.tell(wording.click_failed())
+
+    async def _refused_in_dm(self, interaction: discord.Interaction, reply: _ClickReply) -> bool:
+        """In a DM, the DM rule decides who may click, as it decides who may ask."""
+        if interaction.guild_id is not None:
+            return False
+        refusal = await self._direct_messages.refusal(interaction.user.id)
+        if refusal is None:
+            return False
+        await reply.tell(refusal)
+        return True
+
+    async def _shown_call_ids(self, target: ButtonTarget, shown: ApprovalPart | None) -> list[str]:
+        """The calls an Approve all covers: those of its own message, never one the clicker was not shown."""
+        view = await self._approvals.view(target.continuation_id)
+        if view is None:
+            return []
+        part = target.part or shown or render.approval_parts(view.calls)[0]
+        return [view.calls[index].call_id for index in part.indexes if 0 <= index < len(view.calls)]
+
+    async def _redraw_parts(
+        self, interaction: discord.Interaction, clicked: discord.Message, continuation_id: str, budget: RateBudget
+    ) -> None:
+        """Redraws the approval's other messages (a Reject all decided their calls too, or the approval closed)."""
+        channel, me = interaction.channel, interaction.client.user
+        if channel is None or me is None or not hasattr(channel, "history"):
+            return
+        lock = self._part_locks.setdefault(continuation_id, asyncio.Lock())
+        try:
+            async with lock:
+                view = await self._approvals.view(continuation_id)
+                if view is None:
+                    return
+                async for other in channel.history(limit=PART_SCAN_MESSAGES, around=clicked):  # type: ignore[union-attr]
+                    if other.id == clicked.id or other.author.id != me.id:
+                        continue
+                    part = buttons.part_of_message(continuation_id, buttons.custom_ids_of(other))
+                    if part is not None:
+                        await edit_approval(other, view, part, budget=budget, clock=self._surfaces.clock)
+        except Exception:
+            # The clicked message shows the decision; the others catch up at the next click or expiry.
+            log.exception("could not redraw the other messages of approval %s", continuation_id)
+        finally:
+            if not lock.locked() and self._part_locks.get(continuation_id) is lock:
+                del self._part_locks[continuation_id]
 
     def _resumed_surface(
         self, interaction: discord.Interaction, channel: object, *, message_id: int, channel_id: int
@@ -87,19 +179,27 @@ class DiscordClicks:
 class _ClickReply:
     """Implements adapters.answers.ClickReply: the approval message redrawn through the interaction, notes only the clicker sees."""
 
-    def __init__(self, interaction: discord.Interaction, *, budget: RateBudget, clock: Clock) -> None:
+    def __init__(
+        self, interaction: discord.Interaction, *, target: ButtonTarget | None, budget: RateBudget, clock: Clock
+    ) -> None:
         self._interaction = interaction
+        self._target = target
         self._budget = budget
         self._clock = clock
+        self.shown: ApprovalPart | None = None  # the calls the clicked message shows, read from its buttons
+        self.redraw_parts: RedrawParts | None = None
 
     async def redraw(self, view: ApprovalView) -> None:
-        content = render.approval_text(view)
-        components = buttons.approval_view(view)
+        part = self._part(view)
+        content = render.approval_text(view, part)
+        components = buttons.approval_view(view, part)
         await send_reliably(
             self._budget,
             lambda: self._interaction.edit_original_response(content=content, view=components, allowed_mentions=NO_PINGS),
             clock=self._clock,
         )
+        if self.redraw_parts is not None and self._others_changed(view, part):
+            await self.redraw_parts()
 
     async def tell(self, text: str) -> None:
         try:
@@ -111,3 +211,30 @@ class _ClickReply:
         except Exception:
             # Nothing left to tell the clicker with; the click's effect (if any) is recorded regardless.
             log.exception("could not answer a click")
+
+    async def attach(self, text: str, data: bytes, *, filename: str) -> None:
+        """A private note with a file (a fresh one per attempt: a sent file is consumed)."""
+        await send_after_answers(
+            self._budget,
+            lambda: self._interaction.followup.send(
+                text, file=discord.File(io.BytesIO(data), filename=filename), ephemeral=True, allowed_mentions=NO_PINGS
+            ),
+            clock=self._clock,
+        )
+
+    def _part(self, view: ApprovalView) -> ApprovalPart:
+        if self.shown is not None:
+            return self.shown
+        target = self._target
+        if target is not None and target.call_index is not None:
+            return render.part_containing(view.calls, target.call_index)
+        if target is not None and target.part is not None:
+            return target.part
+        return render.approval_parts(view.calls)[0]
+
+    def _others_changed(self, view: ApprovalView, part: ApprovalPart) -> bool:
+        """Whether the approval's other messages show something out of date after this click."""
+        if part.first == 0 and part.count >= len(view.calls):
+            return False
+        reject_all = self._target is not None and self._target.call_index is None and not self._target.approve
+        return reject_all or view.state != "open"

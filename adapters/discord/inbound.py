@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Literal
 
 import discord
 
@@ -10,17 +15,26 @@ from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
+from core.config import DirectMessagePolicy
 from core.engine import Engine
 from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
 from . import render
 from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
-from .transport import ChannelTransport
+from .transport import NO_PINGS, ChannelTransport
 
 log = logging.getLogger(__name__)
 
 DM_WORKSPACE = "@dm"
+# How long a member lookup is trusted, either way: leaving a guild takes effect within this time.
+MEMBERSHIP_CACHE_S = 600.0
+MEMBERSHIP_CACHE_MAX_USERS = 10_000
+MEMBER_LOOKUP_TIMEOUT_S = 10.0
+
+DirectMessageVerdict = Literal["allowed", "closed", "not_member", "unknown"]
+# Whether a user is a member of a guild: True, False (Discord said 404), or it raises (unknown).
+MemberLookup = Callable[[int, int], Awaitable[bool]]
 
 
 def workspace_of(guild_id: int | None) -> str:
@@ -29,8 +43,83 @@ def workspace_of(guild_id: int | None) -> str:
 
 
 def guild_of(guild_id: int | None) -> str | None:
-    """What the gate checks against DISCORD_GUILD_IDS: None for a DM, which always passes."""
+    """What the gate checks against DISCORD_GUILD_IDS: None for a DM, which the gate passes and
+    DirectMessageRule decides."""
     return None if guild_id is None else str(guild_id)
+
+
+class DirectMessageRule:
+    """Who may use the bot in a DM (messages, /ask, clicks): DIRECT_MESSAGES says nobody (closed), anyone
+    (open), or members of a guild in DISCORD_GUILD_IDS (members; anyone when there is no allowlist).
+
+    The bot has no members intent, so membership is asked of Discord's REST guild-member endpoint and
+    remembered per user for MEMBERSHIP_CACHE_S, a 404 ("not a member") as well; a lookup that fails
+    otherwise refuses this once and is not remembered.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: DirectMessagePolicy,
+        guild_ids: tuple[str, ...],
+        is_member: MemberLookup,
+        clock: Callable[[], float] = time.monotonic,
+        cache_s: float = MEMBERSHIP_CACHE_S,
+    ) -> None:
+        self._policy = policy
+        self._guild_ids = tuple(int(guild_id) for guild_id in guild_ids if guild_id.isdigit())
+        self._is_member = is_member
+        self._clock = clock
+        self._cache_s = cache_s
+        # user id → (known until, member?); oldest first, so expired entries are dropped from the front.
+        self._known: OrderedDict[int, tuple[float, bool]] = OrderedDict()
+
+    async def verdict(self, user_id: int) -> DirectMessageVerdict:
+        if self._policy == "closed":
+            return "closed"
+        if self._policy == "open" or not self._guild_ids:
+            return "allowed"
+        now = self._clock()
+        known = self._known.get(user_id)
+        if known is not None and known[0] > now:
+            return "allowed" if known[1] else "not_member"
+        member = await self._look_up(user_id)
+        if member is None:
+            return "unknown"
+        self._remember(user_id, member, now)
+        return "allowed" if member else "not_member"
+
+    async def refusal(self, user_id: int) -> str | None:
+        """The sentence for a DM this user may not send, or None when they may."""
+        match await self.verdict(user_id):
+            case "allowed":
+                return None
+            case "closed":
+                return wording.direct_messages_off()
+            case "not_member":
+                return wording.direct_messages_members_only()
+            case "unknown":
+                return wording.membership_unknown()
+
+    async def _look_up(self, user_id: int) -> bool | None:
+        unknown = False
+        for guild_id in self._guild_ids:
+            try:
+                if await asyncio.wait_for(self._is_member(guild_id, user_id), MEMBER_LOOKUP_TIMEOUT_S):
+                    return True
+            except Exception:
+                log.warning("could not look up whether user %s is a member of guild %s", user_id, guild_id, exc_info=True)
+                unknown = True
+        return None if unknown else False
+
+    def _remember(self, user_id: int, member: bool, now: float) -> None:
+        self._known.pop(user_id, None)
+        self._known[user_id] = (now + self._cache_s, member)
+        while self._known:
+            oldest_until, _ = next(iter(self._known.values()))
+            if oldest_until > now and len(self._known) <= MEMBERSHIP_CACHE_MAX_USERS:
+                break
+            self._known.popitem(last=False)
 
 
 def actor_of(user: discord.User | discord.Member, *, permissions: discord.Permissions | None = None) -> Actor:
@@ -51,6 +140,7 @@ class DiscordInbound:
         surfaces: DiscordSurfaces,
         gate: Gate,
         conversations: KnownConversations,
+        direct_messages: DirectMessageRule,
         follow_unmentioned: bool,
     ) -> None:
         self._engine = engine
@@ -58,6 +148,7 @@ class DiscordInbound:
         self._surfaces = surfaces
         self._gate = gate
         self._conversations = conversations
+        self._direct_messages = direct_messages
         # With the message-content intent, follow-ups in the bot's own threads need no mention.
         self._follow_unmentioned = follow_unmentioned
 
@@ -82,23 +173,25 @@ class DiscordInbound:
                 if not mentioned and not (self._follow_unmentioned and known and channel.owner_id == me.id):
                     return
                 if not known:
-                    thread_context = await _thread_context(channel, before=message)
+                    thread_context = await _thread_context(channel, before=message, me=me)
             elif mentioned and isinstance(channel, discord.TextChannel):
                 key = None  # the thread is created below, once the event is known to be new
             else:
                 return
             if not await self._gate.first_time(str(message.id)):
                 return
+            if guild_id is None:
+                refusal = await self._direct_messages.refusal(message.author.id)
+                if refusal is not None:
+                    await _reply_once(ChannelTransport(channel, reply_to=message.id), refusal)
+                    return
 
             question = render.clean_question(message.content)
             attachments = await _attachments(message.attachments)
             if not question and not attachments:
                 await _reply_once(ChannelTransport(channel, reply_to=message.id), wording.empty_question())
                 return
-            found = await self._place(message, key)
-            if found is None:
-                return
-            surface, key = found
+            surface, key = await self._place(message, key)
             request = Request(
                 question=question,
                 conversation=key,
@@ -110,23 +203,28 @@ class DiscordInbound:
 
     async def _place(
         self, message: discord.Message, key: ConversationKey | None
-    ) -> tuple[DiscordSurface, ConversationKey] | None:
+    ) -> tuple[DiscordSurface, ConversationKey]:
         channel = message.channel
         workspace = workspace_of(message.guild.id if message.guild else None)
-        if key is not None:
-            # A DM or an existing thread: answered in place, replying to the question.
-            surface = self._surfaces.in_channel(
-                channel, channel_id=channel.id, workspace=workspace, thread=key.thread, reply_to=message.id
-            )
-            return surface, key
-        name = render.thread_name(render.clean_question(message.content))
-        try:
-            thread = await message.create_thread(name=name)
-        except discord.HTTPException:
-            log.exception("could not open a thread on message %s", message.id)
-            return None
-        key = _thread_key(thread.guild.id, thread)
-        return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread), key
+        if key is None:
+            name = render.thread_name(render.clean_question(message.content))
+            try:
+                thread = await message.create_thread(name=name)
+            except discord.HTTPException:
+                # The event is already taken: the question is answered where it was asked instead.
+                log.warning("could not open a thread on message %s; answering in the channel", message.id, exc_info=True)
+                key = ConversationKey(
+                    platform=PLATFORM, workspace=workspace, channel=str(channel.id), thread=f"msg-{message.id}"
+                )
+            else:
+                key = _thread_key(thread.guild.id, thread)
+                return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread), key
+        # A DM, an existing thread, or a channel the bot cannot open threads in: answered in place,
+        # replying to the question.
+        surface = self._surfaces.in_channel(
+            channel, channel_id=channel.id, workspace=workspace, thread=key.thread, reply_to=message.id
+        )
+        return surface, key
 
     async def on_ask(self, interaction: discord.Interaction, question: str) -> None:
         with self._gate.track():
@@ -141,6 +239,11 @@ class DiscordInbound:
             channel = interaction.channel
             channel_id = interaction.channel_id or 0
             if interaction.guild_id is None:
+                # Checked after deferring: a member lookup may take longer than Discord's 3 s.
+                refusal = await self._direct_messages.refusal(interaction.user.id)
+                if refusal is not None:
+                    await _refuse_ask(interaction, refusal)
+                    return
                 key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel_id))
             elif isinstance(channel, discord.Thread):
                 key = _thread_key(interaction.guild_id, channel)
@@ -163,14 +266,21 @@ def _thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:
     )
 
 
-async def _thread_context(thread: discord.Thread, *, before: discord.Message) -> tuple[PriorMessage, ...]:
-    """The thread's earlier messages, oldest first; the engine trims them to its history budget."""
+async def _thread_context(
+    thread: discord.Thread, *, before: discord.Message, me: discord.ClientUser
+) -> tuple[PriorMessage, ...]:
+    """The thread's earlier messages, oldest first; the engine trims them to its history budget.
+
+    Only this bot's own messages are its words; other bots and webhooks are quoted like people.
+    """
     prior: list[PriorMessage] = []
     try:
         async for earlier in thread.history(limit=THREAD_CONTEXT_MAX_MESSAGES, before=before):
             text = render.clean_question(earlier.content)
             if text:
-                prior.append(PriorMessage(author=earlier.author.display_name, text=text, is_bot=earlier.author.bot))
+                is_self = earlier.author.id == me.id
+                is_bot = earlier.author.bot or earlier.webhook_id is not None
+                prior.append(PriorMessage(author=earlier.author.display_name, text=text, is_bot=is_bot, is_self=is_self))
     except discord.HTTPException:
         log.warning("could not read the earlier messages of thread %s", thread.id)
     return tuple(reversed(prior))
@@ -201,3 +311,11 @@ async def _reply_once(transport: ChannelTransport, text: str) -> None:
         await transport.post(text)
     except Exception:
         log.exception("could not reply to a message")
+
+
+async def _refuse_ask(interaction: discord.Interaction, text: str) -> None:
+    """The deferred /ask response becomes the refusal, and nothing else happens."""
+    try:
+        await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
+    except discord.HTTPException:
+        log.exception("could not refuse an /ask")

@@ -12,7 +12,9 @@ from adapters.streaming import Clock
 from core.approvals import ApprovalView
 from core.requests import ConversationKey
 
-from . import buttons, render
+from . import render
+from .render import ApprovalPart
+from .surface import edit_approval
 from .transport import NO_PINGS, ChannelBudgets, send_reliably
 from .wording import mention
 
@@ -31,23 +33,21 @@ class DiscordNotifier:
         client = self._client()
         if client is None:
             return
-        content = render.approval_text(view)
         for ref in message_refs:
             # Refs written before the platform was recorded are Discord's only in a Discord process.
             if ref.get("platform", "discord") != "discord" or "message_id" not in ref:
                 continue
-            channel_id, message_id = int(ref["channel_id"]), int(ref["message_id"])
-            message = client.get_partial_messageable(channel_id).get_partial_message(message_id)
-            components = buttons.approval_view(view)
-            try:
-                await send_reliably(
-                    self._budgets(channel_id),
-                    lambda: message.edit(content=content, view=components, allowed_mentions=NO_PINGS),
-                    clock=self._clock,
-                )
-            except Exception:
-                # One message that cannot be edited must not keep the others showing live buttons.
-                log.exception("could not mark approval message %s as expired", message_id)
+            channel_id = int(ref["channel_id"])
+            channel = client.get_partial_messageable(channel_id)
+            # A request with many calls was shown in several messages (`parts` beyond the first).
+            for shown in [ref, *(part for part in ref.get("parts") or () if isinstance(part, dict))]:
+                message_id = int(shown["message_id"])
+                message = channel.get_partial_message(message_id)
+                try:
+                    await edit_approval(message, view, _part(view, shown), budget=self._budgets(channel_id), clock=self._clock)
+                except Exception:
+                    # One message that cannot be edited must not keep the others showing live buttons.
+                    log.exception("could not mark approval message %s as expired", message_id)
 
     async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
         client = self._client()
@@ -68,3 +68,10 @@ class DiscordNotifier:
             lambda: channel.send(content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings),
             clock=self._clock,
         )
+
+
+def _part(view: ApprovalView, shown: dict[str, Any]) -> ApprovalPart:
+    """The calls a remembered message shows; a message from before approvals had parts shows the first part."""
+    if "first" in shown and "count" in shown:
+        return ApprovalPart(first=int(shown["first"]), count=int(shown["count"]))
+    return render.approval_parts(view.calls)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,12 +20,23 @@ from .wording import mention, time_at
 
 MAX_CONTENT_CHARS = 2_000
 THREAD_NAME_MAX_CHARS = 90
-# Room the per-call argument blocks share in an approval message, leaving space for decisions.
-APPROVAL_ARGUMENTS_CHARS = 1_100
+# Room for one call's arguments: all of it for a lone call, less when calls share a message.
+ONE_CALL_ARGUMENTS_CHARS = 1_100
+CALL_ARGUMENTS_CHARS = 400
 MIN_ARGUMENT_CHARS = 40
 DESCRIPTION_MAX_CHARS = 150
-# Kept free for the "…and N more calls" line when not every call fits.
-MORE_CALLS_RESERVE_CHARS = 80
+# Cut arguments shorten each value to the first of these lengths that fits, so every key stays in view.
+VALUE_CUTS = (200, 120, 80, 48, 24, 12)
+# An approval message holds at most this many calls: two Approve/Reject pairs a row, four rows,
+# and a fifth row for the all-buttons and Full arguments.
+CALLS_PER_ROW = 2
+CALLS_PER_MESSAGE = 4 * CALLS_PER_ROW
+# Kept free in every approval message: the heading with its "more calls below" line, the footer
+# (expiry, or the expired line naming calls that had started), and each call's decision line.
+APPROVAL_HEAD_RESERVE_CHARS = 180
+APPROVAL_FOOTER_MAX_CHARS = 300
+ACTOR_MAX_CHARS = 32
+DECISION_LINE_RESERVE_CHARS = len("100. ✅ Approved by \n") + ACTOR_MAX_CHARS
 EMBED_DESCRIPTION_MAX_CHARS = 4_096
 SOURCE_TITLE_MAX_CHARS = 150
 # Kept free at the end of the embed description for the "…and N more" line.
@@ -57,56 +69,142 @@ def thread_name(question: str) -> str:
 # ----- approval message ---------------------------------------------------------------------------
 
 
-def approval_text(view: ApprovalView) -> str:
-    """The approval message: who asked, each call's tool and arguments, the decisions so far, and expiry."""
-    tail = _approval_tail(view)
-    head = wording.approval_heading(mention(view.requested_by), len(view.calls))
-    # The tail (decisions, expiry) always shows; calls that do not fit before it are counted instead.
-    room = MAX_CONTENT_CHARS - len(head) - len(tail) - 2
-    arguments_room = APPROVAL_ARGUMENTS_CHARS // max(1, len(view.calls))
-    blocks: list[str] = []
-    used = 0
-    for index, call in enumerate(view.calls, start=1):
-        block = _call_block(index, call, arguments_room)
-        last = index == len(view.calls)
-        if used + len(block) + 1 > room - (0 if last else MORE_CALLS_RESERVE_CHARS):
-            blocks.append(wording.more_calls_hidden(len(view.calls) - index + 1))
-            break
-        blocks.append(block)
-        used += len(block) + 1
-    text = "\n".join([head, *blocks])
+@dataclass(frozen=True, kw_only=True)
+class ApprovalPart:
+    """The calls one approval message shows and decides: `count` calls from index `first`."""
+
+    first: int
+    count: int
+
+    @property
+    def indexes(self) -> range:
+        return range(self.first, self.first + self.count)
+
+
+def approval_parts(calls: Sequence[CallView]) -> tuple[ApprovalPart, ...]:
+    """The calls split into messages, in order: as many as fit in one message's text and buttons.
+
+    Depends on the calls only (never on decisions), so a redraw shows what the first drawing showed.
+    """
+    room = MAX_CONTENT_CHARS - APPROVAL_HEAD_RESERVE_CHARS - APPROVAL_FOOTER_MAX_CHARS
+    parts: list[ApprovalPart] = []
+    first, used = 0, 0
+    for index, call in enumerate(calls):
+        size = len(_call_block(index, call, len(calls))[0]) + 1 + DECISION_LINE_RESERVE_CHARS
+        count = index - first
+        if count and (count == CALLS_PER_MESSAGE or used + size > room):
+            parts.append(ApprovalPart(first=first, count=count))
+            first, used = index, 0
+        used += size
+    parts.append(ApprovalPart(first=first, count=len(calls) - first))
+    return tuple(parts)
+
+
+def part_containing(calls: Sequence[CallView], index: int) -> ApprovalPart:
+    """The part that shows call `index` (the first part when there is no such call)."""
+    parts = approval_parts(calls)
+    return next((part for part in parts if index in part.indexes), parts[0])
+
+
+def approval_text(view: ApprovalView, part: ApprovalPart | None = None) -> str:
+    """One approval message: who asked, its calls with their arguments, their decisions so far, and expiry.
+
+    A request with more calls than one message holds is shown in several messages (`part`; the
+    first when not given), each with the buttons of its own calls, so no call is decided unseen.
+    """
+    total = len(view.calls)
+    part = part or approval_parts(view.calls)[0]
+    shown = [index for index in part.indexes if 0 <= index < total]
+    if part.first == 0:
+        lines = [wording.approval_heading(mention(view.requested_by), total)]
+    else:
+        lines = [wording.approval_part(part.first + 1, part.first + len(shown), total)]
+    lines.extend(_call_block(index, view.calls[index], total)[0] for index in shown)
+    if part.first == 0 and len(shown) < total:
+        rest = approval_parts(view.calls)[1:]
+        lines.append(wording.more_calls_below(total - len(shown), max(1, len(rest))))
+    text = "\n".join(lines)
+    tail = _approval_tail(view, shown)
     return _bounded(f"{text}\n\n{tail}" if tail else text)
 
 
-def _call_block(index: int, call: CallView, arguments_room: int) -> str:
+def arguments_cut(view: ApprovalView, part: ApprovalPart) -> bool:
+    """Whether a call of this part shows shortened arguments (the message then offers the full ones)."""
+    total = len(view.calls)
+    return any(_call_block(index, view.calls[index], total)[1] for index in part.indexes if 0 <= index < total)
+
+
+def full_arguments_file(view: ApprovalView) -> bytes:
+    """Every call of the approval with its full arguments, as JSON in the model's key order."""
+    calls = [
+        {"call": index, "tool": call.tool, "description": call.description, "arguments": call.arguments}
+        for index, call in enumerate(view.calls, start=1)
+    ]
+    # No sort_keys: the file reads in the order the model wrote the arguments.
+    return json.dumps(calls, indent=2, ensure_ascii=False, default=str).encode()
+
+
+def _call_block(index: int, call: CallView, total: int) -> tuple[str, bool]:
+    """The call's title and arguments as shown, and whether its arguments had to be cut."""
     about = f" — {call.description}" if call.description else ""
-    return f"**{index}. `{call.tool}`**{about[:DESCRIPTION_MAX_CHARS]}\n{_arguments_block(call.arguments, arguments_room)}"
+    room = ONE_CALL_ARGUMENTS_CHARS if total == 1 else CALL_ARGUMENTS_CHARS
+    arguments, cut = _arguments_text(call.arguments, room)
+    block = f"**{index + 1}. `{call.tool}`**{about[:DESCRIPTION_MAX_CHARS]}\n```json\n{arguments}\n```"
+    return (f"{block}\n{wording.arguments_cut()}" if cut else block), cut
 
 
-def _arguments_block(arguments: Mapping[str, Any], room: int) -> str:
+def _arguments_text(arguments: Mapping[str, Any], room: int) -> tuple[str, bool]:
+    """The arguments as indented JSON within `room`: long values are cut before any key is dropped."""
+    text = _json(arguments)
+    if len(text) <= room:
+        return text, False
+    for limit in VALUE_CUTS:
+        text = _json(_shortened(arguments, limit))
+        if len(text) <= room:
+            return text, True
+    # Too many keys to show even with every value cut: the text itself is cut.
+    return text[: max(MIN_ARGUMENT_CHARS, room) - 1] + "…", True
+
+
+def _json(value: Any) -> str:
     # No sort_keys: the approver reads the arguments in the order the model wrote them.
-    text = json.dumps(arguments, indent=2, ensure_ascii=False, default=str)
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     # A backtick fence inside the arguments would end the block early.
-    text = text.replace("```", "`\u200b``")
-    if len(text) > room:
-        text = text[: max(MIN_ARGUMENT_CHARS, room) - 1] + "…"
-    return f"```json\n{text}\n```"
+    return text.replace("```", "`\u200b``")
 
 
-def _approval_tail(view: ApprovalView) -> str:
+def _shortened(value: Any, limit: int) -> Any:
+    """`value` with every string cut to `limit` chars and every list to a few items, keys kept whole."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    if isinstance(value, Mapping):
+        return {key: _shortened(item, limit) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        keep = max(2, limit // 16)
+        items = [_shortened(item, limit) for item in value[:keep]]
+        return items + [f"… {len(value) - keep} more"] if len(value) > keep else items
+    return value
+
+
+def _approval_tail(view: ApprovalView, shown: Sequence[int]) -> str:
     lines: list[str] = []
     several = len(view.calls) > 1
-    for index, call in enumerate(view.calls, start=1):
-        decision = view.decisions.get(call.call_id)
+    for index in shown:
+        decision = view.decisions.get(view.calls[index].call_id)
         if decision is None:
             continue
-        said = wording.approved_by(decision.actor) if decision.approved else wording.rejected_by(decision.actor)
-        lines.append(f"{index}. {said}" if several else said)
+        actor = _cut(decision.actor, ACTOR_MAX_CHARS)
+        said = wording.approved_by(actor) if decision.approved else wording.rejected_by(actor)
+        lines.append(f"{index + 1}. {said}" if several else said)
     if view.state == "expired":
-        lines.append(wording.approval_expired())
+        lines.append(_cut(wording.approval_expired_line(view.started_tools), APPROVAL_FOOTER_MAX_CHARS))
     elif view.state == "open":
         lines.append(wording.approval_footer(time_at(view.expires_at)))
     return "\n".join(lines)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _bounded(text: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import discord
 
 from adapters.answers import AnswerPlace, Pacing
-from adapters.streaming import Clock, MessageTransport, StreamLimits
+from adapters.streaming import Clock, MessageTransport, RateBudget, StreamLimits
 from core.approvals import ApprovalView
 from core.events import SourceItem
 from core.ports import LiveMessage
@@ -69,14 +69,34 @@ class DiscordSurface:
         await self._transport.edit(message_id, text)
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
-        content = render.approval_text(view)
-        components = buttons.approval_view(view)
-        message = await send_reliably(
-            self._budget,
-            lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS),
-            clock=self._clock,
-        )
-        return {"platform": PLATFORM, "channel_id": str(self._channel_id), "message_id": str(message.id)}
+        """One message per part of the calls, each with its own buttons, so every call is shown where it
+        is decided; the reference names them all (`parts` beyond the first) for expiry to edit."""
+        posted: list[tuple[render.ApprovalPart, discord.Message]] = []
+        try:
+            for part in render.approval_parts(view.calls):
+                content = render.approval_text(view, part)
+                components = buttons.approval_view(view, part)
+                message = await send_reliably(
+                    self._budget,
+                    lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS),
+                    clock=self._clock,
+                )
+                posted.append((part, message))
+        except Exception:
+            # The run is withdrawn when its request cannot be shown whole: no part of it stays clickable.
+            for _, message in posted:
+                await _delete_quietly(message)
+            raise
+        (first_part, first), *others = posted
+        ref: dict[str, Any] = {
+            "platform": PLATFORM, "channel_id": str(self._channel_id), "message_id": str(first.id),
+            "first": first_part.first, "count": first_part.count,
+        }
+        if others:
+            ref["parts"] = [
+                {"message_id": str(message.id), "first": part.first, "count": part.count} for part, message in others
+            ]
+        return ref
 
     async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
         embed = render.sources_embed(items)
@@ -97,6 +117,25 @@ class DiscordSurface:
         await send_reliably(
             self._budget, lambda: self._channel.send(text, allowed_mentions=NO_PINGS), clock=self._clock
         )
+
+
+async def edit_approval(
+    message: discord.Message | discord.PartialMessage, view: ApprovalView, part: render.ApprovalPart, *,
+    budget: RateBudget, clock: Clock,
+) -> None:
+    """Redraws one approval message (its part of the calls) as `view` stands now."""
+    content = render.approval_text(view, part)
+    components = buttons.approval_view(view, part)
+    await send_reliably(
+        budget, lambda: message.edit(content=content, view=components, allowed_mentions=NO_PINGS), clock=clock
+    )
+
+
+async def _delete_quietly(message: discord.Message) -> None:
+    try:
+        await message.delete()
+    except Exception:
+        log.warning("could not delete approval message %s", message.id, exc_info=True)
 
 
 async def _typing(channel: discord.abc.Messageable) -> None:

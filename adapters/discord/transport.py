@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
 import discord
@@ -60,26 +63,95 @@ def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> R
     return RateBudget(capacity=burst, refill_per_s=refill, clock=clock)
 
 
+class _ChannelBudget(RateBudget):
+    """A channel's budget that says when it is drawn on, so the budgets can drop the idle ones."""
+
+    def __init__(
+        self, *, capacity: float, refill_per_s: float, clock: Clock, on_use: Callable[[_ChannelBudget], None]
+    ) -> None:
+        super().__init__(capacity=capacity, refill_per_s=refill_per_s, clock=clock)
+        self._now = clock.now
+        self._on_use = on_use
+        self.busy_until = clock.now()
+
+    async def acquire(
+        self,
+        priority: Priority,
+        requester_key: Hashable = None,
+        *,
+        shows_text: bool = False,
+        promote: asyncio.Event | None = None,
+    ) -> None:
+        self.used()
+        try:
+            await super().acquire(priority, requester_key, shows_text=shows_text, promote=promote)
+        finally:
+            self.used()
+
+    def penalize(self, retry_after_s: float) -> None:
+        super().penalize(retry_after_s)
+        # Paused until then: not back to a fresh budget's state before.
+        self.used(until=self._now() + max(0.0, retry_after_s))
+
+    def used(self, *, until: float | None = None) -> None:
+        self.busy_until = max(self.busy_until, self._now() if until is None else until)
+        self._on_use(self)
+
+
 class ChannelBudgets:
-    """One budget per channel or thread, shared by every answer posting or editing there."""
+    """One budget per channel or thread, shared by every answer posting or editing there.
+
+    A budget that nobody drew on for as long as it takes to refill completely is dropped: a new
+    one would be in the same state, and a bot in many channels must not keep one per channel
+    forever. One still held (an answer streaming there) is always the one handed out again.
+    """
 
     def __init__(self, *, calls_per_window: int, window_s: float, clock: Clock) -> None:
         self._calls = calls_per_window
         self._window_s = window_s
         self._clock = clock
-        self._budgets: dict[int, RateBudget] = {}
+        # Least recently used first, so idle budgets are dropped from the front.
+        self._budgets: OrderedDict[int, _ChannelBudget] = OrderedDict()
+        # Budgets dropped while an answer still holds them stay findable until it lets go.
+        self._held: weakref.WeakValueDictionary[int, _ChannelBudget] = weakref.WeakValueDictionary()
 
     def __call__(self, channel_id: int) -> RateBudget:
-        budget = self._budgets.get(channel_id)
+        self._drop_idle()
+        budget = self._budgets.get(channel_id) or self._held.get(channel_id)
         if budget is None:
-            budget = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
-            self._budgets[channel_id] = budget
+            budget = self._new(channel_id)
+            self._held[channel_id] = budget
+        budget.used()
         return budget
+
+    def __len__(self) -> int:
+        """Budgets kept (one dropped while an answer still holds it is not counted)."""
+        return len(self._budgets)
 
     def bound_s(self, calls: int) -> float:
         """Least time `calls` calls can take on a fresh budget (the bench's bound)."""
         budget = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
         return max(0.0, calls - budget.capacity) / budget.refill_per_s
+
+    def _new(self, channel_id: int) -> _ChannelBudget:
+        template = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
+        return _ChannelBudget(
+            capacity=template.capacity, refill_per_s=template.refill_per_s, clock=self._clock,
+            on_use=lambda budget: self._touch(channel_id, budget),
+        )
+
+    def _touch(self, channel_id: int, budget: _ChannelBudget) -> None:
+        # Kept in order of last use; a budget dropped while held comes back when drawn on.
+        self._budgets[channel_id] = budget
+        self._budgets.move_to_end(channel_id)
+
+    def _drop_idle(self) -> None:
+        now = self._clock.now()
+        while self._budgets:
+            channel_id, budget = next(iter(self._budgets.items()))
+            if now - budget.busy_until <= budget.capacity / budget.refill_per_s:
+                break  # in order of last use: every budget behind this one was used more recently
+            del self._budgets[channel_id]
 
 
 async def send_reliably(budget: RateBudget, make_call: Callable[[], Awaitable[T]], *, clock: Clock) -> T:

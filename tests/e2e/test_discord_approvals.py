@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from adapters import wording as shared_wording
 from adapters.discord.surface import DiscordSurface
 from bot.jobs import expire_approvals
 from core.store.db import Database
@@ -205,3 +207,118 @@ async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modu
         "adapters/discord/buttons.py", "adapters/discord/clicks.py", "adapters/answers.py", "adapters/discord/surface.py"
     ]
     assert len(path) <= MAX_CLICK_PATH_MODULES
+
+
+def approval_messages(dc: DiscordEmulator, channel_id: int) -> list[StoredMessage]:
+    return [m for m in bot_messages(dc, channel_id) if m.components]
+
+
+def approve_all_id(message: StoredMessage) -> str:
+    [found] = [i for i in button_ids(message) if i.startswith("rb:a:") and ":*" in i]
+    return found
+
+
+async def test_many_calls_are_shown_in_several_messages_and_approve_all_covers_only_its_own(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    ten = ToolCalls([Call("deploy", json.dumps({"env": f"env{i}"})) for i in range(10)])
+    openai_emulator.script(ten, Text("Eight deployed."))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry()):
+        thread_id = await ask_in_thread(dc, w)
+        first, second = await dc.wait_for(
+            lambda: approval_messages(dc, thread_id) if len(approval_messages(dc, thread_id)) == 2 else None,
+            what="two approval messages",
+        )
+        # Every call is shown, each in the message whose buttons decide it.
+        assert all(f"env{i}" in first.content for i in range(8)) and "env8" not in first.content
+        assert "env8" in second.content and "env9" in second.content
+        await dc.click_button(first.id, approve_all_id(first), w.alice)
+        await dc.wait_for(lambda: "8. ✅ Approved by alice" in dc.message(first.id).content, what="first part decided")
+        assert tool.runs == [] and button_ids(dc.message(second.id), enabled_only=True) == button_ids(second)
+        [reject_all] = [i for i in button_ids(second) if i.startswith("rb:r:") and i.endswith(":*")]
+        await dc.click_button(second.id, reject_all, w.alice)
+        await dc.wait_for(lambda: bot_messages(dc, thread_id)[-1].content == "Eight deployed.", what="resumed")
+        # Both messages end showing every decision, with no button left to press.
+        await dc.wait_for(lambda: not button_ids(dc.message(first.id), enabled_only=True), what="first redrawn")
+    assert tool.runs == [{"env": f"env{i}"} for i in range(8)]
+    assert "10. ❌ Rejected by alice" in dc.message(second.id).content
+    assert button_ids(dc.message(second.id), enabled_only=True) == []
+
+
+async def test_cut_arguments_say_so_and_the_full_arguments_are_one_click_away(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    arguments = {"notes": "step; " * 600, "env": "prod", "target": "PRODUCTION"}
+    openai_emulator.script(ToolCalls([Call("deploy", json.dumps(arguments))]))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry()):
+        thread_id = await ask_in_thread(dc, w)
+        approval = await wait_approval(dc, thread_id)
+        [full] = [i for i in button_ids(approval) if i.startswith("rb:f:")]
+        clicked = await dc.click_button(approval.id, full, w.bob)  # seeing is not deciding: anyone may look
+        [attached] = await dc.wait_for(
+            lambda: [r for r in dc.interaction_responses(clicked) if r.kind == "followup" and r.message_id],
+            what="the arguments file",
+        )
+    assert '"target": "PRODUCTION"' in approval.content and shared_wording.arguments_cut() in approval.content
+    assert approval.content.index('"notes"') < approval.content.index('"env"') < approval.content.index('"target"')
+    responses = dc.interaction_responses(clicked)
+    assert responses[0].callback_type == 5 and all(r.ephemeral for r in responses)  # deferred at once, only bob sees
+    message = dc.message(attached.message_id or 0)
+    [file] = message.attachments
+    [call] = json.loads(dc.attachment_bytes(file))
+    assert call["tool"] == "deploy" and call["arguments"] == arguments
+    assert list(call["arguments"]) == ["notes", "env", "target"]  # the model's order
+    assert tool.runs == [] and dc.message(approval.id).edit_count == 0
+
+
+async def test_a_dm_click_by_someone_outside_the_allowed_guilds_is_refused(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    alice, mallory = dc.add_user("alice"), dc.add_user("mallory")
+    allowed = dc.add_guild("Allowed", members=[alice])
+    dc.add_guild("Elsewhere", members=[mallory])
+    openai_emulator.script(DEPLOY, DEPLOY, Text("Deployed for alice."))
+    # DMs were open when mallory asked; then the bot restarts with the default rule (members only).
+    async with running_bot(
+        dc, db, openai_emulator, registry=tool.registry(), discord_guild_ids=(str(allowed),), direct_messages="open"
+    ):
+        await dc.send_dm(mallory, "deploy please")
+        stale = await wait_approval(dc, dc.dm_channel_id(mallory))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), discord_guild_ids=(str(allowed),)):
+        refused = await dc.click_button(stale.id, button_ids(stale)[0], mallory)
+        await dc.wait_for(lambda: ephemeral_texts(dc, refused), what="refusal")
+        # A member of the allowed guild decides in their DM as anywhere else.
+        await dc.send_dm(alice, "deploy please")
+        approval = await wait_approval(dc, dc.dm_channel_id(alice))
+        await dc.click_button(approval.id, button_ids(approval)[0], alice)
+        await dc.wait_for(
+            lambda: bot_messages(dc, dc.dm_channel_id(alice))[-1].content == "Deployed for alice.", what="resumed"
+        )
+    assert ephemeral_texts(dc, refused) == [shared_wording.direct_messages_members_only()]
+    assert dc.message(stale.id).edit_count == 0 and button_ids(dc.message(stale.id), enabled_only=True)
+    assert tool.runs == [{"env": "prod"}]
+
+
+async def test_expiry_closes_every_message_of_a_request_shown_in_parts(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    openai_emulator.script(ToolCalls([Call("deploy", json.dumps({"env": f"env{i}"})) for i in range(12)]))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), approval_expiry_s=0.5) as (adapter, engine):
+        thread_id = await ask_in_thread(dc, w)
+        parts = await dc.wait_for(
+            lambda: approval_messages(dc, thread_id) if len(approval_messages(dc, thread_id)) == 2 else None,
+            what="two approval messages",
+        )
+        await asyncio.sleep(0.6)
+        assert await expire_approvals(engine.approvals, {"discord": adapter.notifier}) == 1
+        await dc.wait_for(lambda: all("⌛" in dc.message(m.id).content for m in parts), what="both marked expired")
+    assert all(button_ids(dc.message(m.id), enabled_only=True) == [] for m in parts)
+    assert "env11" in dc.message(parts[1].id).content  # each message keeps showing its own calls
+    assert tool.runs == []

@@ -13,7 +13,13 @@ import discord
 import pytest
 from discord import app_commands
 
-from tests.emulators.discord import DiscordEmulator, RateLimitConfig, UploadedFile, point_discord_py_at
+from tests.emulators.discord import (
+    DiscordEmulator,
+    GlobalLimitConfig,
+    RateLimitConfig,
+    UploadedFile,
+    point_discord_py_at,
+)
 
 CLIENT_TIMEOUT_S = 5.0
 NO_PINGS = discord.AllowedMentions.none()
@@ -347,3 +353,87 @@ async def test_deferred_update_edits_clicked_message_and_followup_is_ephemeral(
     assert clicked.components[0]["components"][0]["disabled"] is True
     assert [m.content for m in dc.messages(channel_id)] == ["Approved"]
     assert [m.content for m in dc.messages(channel_id, include_ephemeral=True)] == ["Approved", "done"]
+
+
+async def test_global_limit_answers_429_global_across_routes() -> None:
+    async with DiscordEmulator(rate_limit=None, global_limit=GlobalLimitConfig(limit=4, window_s=30.0)) as dc:
+        _, channel_id, _ = world(dc)
+        headers = {"Authorization": f"Bot {dc.token}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            statuses = []
+            # Different routes, different per-route buckets: only the global limit can refuse these.
+            for url in (f"{dc.api_base}/users/@me", f"{dc.api_base}/channels/{channel_id}", f"{dc.api_base}/gateway") * 2:
+                async with http.get(url) as response:
+                    statuses.append(response.status)
+                    if response.status == 429:
+                        refused_headers, body = response.headers, await response.json()
+        assert statuses == [200] * 4 + [429] * 2
+        assert refused_headers["X-RateLimit-Global"] == "true" and refused_headers["X-RateLimit-Scope"] == "global"
+        assert float(refused_headers["Retry-After"]) > 0 and "X-RateLimit-Bucket" not in refused_headers
+        assert body["global"] is True and 0 < body["retry_after"] <= 30 and body["message"] == "You are being rate limited."
+        assert dc.count_global_429 >= 2
+
+
+async def test_discord_py_waits_out_a_global_429_and_interactions_pass_it() -> None:
+    async with DiscordEmulator(
+        time_scale=0.05, rate_limit=None, global_limit=GlobalLimitConfig(limit=3, window_s=10.0)
+    ) as dc:
+        _, channel_id, user_id = world(dc)
+        dc.set_global_limit(None)  # login and the gateway first
+        client = DynamicClient(intents=make_intents(message_content=False), guild_ready_timeout=0.05)
+        async with running(dc, client):
+            channel = client.get_channel(channel_id)
+            assert isinstance(channel, discord.TextChannel)
+            view = discord.ui.View(timeout=None)
+            view.add_item(ApproveButton(7))
+            posted = await channel.send("approve?", view=view)
+            dc.set_global_limit(GlobalLimitConfig(limit=3, window_s=10.0))
+            sent = await asyncio.gather(*(channel.send(f"m{i}", allowed_mentions=NO_PINGS) for i in range(6)))
+            # The window is spent, yet a click is answered: interaction callbacks are exempt.
+            clicked = await dc.click_button(posted.id, "approve:7", user_id)
+            await dc.wait_for(lambda: dc.interaction_responses(clicked), what="click answered")
+        assert sorted(m.content for m in sent) == [f"m{i}" for i in range(6)]
+        assert dc.count_global_429 > 0
+        assert dc.interaction_responses(clicked)[0].callback_type == 4
+
+
+async def test_member_route_knows_who_is_in_which_guild(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    alice, mallory = dc.add_user("alice"), dc.add_user("mallory")
+    listed = dc.add_guild("Listed", members=[alice])
+    everyone = dc.add_guild("Everyone")
+    headers = {"Authorization": f"Bot {dc.token}"}
+
+    async def member(guild_id: int, user_id: int) -> tuple[int, dict[str, Any]]:
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{dc.api_base}/guilds/{guild_id}/members/{user_id}") as response:
+                return response.status, await response.json()
+
+    status, body = await member(listed, alice)
+    assert status == 200 and body["user"]["id"] == str(alice)
+    assert await member(listed, mallory) == (404, {"code": 10007, "message": "Unknown Member"})
+    assert (await member(everyone, mallory))[0] == 200
+    assert await member(12345, alice) == (404, {"code": 10004, "message": "Unknown Guild"})
+    dc.remove_member(everyone, mallory)
+    assert (await member(everyone, mallory))[0] == 404 and (await member(everyone, alice))[0] == 200
+    dc.add_member(listed, mallory)
+    assert (await member(listed, mallory))[0] == 200
+    assert [r.status for r in dc.requests_to("member_get")] == [200, 404, 200, 404, 404, 200, 200]
+
+
+async def test_threads_refused_where_the_bot_may_not_open_them_and_history_around(
+    discord_emulator: DiscordEmulator,
+) -> None:
+    dc = discord_emulator
+    guild_id, _, user_id = world(dc)
+    closed = dc.add_channel(guild_id, "no-threads", threads_allowed=False)
+    async with running(dc, new_client()) as client:
+        channel = client.get_channel(closed)
+        assert isinstance(channel, discord.TextChannel)
+        messages = [await channel.send(f"m{i}") for i in range(9)]
+        with pytest.raises(discord.Forbidden) as refused:
+            await messages[0].create_thread(name="nope")
+        around = [m.content async for m in channel.history(limit=4, around=messages[4])]
+    assert refused.value.code == 50013
+    assert around == ["m6", "m5", "m4", "m3"]
+    assert not dc.threads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from types import SimpleNamespace
 
@@ -12,13 +13,18 @@ import pytest
 from adapters import wording as shared_wording
 from adapters.answers import repaired_text
 from adapters.discord import check_discord
-from adapters.discord.buttons import CUSTOM_ID_MAX_CHARS, ButtonTarget, approval_view
+from adapters.discord.buttons import CUSTOM_ID_MAX_CHARS, ButtonTarget, approval_view, part_of_message
 from adapters.discord.render import (
+    CALLS_PER_MESSAGE,
     EMBED_DESCRIPTION_MAX_CHARS,
     MAX_CONTENT_CHARS,
+    ApprovalPart,
+    approval_parts,
     approval_text,
+    full_arguments_file,
     sources_embed,
 )
+from adapters.discord.inbound import MEMBERSHIP_CACHE_S, DirectMessageRule
 from adapters.discord.transport import ChannelBudgets, guarded, send_after_answers, send_reliably
 from adapters.streaming import Priority, RateBudget, RateLimited, TransientSendError
 from core.approvals import ApprovalView, CallView, DecisionView, ViewState
@@ -68,21 +74,32 @@ def test_custom_ids_round_trip_within_100_chars() -> None:
     assert ButtonTarget.parse("rb:a:not-a-uuid:1") is None
 
 
+def _buttons(view: discord.ui.View) -> list[tuple[str, bool, str]]:
+    return [(item.item.label, item.item.disabled, item.item.custom_id) for item in view.children]  # type: ignore[attr-defined]
+
+
 async def test_views_disable_decided_calls_and_add_all_buttons_for_several() -> None:
-    single = approval_view(approval(1))
-    assert [item.item.label for item in single.children] == ["Approve", "Reject"]  # type: ignore[attr-defined]
-    several = approval_view(approval(3, decided=(1,)))
-    labels = [(item.item.label, item.item.disabled) for item in several.children]  # type: ignore[attr-defined]
+    one = approval(1)
+    assert [label for label, _, _ in _buttons(approval_view(one, approval_parts(one.calls)[0]))] == ["Approve", "Reject"]
+    three = approval(3, decided=(1,))
+    labels = [(label, disabled) for label, disabled, _ in _buttons(approval_view(three, approval_parts(three.calls)[0]))]
     assert labels[2:4] == [("Approve 2", True), ("Reject 2", True)]
     assert labels[-2:] == [("Approve all", False), ("Reject all", False)]
-    closed = approval_view(approval(12, state="expired"))  # too many for per-call rows
-    assert [item.item.disabled for item in closed.children] == [True, True]  # type: ignore[attr-defined]
+    closed = approval(12, state="expired")
+    first, second = approval_parts(closed.calls)
+    drawn = _buttons(approval_view(closed, first))
+    assert len(drawn) == 2 * first.count + 2 and all(disabled for _, disabled, _ in drawn)
+    assert [label for label, _, _ in drawn[-2:]] == [f"Approve all (these {first.count})", "Reject all 12"]
+    assert first.count + second.count == 12
 
 
 def test_approval_text_stays_within_the_content_limit() -> None:
-    text = approval_text(approval(3, arguments={"blob": "x" * 5000, "fence": "```"}))
-    assert len(text) <= MAX_CONTENT_CHARS
-    assert "<@42>" in text and text.count("```json") == 3
+    view = approval(3, arguments={"blob": "x" * 5000, "fence": "```"})
+    parts = approval_parts(view.calls)
+    texts = [approval_text(view, part) for part in parts]
+    assert all(len(text) <= MAX_CONTENT_CHARS for text in texts)
+    assert "<@42>" in texts[0] and sum(text.count("```json") for text in texts) == 3
+    assert all(shared_wording.arguments_cut() in text for text in texts)
 
 
 def test_approval_text_shows_arguments_in_the_models_order_decisions_and_expiry() -> None:
@@ -110,19 +127,64 @@ def test_approval_text_shows_arguments_in_the_models_order_decisions_and_expiry(
     assert approval_text(rejected).endswith(shared_wording.rejected_by("bob"))  # one call: no number
 
 
-def test_many_calls_keep_the_decisions_and_count_the_calls_left_out() -> None:
+def test_many_calls_are_shown_in_parts_each_deciding_only_its_own_calls() -> None:
     calls = tuple(
         CallView(call_id=f"c{i}", tool="deploy", arguments={"env": "e" * 60}, description="d" * 200) for i in range(30)
     )
     view = ApprovalView(
         continuation_id=str(uuid.uuid4()), requested_by="42", calls=calls, expires_at=1_700_000_000,
-        decisions={f"c{i}": DecisionView(approved=True, actor="alice") for i in range(10)},
+        decisions={f"c{i}": DecisionView(approved=True, actor="alice" * 20) for i in range(10)},
     )
-    text = approval_text(view)
-    assert len(text) <= MAX_CONTENT_CHARS
-    assert "10. ✅ Approved by alice" in text and text.endswith(shared_wording.approval_footer("<t:1700000000:R>"))
-    shown = text.count("```json")
-    assert 0 < shown < 30 and shared_wording.more_calls_hidden(30 - shown) in text
+    parts = approval_parts(view.calls)
+    # Every call in exactly one part, in order, at most eight a message (its buttons).
+    assert [index for part in parts for index in part.indexes] == list(range(30))
+    assert len(parts) > 1 and all(0 < part.count <= CALLS_PER_MESSAGE for part in parts)
+    footer = shared_wording.approval_footer("<t:1700000000:R>")
+    for number, part in enumerate(parts):
+        text = approval_text(view, part)
+        assert len(text) <= MAX_CONTENT_CHARS and text.endswith(footer)
+        assert text.count("```json") == part.count
+        assert all(f"**{index + 1}. `deploy`**" in text for index in part.indexes)
+        assert (shared_wording.more_calls_below(30 - part.count, len(parts) - 1) in text) == (number == 0)
+        ids = [custom_id for _, _, custom_id in _buttons(approval_view(view, part))]
+        approve_all = ButtonTarget.parse(next(i for i in ids if i.startswith("rb:a:") and "*" in i))
+        assert approve_all is not None and approve_all.part == part
+        assert f"rb:r:{view.continuation_id}:*" in ids  # Reject all covers every undecided call
+        assert part_of_message(view.continuation_id, ids) == part
+    shown = "".join(approval_text(view, part) for part in parts)
+    assert shown.count("✅ Approved by ") == 10 and "10. ✅ Approved by " in shown
+
+
+def test_a_long_argument_never_hides_the_keys_after_it_and_the_full_arguments_keep_the_models_order() -> None:
+    arguments = {"script": "echo hello; " * 300, "notes": ["n" * 100] * 50, "target": "PRODUCTION"}
+    calls = (CallView(call_id="a", tool="run", arguments=arguments), CallView(call_id="b", tool="run", arguments={"x": 1}))
+    view = ApprovalView(continuation_id=str(uuid.uuid4()), requested_by="42", calls=calls, expires_at=1_700_000_000)
+    [part] = approval_parts(view.calls)
+    text = approval_text(view, part)
+    assert '"target": "PRODUCTION"' in text
+    assert text.index('"script"') < text.index('"notes"') < text.index('"target"')
+    assert text.count(shared_wording.arguments_cut()) == 1  # said under the call that was cut
+    labels = [label for label, _, _ in _buttons(approval_view(view, part))]
+    assert labels[-1] == shared_wording.full_arguments_label()
+    full = json.loads(full_arguments_file(view))
+    assert [call["tool"] for call in full] == ["run", "run"]
+    assert full[0]["arguments"] == arguments and list(full[0]["arguments"]) == ["script", "notes", "target"]
+    short = approval(2)
+    assert shared_wording.full_arguments_label() not in [
+        label for label, _, _ in _buttons(approval_view(short, approval_parts(short.calls)[0]))
+    ]
+
+
+def test_custom_ids_of_parts_round_trip() -> None:
+    continuation = str(uuid.uuid4())
+    target = ButtonTarget(continuation_id=continuation, approve=True, call_index=None, part=ApprovalPart(first=8, count=8))
+    assert len(target.custom_id) <= CUSTOM_ID_MAX_CHARS and ButtonTarget.parse(target.custom_id) == target
+    legacy = ButtonTarget.parse(f"rb:a:{continuation}:*")  # drawn before approvals had parts
+    assert legacy is not None and legacy.call_index is None and legacy.part is None
+    assert part_of_message(continuation, [f"rb:a:{continuation}:3", f"rb:r:{continuation}:4"]) == ApprovalPart(
+        first=3, count=2
+    )
+    assert part_of_message(continuation, [f"rb:r:{continuation}:*"]) is None
 
 
 def test_interrupted_text_keeps_what_was_shown_and_closes_fences() -> None:
@@ -215,3 +277,76 @@ async def test_a_note_to_a_clicker_waits_behind_the_channels_answers() -> None:
 
     await clock.run(scenario())
     assert order == ["answer", "note"]
+
+
+async def test_channel_budgets_drop_the_idle_ones_but_never_one_still_in_use() -> None:
+    clock = FakeClock()
+    budgets = ChannelBudgets(calls_per_window=4, window_s=5.0, clock=clock)
+    full_after_s = 2 / (2 / 5.0)  # burst 2 at 2 calls per 5 s
+    for channel in range(1_000):
+        await budgets(channel).acquire(Priority.FINAL)
+    held = budgets(5_000)
+    used = budgets(5_001)
+    await used.acquire(Priority.FINAL)
+    assert len(budgets) == 1_002
+    clock.t += full_after_s / 2
+    await used.acquire(Priority.FINAL)  # drawn on recently: kept
+    clock.t += full_after_s * 0.75
+    budgets(7)  # any call tidies up
+    assert len(budgets) == 2  # channel 7 (new) and 5_001; the thousand idle ones are gone
+    assert budgets(5_001) is used
+    clock.t += full_after_s * 10
+    budgets(8)
+    assert len(budgets) == 1
+    # Idle for long, but an answer still holds it: the same budget is handed out again, not a second one.
+    assert budgets(5_000) is held
+
+
+async def test_a_budget_drawn_on_by_a_waiter_is_not_dropped_while_it_waits() -> None:
+    clock = VirtualClock()
+    budgets = ChannelBudgets(calls_per_window=4, window_s=5.0, clock=clock)
+
+    async def scenario() -> None:
+        budget = budgets(1)
+        waits = [asyncio.ensure_future(budget.acquire(Priority.INTERMEDIATE, i)) for i in range(12)]
+        del budget
+        await asyncio.sleep(0)
+        await clock.sleep(12.0)  # a queue longer than a refill: tokens keep being handed out
+        assert budgets(1) is budgets(1) and len(budgets) == 1
+        await asyncio.gather(*waits)
+
+    await clock.run(scenario())
+
+
+async def test_direct_message_rule_asks_discord_once_per_user_and_caches_either_answer() -> None:
+    now = [0.0]
+    lookups: list[tuple[int, int]] = []
+    members = {(10, 1)}
+    failing = {3}
+
+    async def is_member(guild_id: int, user_id: int) -> bool:
+        lookups.append((guild_id, user_id))
+        if user_id in failing:
+            raise discord.HTTPException(SimpleNamespace(status=500, reason="boom", headers={}), "boom")  # type: ignore[arg-type]
+        return (guild_id, user_id) in members
+
+    rule = DirectMessageRule(policy="members", guild_ids=("10", "20"), is_member=is_member, clock=lambda: now[0])
+    assert await rule.verdict(1) == "allowed" and lookups == [(10, 1)]
+    assert await rule.verdict(2) == "not_member" and lookups[1:] == [(10, 2), (20, 2)]
+    assert await rule.verdict(1) == "allowed" and await rule.verdict(2) == "not_member"
+    assert len(lookups) == 3  # both answers cached
+    assert await rule.verdict(3) == "unknown" and await rule.verdict(3) == "unknown"
+    assert len(lookups) == 7  # a failed lookup is not cached
+    assert await rule.refusal(2) == shared_wording.direct_messages_members_only()
+    assert await rule.refusal(3) == shared_wording.membership_unknown()
+    now[0] += MEMBERSHIP_CACHE_S + 1
+    members.add((20, 2))  # joined an allowed guild; noticed once the cached answer runs out
+    assert await rule.verdict(2) == "allowed"
+
+    async def never(guild_id: int, user_id: int) -> bool:
+        raise AssertionError("no lookup without an allowlist or under open/closed")
+
+    assert await DirectMessageRule(policy="members", guild_ids=(), is_member=never).verdict(5) == "allowed"
+    assert await DirectMessageRule(policy="open", guild_ids=("10",), is_member=never).verdict(5) == "allowed"
+    closed = DirectMessageRule(policy="closed", guild_ids=(), is_member=never)
+    assert await closed.verdict(5) == "closed" and await closed.refusal(5) == shared_wording.direct_messages_off()

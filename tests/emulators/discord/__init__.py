@@ -7,7 +7,9 @@ from contextlib import contextmanager
 
 from tests.emulators.discord.emulator import DEFAULT_BOT_TOKEN, DiscordEmulator
 from tests.emulators.discord.models import (
+    GLOBAL_LIMIT_PER_S,
     Channel,
+    GlobalLimitConfig,
     InteractionResponseRecord,
     MessageVersion,
     RateLimitConfig,
@@ -18,8 +20,10 @@ from tests.emulators.discord.models import (
 
 __all__ = [
     "DEFAULT_BOT_TOKEN",
+    "GLOBAL_LIMIT_PER_S",
     "Channel",
     "DiscordEmulator",
+    "GlobalLimitConfig",
     "InteractionResponseRecord",
     "MessageVersion",
     "RateLimitConfig",

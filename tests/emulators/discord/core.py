@@ -16,9 +16,10 @@ from tests.emulators.discord.gateway import (
     GatewayHub,
     GatewaySession,
 )
-from tests.emulators.discord.limits import BucketDecision, RateLimiter
+from tests.emulators.discord.limits import BucketDecision, FixedWindowBucket, RateLimiter
 from tests.emulators.discord.models import (
     EPHEMERAL_FLAG,
+    GlobalLimitConfig,
     JSONDict,
     MessageVersion,
     RateLimitConfig,
@@ -34,6 +35,8 @@ GENERIC_BUCKET_WINDOW_S = 1.0
 CHANNEL_BUCKET_ROUTES = frozenset({"message_create", "message_edit"})
 WEBHOOK_BUCKET_ROUTES = frozenset({"webhook_create", "webhook_edit", "webhook_edit_followup"})
 UNAUTHENTICATED_PREFIXES = (f"{API_PREFIX}/interactions/", f"{API_PREFIX}/webhooks/", "/attachments/", "/gateway")
+# Discord: "Interaction endpoints are not bound to the bot's Global Rate Limit."
+GLOBAL_LIMIT_EXEMPT_PREFIXES = (f"{API_PREFIX}/interactions/", f"{API_PREFIX}/webhooks/")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -63,18 +66,22 @@ class EmulatorCore:
         *,
         time_scale: float,
         rate_limit: RateLimitConfig | None,
+        global_limit: GlobalLimitConfig | None,
         bot_token: str,
         bot_name: str,
         gateway_url: Callable[[], str],
     ) -> None:
         self.time_scale = time_scale
         self.rate_limit = rate_limit
+        self.global_limit = global_limit
         self.world = World(bot_token=bot_token, bot_name=bot_name)
         self.limiter = RateLimiter()
+        self._global_bucket: FixedWindowBucket | None = None
         self.hub = GatewayHub(
             self.world, heartbeat_interval_ms=max(int(41_250 * time_scale), 500), gateway_url=gateway_url
         )
         self.count_429 = 0
+        self.count_global_429 = 0
 
     # ---- middleware: auth, rate limits, request log --------------------------------------------
 
@@ -85,6 +92,9 @@ class EmulatorCore:
                 return self._log(request, json_response({"message": "401: Unauthorized", "code": 0}, status=401))
         if request.path.startswith(("/attachments/", "/gateway")):
             return await handler(request)
+        refused = self._take_global(request)
+        if refused is not None:
+            return self._log(request, refused)
         decision = self._take_bucket(request)
         if not decision.allowed:
             self.count_429 += 1
@@ -95,9 +105,37 @@ class EmulatorCore:
         return self._log(request, response)
 
     def _log(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
-        record = RequestRecord(method=request.method, path=request.path, status=response.status, at=time.monotonic())
+        route = request.match_info.route.name or ""
+        record = RequestRecord(
+            method=request.method, path=request.path, status=response.status, at=time.monotonic(), route=route
+        )
         self.world.request_log.append(record)
         return response
+
+    def _take_global(self, request: web.Request) -> web.Response | None:
+        """The 429 Discord answers when the bot's requests across all routes exceed the global limit."""
+        config = self.global_limit
+        if config is None or request.path.startswith(GLOBAL_LIMIT_EXEMPT_PREFIXES):
+            return None
+        window_s = config.window_s * self.time_scale
+        bucket = self._global_bucket
+        if bucket is None or bucket.limit != config.limit or bucket.window_s != window_s:
+            bucket = self._global_bucket = FixedWindowBucket(name="global", limit=config.limit, window_s=window_s)
+        decision = bucket.take(bucket_hash="global")
+        if decision.allowed:
+            return None
+        self.count_429 += 1
+        self.count_global_429 += 1
+        retry_after = round(decision.retry_after_s, 3)
+        # A global 429 carries no bucket headers, only these (and Via, so discord.py retries it).
+        headers = {
+            "Retry-After": decision.headers["Retry-After"],
+            "X-RateLimit-Global": "true",
+            "X-RateLimit-Scope": "global",
+            "Via": "1.1 google",
+        }
+        body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": True}
+        return json_response(body, status=429, headers=headers)
 
     def _take_bucket(self, request: web.Request) -> BucketDecision:
         route_name = request.match_info.route.name or f"{request.method} {request.match_info.route.resource}"

@@ -24,6 +24,7 @@ from tests.emulators.discord.models import (
     PUBLIC_THREAD_TYPE,
     TEXT_CHANNEL_TYPE,
     Channel,
+    GlobalLimitConfig,
     Guild,
     Interaction,
     InteractionResponseRecord,
@@ -51,7 +52,8 @@ class DiscordEmulator(EmulatorCore):
     """A local Discord for discord.py. Use as `async with DiscordEmulator() as dc:`.
 
     `time_scale` multiplies every window (rate limits, token lifetime, heartbeat); the 3 s
-    interaction deadline is not scaled, since it is what the bot must meet.
+    interaction deadline is not scaled, since it is what the bot must meet. `global_limit` is
+    Discord's per-bot limit across routes (50 a second), besides the per-route buckets.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class DiscordEmulator(EmulatorCore):
         *,
         time_scale: float = 1.0,
         rate_limit: RateLimitConfig | None = RateLimitConfig(),
+        global_limit: GlobalLimitConfig | None = GlobalLimitConfig(),
         bot_token: str = DEFAULT_BOT_TOKEN,
         bot_name: str = "relaybot",
         interaction_ack_deadline_s: float = INTERACTION_ACK_DEADLINE_S,
@@ -66,6 +69,7 @@ class DiscordEmulator(EmulatorCore):
         super().__init__(
             time_scale=time_scale,
             rate_limit=rate_limit,
+            global_limit=global_limit,
             bot_token=bot_token,
             bot_name=bot_name,
             gateway_url=lambda: self.gateway_url,
@@ -138,9 +142,15 @@ class DiscordEmulator(EmulatorCore):
         """Change (or with None, turn off) the per-channel create+edit budget."""
         self.rate_limit = config
 
+    def set_global_limit(self, config: GlobalLimitConfig | None) -> None:
+        """Change (or with None, turn off) the per-bot limit across routes."""
+        self.global_limit = config
+
     # ---- world set-up (before the bot connects: GUILD_CREATE is sent at IDENTIFY) --------------
 
-    def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
+    def add_guild(self, name: str, *, owner_id: int | None = None, members: Sequence[int] | None = None) -> int:
+        """A guild the bot is in; with `members`, only those users (and the bot) belong to it,
+        otherwise every user does."""
         world = self.world
         guild_id = world.ids.next()
         # The @everyone role shares the guild's id.
@@ -148,13 +158,30 @@ class DiscordEmulator(EmulatorCore):
             id=guild_id, guild_id=guild_id, name="@everyone", permissions=DEFAULT_EVERYONE_PERMISSIONS, position=0
         )
         world.guilds[guild_id] = Guild(
-            id=guild_id, name=name, owner_id=owner_id or world.bot_user_id, role_ids=[guild_id]
+            id=guild_id, name=name, owner_id=owner_id or world.bot_user_id, role_ids=[guild_id],
+            member_ids=None if members is None else set(members),
         )
         return guild_id
 
-    def add_channel(self, guild_id: int, name: str) -> int:
+    def add_member(self, guild_id: int, user_id: int) -> None:
+        """Make a user a member of a guild whose members are listed (see add_guild)."""
+        guild = self.world.guilds[guild_id]
+        if guild.member_ids is not None:
+            guild.member_ids.add(user_id)
+
+    def remove_member(self, guild_id: int, user_id: int) -> None:
+        """A user leaves a guild; from then on the guild lists its members."""
+        guild = self.world.guilds[guild_id]
+        if guild.member_ids is None:
+            guild.member_ids = set(self.world.users)
+        guild.member_ids.discard(user_id)
+
+    def add_channel(self, guild_id: int, name: str, *, threads_allowed: bool = True) -> int:
+        """A text channel; with threads_allowed=False the bot may not start threads in it (403)."""
         channel_id = self.world.ids.next()
-        self.world.channels[channel_id] = Channel(id=channel_id, type=TEXT_CHANNEL_TYPE, name=name, guild_id=guild_id)
+        self.world.channels[channel_id] = Channel(
+            id=channel_id, type=TEXT_CHANNEL_TYPE, name=name, guild_id=guild_id, threads_allowed=threads_allowed
+        )
         self.world.guilds[guild_id].channel_ids.append(channel_id)
         return channel_id
 
@@ -204,6 +231,15 @@ class DiscordEmulator(EmulatorCore):
             for f in attachments or ()
         ]
         message = await self.store_message(channel_id=channel_id, author_id=author_id, body=body, attachments=stored)
+        return message.id
+
+    async def send_webhook_message(self, channel_id: int, name: str, content: str) -> int:
+        """A message posted through an incoming webhook (author flagged bot, with webhook_id)."""
+        webhook_id = self.world.ids.next()
+        self.world.users[webhook_id] = User(id=webhook_id, name=name, bot=True, webhook=True)
+        message = await self.store_message(
+            channel_id=channel_id, author_id=webhook_id, body={"content": content}, webhook_id=webhook_id
+        )
         return message.id
 
     async def send_dm(
@@ -280,6 +316,11 @@ class DiscordEmulator(EmulatorCore):
     def message(self, message_id: int) -> StoredMessage:
         return self.world.messages[message_id]
 
+    def attachment_bytes(self, attachment: JSONDict) -> bytes:
+        """The content of a stored message's attachment (as the bot uploaded it)."""
+        key = str(attachment["url"]).split("/attachments/", 1)[1]
+        return self.world.attachments[key][0]
+
     @property
     def threads(self) -> list[Channel]:
         return [c for c in self.world.channels.values() if c.type == PUBLIC_THREAD_TYPE]
@@ -303,6 +344,10 @@ class DiscordEmulator(EmulatorCore):
     @property
     def request_log(self) -> list[RequestRecord]:
         return list(self.world.request_log)
+
+    def requests_to(self, route: str) -> list[RequestRecord]:
+        """Requests answered on one route, by its name (e.g. "member_get", "message_create")."""
+        return [record for record in self.world.request_log if record.route == route]
 
     @property
     def typing_channel_ids(self) -> list[int]:

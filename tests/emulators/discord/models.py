@@ -41,6 +41,18 @@ class RateLimitConfig:
     webhooks_share_bucket: bool = True
 
 
+# Discord's documented global limit: 50 requests a second per bot, interactions excluded.
+GLOBAL_LIMIT_PER_S = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalLimitConfig:
+    """The per-bot limit across every route (window before time_scale); a 429 here says `global`."""
+
+    limit: int = GLOBAL_LIMIT_PER_S
+    window_s: float = 1.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class UploadedFile:
     """A file attached to a user's message; served back by the emulator over HTTP."""
@@ -56,6 +68,7 @@ class User:
     name: str
     bot: bool = False
     role_ids: list[int] = field(default_factory=list)
+    webhook: bool = False  # the author of an incoming webhook's messages: a member of no guild
 
 
 @dataclass(kw_only=True)
@@ -74,6 +87,8 @@ class Guild:
     owner_id: int
     role_ids: list[int] = field(default_factory=list)
     channel_ids: list[int] = field(default_factory=list)
+    # None: every user is a member (keeps tests short); otherwise only these users (and the bot).
+    member_ids: set[int] | None = None
 
 
 @dataclass(kw_only=True)
@@ -86,6 +101,7 @@ class Channel:
     owner_id: int | None = None
     recipient_id: int | None = None
     last_message_id: int | None = None
+    threads_allowed: bool = True  # False: the bot lacks Create Public Threads here (403)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,3 +209,4 @@ class RequestRecord:
     path: str
     status: int
     at: float
+    route: str = ""  # the emulator's route name, e.g. "member_get"

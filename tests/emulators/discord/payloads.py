@@ -192,11 +192,13 @@ def message_payload(world: World, message: StoredMessage, *, for_gateway: bool =
     }
     if message.guild_id is not None:
         payload["guild_id"] = str(message.guild_id)
-        if for_gateway:
+        if for_gateway and world.is_member(message.guild_id, message.author_id):
             payload["member"] = member_payload(world, message.guild_id, message.author_id, with_user=False)
     if message.webhook_id is not None:
         payload["webhook_id"] = str(message.webhook_id)
-        payload["application_id"] = str(message.webhook_id)
+        if message.webhook_id == world.application_id:
+            # An interaction's response: posted through the application's own webhook.
+            payload["application_id"] = str(message.webhook_id)
     if message.message_reference:
         payload["message_reference"] = message.message_reference
         referenced = world.messages.get(int(message.message_reference.get("message_id") or 0))

@@ -17,6 +17,9 @@ UNKNOWN_CHANNEL_CODE = 10003
 UNKNOWN_MESSAGE_CODE = 10008
 CANNOT_EDIT_OTHERS_CODE = 50005
 THREAD_ALREADY_CREATED_CODE = 160004
+UNKNOWN_GUILD_CODE = 10004
+UNKNOWN_MEMBER_CODE = 10007
+MISSING_PERMISSIONS_CODE = 50013
 
 
 async def read_message_body(core: EmulatorCore, request: web.Request, base_url: str) -> tuple[JSONDict, list[JSONDict]]:
@@ -160,6 +163,12 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         limit = min(int(request.query.get("limit", "50")), MAX_HISTORY_LIMIT)
         newest_first = sorted(world.channel_messages(channel.id), key=lambda m: m.id, reverse=True)
         visible = [m for m in newest_first if not m.ephemeral]
+        if "around" in request.query:
+            # Half the limit up to and including the message, the rest after it, newest first.
+            around = int(request.query["around"])
+            older = [m for m in visible if m.id <= around][: (limit + 1) // 2]
+            newer = [m for m in visible if m.id > around][-(limit - len(older)) :] if limit > len(older) else []
+            visible = newer + older
         if "before" in request.query:
             visible = [m for m in visible if m.id < int(request.query["before"])]
         if "after" in request.query:
@@ -172,6 +181,9 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
             return message
         if message.id in world.channels:
             return error_response(400, THREAD_ALREADY_CREATED_CODE, "A thread has already been created for this message")
+        parent = world.channels.get(message.channel_id)
+        if parent is None or not parent.threads_allowed:
+            return error_response(403, MISSING_PERMISSIONS_CODE, "Missing Permissions")
         body = await request.json()
         name = str(body.get("name") or "")
         if not 1 <= len(name) <= 100:
@@ -212,8 +224,10 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
 
     async def get_member(request: web.Request) -> web.Response:
         guild_id, user_id = int(request.match_info["guild_id"]), int(request.match_info["user_id"])
-        if guild_id not in world.guilds or user_id not in world.users:
-            return error_response(404, 10007, "Unknown Member")
+        if guild_id not in world.guilds:
+            return error_response(404, UNKNOWN_GUILD_CODE, "Unknown Guild")
+        if not world.is_member(guild_id, user_id):
+            return error_response(404, UNKNOWN_MEMBER_CODE, "Unknown Member")
         return json_response(member_payload(world, guild_id, user_id))
 
     async def get_attachment(request: web.Request) -> web.Response:

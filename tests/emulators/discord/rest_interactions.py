@@ -224,6 +224,8 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], *, ack_deadlin
         if interaction.original_loading and original is not None:
             # After a deferred response, the first followup fills in the "thinking…" message.
             interaction.original_loading = False
+            if attachments:
+                original.attachments = list(attachments)
             message = await core.edit_message(original, body, flags=original.flags & ~LOADING_FLAG)
         else:
             message = await core.store_message(

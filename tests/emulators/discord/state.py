@@ -77,9 +77,17 @@ class World:
         return ALL_PERMISSIONS if permissions & ADMINISTRATOR_PERMISSION else permissions
 
     def guild_members(self, guild_id: int) -> list[int]:
-        # Every user the emulator knows is a member of every guild: tests stay short.
-        del guild_id
-        return list(self.users)
+        # Unless a test names a guild's members, every user is a member of every guild: tests stay short.
+        return [user_id for user_id in self.users if self.is_member(guild_id, user_id)]
+
+    def is_member(self, guild_id: int, user_id: int) -> bool:
+        guild = self.guilds.get(guild_id)
+        user = self.users.get(user_id)
+        if guild is None or user is None or user.webhook:
+            return False
+        if guild.member_ids is None:
+            return True
+        return user_id in guild.member_ids or user_id in (self.bot_user_id, guild.owner_id)
 
     def guild_threads(self, guild_id: int) -> list[Channel]:
         return [c for c in self.channels.values() if c.guild_id == guild_id and c.type == 11]
