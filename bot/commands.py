@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from core.config import Settings
 from core.store.db import Database, DatabaseError
@@ -24,7 +25,7 @@ async def migrate(settings: Settings, args: argparse.Namespace) -> int:
         await db.open(migrate=False)
         applied = await apply_migrations(db.url or "")
     except (DatabaseError, MigrationError) as error:
-        print(f"relaybot: {error}")
+        print(f"relaybot: {error}", file=sys.stderr)
         return 1
     finally:
         await db.close()

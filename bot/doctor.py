@@ -6,6 +6,7 @@ from typing import Awaitable, Callable
 
 from core.config import Settings
 from core.llm import LLMError
+from core.redact import redact_text, redact_url
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
 
@@ -30,11 +31,12 @@ async def check_llm(settings: Settings) -> tuple[bool, str]:
     from bot.runtime import build_llm
 
     llm = build_llm(settings)
+    where = redact_url(settings.llm_base_url)
     try:
         status = await llm.check()
-        return True, f"ok — {settings.llm_model} at {settings.llm_base_url}: {status}"
+        return True, f"ok — {settings.llm_model} at {where}: {status}"
     except LLMError as error:
-        return False, f"FAILED — {settings.llm_base_url}: {error.message}"
+        return False, f"FAILED — {where}: {error.message}"
     finally:
         await llm.aclose()
 
@@ -50,8 +52,14 @@ async def check_slack(settings: Settings) -> tuple[bool, str]:
         return True, "not configured (set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET or SLACK_APP_TOKEN)"
     from adapters.slack.adapter import check_slack as slack_auth_test
 
-    line = await slack_auth_test(settings)
-    return not line.startswith("FAILED"), line
+    ok, line = platform_line(await slack_auth_test(settings))
+    if ok and not (settings.slack_app_token or settings.slack_signing_secret):
+        # `relaybot run` refuses this configuration, so doctor must not call it healthy.
+        return False, (
+            "FAILED — set SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode); "
+            f"the bot token itself is accepted ({line.removeprefix('ok — ')})"
+        )
+    return ok, line
 
 
 async def check_discord(settings: Settings) -> tuple[bool, str]:
@@ -59,8 +67,17 @@ async def check_discord(settings: Settings) -> tuple[bool, str]:
         return True, "not configured (set DISCORD_TOKEN)"
     from adapters.discord.adapter import check_discord as discord_me
 
-    line = await discord_me(settings)
-    return not line.startswith("FAILED"), line
+    return platform_line(await discord_me(settings))
+
+
+def platform_line(line: str) -> tuple[bool, str]:
+    """A platform adapter's doctor line ("ok — …", "not configured …", "FAILED — …") and whether it is healthy.
+
+    Anything that is not plainly ok or not configured counts as a failure, so a line in a new form
+    can never pass a broken platform.
+    """
+    line = " ".join(line.split())
+    return line.startswith(("ok — ", "not configured")), line
 
 
 CHECKS: list[tuple[str, Check]] = [
@@ -73,13 +90,20 @@ CHECKS: list[tuple[str, Check]] = [
 
 
 async def run_checks(settings: Settings) -> int:
-    print(f"settings: model {settings.llm_model}, agent type {settings.agent_type}, data dir {settings.data_dir}")
+    """Print one line per check; 0 when every part is healthy, 1 otherwise."""
+    secrets = settings.secret_values()
+
+    def show(line: str) -> None:
+        # Every line goes out redacted: URLs lose their credentials and no configured secret is repeated.
+        print(redact_text(line, secrets=secrets), flush=True)
+
+    show(f"settings: model {settings.llm_model}, agent type {settings.agent_type}, data dir {settings.data_dir}")
     healthy = True
     for name, check in CHECKS:
         try:
             ok, line = await check(settings)
         except Exception as error:  # a doctor reports every failure as a line, never a traceback
-            ok, line = False, f"FAILED — {type(error).__name__}: {error}"
+            ok, line = False, f"FAILED — {type(error).__name__}: {' '.join(str(error).split())}"
         healthy = healthy and ok
-        print(f"{name}: {line}")
+        show(f"{name}: {line}")
     return 0 if healthy else 1

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
+from psycopg import conninfo
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.redact import error_reason, url_secrets
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
 
@@ -18,6 +23,10 @@ EmbeddingProviderName = Literal["local", "openai", "none"]
 HINTS: dict[str, str] = {
     "DATABASE_URL": "a postgresql:// URL, or leave it unset to use the embedded database",
     "LLM_BASE_URL": "the base URL of an OpenAI-compatible API, e.g. https://api.openai.com/v1",
+    "EMBEDDING_BASE_URL": "the base URL of an OpenAI-compatible embeddings API, or leave it unset to use LLM_BASE_URL",
+    "SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/",
+    "DISCORD_API_BASE": "Discord's API base URL, e.g. https://discord.com/api/v10, or leave it unset",
+    "DISCORD_GATEWAY_URL": "a wss:// gateway URL, or leave it unset to use Discord's",
     "LLM_REQUEST_TIMEOUT_S": "a number of seconds, e.g. 60",
     "LLM_IDLE_TIMEOUT_S": "a number of seconds, e.g. 30",
     "LLM_MODEL_OVERRIDES": 'a JSON object, e.g. {"context_limit": 32000, "supports_vision": false}',
@@ -35,6 +44,46 @@ DirectMessagePolicy = Literal["members", "open", "closed"]
 
 class SettingsError(Exception):
     """A setting is missing or malformed; the message is one sentence naming the variable."""
+
+
+DATABASE_SCHEMES = ("postgresql", "postgres")
+HTTP_SCHEMES = ("http", "https")
+WEBSOCKET_SCHEMES = ("ws", "wss")
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
+
+
+def check_database_url(value: str) -> str:
+    """DATABASE_URL as psycopg will read it, or ValueError with a reason that never repeats the value."""
+    scheme = _SCHEME.match(value)
+    if scheme is None:
+        raise ValueError("it is not a URL")
+    if scheme.group(1) not in DATABASE_SCHEMES:
+        # The scheme is the only part safe to repeat; a driver suffix (postgresql+psycopg) is what people paste.
+        raise ValueError(f"its scheme is {scheme.group(1)}://, not postgresql:// or postgres://")
+    try:
+        options = conninfo.conninfo_to_dict(value)
+    except Exception as error:  # libpq's reason may quote the URL, password included
+        raise ValueError(f"psycopg cannot read it: {error_reason(error, url=value)}") from None
+    for port in str(options.get("port") or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError("its port is not a number between 1 and 65535")
+    return value
+
+
+def check_url(value: str, *, schemes: tuple[str, ...]) -> str:
+    """A URL with one of the schemes, a host and a numeric port if any; ValueError says which part is wrong."""
+    parts = urlsplit(value)
+    if not parts.scheme or "://" not in value:
+        raise ValueError("it is not a URL")
+    if parts.scheme not in schemes:
+        raise ValueError(f"its scheme is {parts.scheme}://, not {' or '.join(scheme + '://' for scheme in schemes)}")
+    try:
+        parts.port  # reading it is what checks it
+    except ValueError:
+        raise ValueError("its port is not a number between 0 and 65535") from None
+    if not parts.hostname:
+        raise ValueError("it has no host name")
+    return value
 
 
 class Settings(BaseSettings):
@@ -89,6 +138,9 @@ class Settings(BaseSettings):
     slack_team_ids: CommaList = ()
     slack_thread_followups: bool = True
     slack_rate_share: float = Field(default=1.0, gt=0, le=1)
+    # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
+    # either way the bot learns it from 429s.
+    slack_workspace_posts_per_minute: int | None = Field(default=None, ge=1)
 
     # Discord
     discord_token: str | None = Field(default=None, repr=False)
@@ -97,6 +149,7 @@ class Settings(BaseSettings):
     discord_guild_ids: CommaList = ()
     discord_message_content_intent: bool = False
     discord_channel_budget_per_5s: int = Field(default=4, ge=1)
+    discord_global_requests_per_s: int = Field(default=50, ge=1)  # Discord's documented per-bot limit
 
     # Direct messages (Slack DMs, Discord DMs)
     direct_messages: DirectMessagePolicy = "members"
@@ -116,6 +169,41 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        # Empty means unset: the embedded database.
+        return check_database_url(value.strip()) if value and value.strip() else None
+
+    @field_validator("llm_base_url", "slack_api_url", "embedding_base_url", "discord_api_base", mode="after")
+    @classmethod
+    def _check_http_url(cls, value: str | None) -> str | None:
+        return check_url(value.strip(), schemes=HTTP_SCHEMES) if value and value.strip() else None
+
+    @field_validator("discord_gateway_url", mode="after")
+    @classmethod
+    def _check_gateway_url(cls, value: str | None) -> str | None:
+        return check_url(value.strip(), schemes=WEBSOCKET_SCHEMES) if value and value.strip() else None
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret this process was given, to be masked wherever it could be printed."""
+        values: list[str] = [
+            value
+            for value in (
+                self.llm_api_key, self.embedding_api_key, self.slack_bot_token, self.slack_app_token,
+                self.slack_signing_secret, self.discord_token,
+            )
+            if value
+        ]
+        for url in (self.database_url, self.llm_base_url, self.embedding_base_url, self.slack_api_url,
+                    self.discord_api_base, self.discord_gateway_url):
+            values.extend(url_secrets(url))
+        if self.database_url:
+            # libpq's own reading also catches passwords given as query parameters and percent-encoded ones.
+            options = conninfo.conninfo_to_dict(self.database_url)
+            values.extend(str(options[key]) for key in ("password", "sslpassword") if options.get(key))
+        return tuple(values)
 
     @field_validator("llm_model_overrides", "tool_approval_overrides", mode="before")
     @classmethod
@@ -138,5 +226,8 @@ def describe_validation_error(error: ValidationError) -> str:
     for problem in error.errors():
         variable = str(problem["loc"][0]).upper() if problem["loc"] else "a setting"
         hint = HINTS.get(variable, "a valid value")
-        sentences.append(f"The setting {variable} is invalid ({problem['msg']}); set it to {hint}.")
+        # Our validators' reasons read better without pydantic's "Value error, " prefix; none repeats the value.
+        cause = (problem.get("ctx") or {}).get("error")
+        reason = str(cause) if problem["type"] == "value_error" and cause is not None else problem["msg"]
+        sentences.append(f"The setting {variable} is invalid ({reason}); set it to {hint}.")
     return " ".join(sentences)

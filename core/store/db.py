@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
-from urllib.parse import urlsplit
 
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
+from core.redact import error_reason, redact_url
 from core.store.migrations import apply_migrations
-
-log = logging.getLogger(__name__)
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
@@ -28,10 +25,7 @@ class DatabaseError(Exception):
 
 def describe_url(url: str) -> str:
     """A log-safe description of a connection URL (never the password)."""
-    parts = urlsplit(url)
-    host = parts.hostname or "local socket"
-    port = f":{parts.port}" if parts.port else ""
-    return f"Postgres at {host}{port}{parts.path or '/'}"
+    return f"Postgres at {redact_url(url)}"
 
 
 class EmbeddedPostgres:
@@ -96,14 +90,20 @@ class Database:
             configure=self._configure_connection if migrate else None,
             open=False,
         )
-        await self._pool.open(wait=True)
+        try:
+            await self._pool.open(wait=True)
+        except psycopg.Error as error:
+            reason = error_reason(error, url=self.url)
+            raise DatabaseError(f"Cannot open connections to {self.description} ({reason}); check DATABASE_URL.") from None
 
     async def _check_reachable(self) -> None:
+        assert self.url is not None
         try:
             conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10)
-        except psycopg.OperationalError as error:
-            log.error("database connection failed: %s", error)
-            raise DatabaseError(f"Cannot connect to {self.description}; check DATABASE_URL.") from None
+        except psycopg.Error as error:
+            # Any psycopg error here (unreachable, refused login, a URL it cannot read) is a sentence, not a traceback.
+            reason = error_reason(error, url=self.url)
+            raise DatabaseError(f"Cannot connect to {self.description} ({reason}); check DATABASE_URL.") from None
         await conn.close()
 
     @staticmethod

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psycopg
 
+from core.redact import error_reason
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -51,7 +53,12 @@ async def apply_migrations(url: str, *, directory: Path = MIGRATIONS_DIR) -> lis
     """Apply every migration not yet recorded; return the names applied by this call."""
     migrations = discover(directory)
     applied_now: list[str] = []
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    except psycopg.Error as error:
+        reason = error_reason(error, url=url)
+        raise MigrationError(f"Cannot connect to the database to apply migrations ({reason}).") from None
+    async with conn:
         await _require_pgvector(conn)
         await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
@@ -71,12 +78,16 @@ async def apply_migrations(url: str, *, directory: Path = MIGRATIONS_DIR) -> lis
                             "add a new numbered migration instead of editing an applied one."
                         )
                     continue
-                async with conn.transaction():
-                    await conn.execute(migration.sql.encode("utf-8"))
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                        (migration.version, migration.name, migration.checksum),
-                    )
+                try:
+                    async with conn.transaction():
+                        await conn.execute(migration.sql.encode("utf-8"))
+                        await conn.execute(
+                            "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                            (migration.version, migration.name, migration.checksum),
+                        )
+                except psycopg.Error as error:
+                    reason = error_reason(error, url=url)
+                    raise MigrationError(f"Migration {migration.name} failed and was rolled back ({reason}).") from None
                 log.info("applied migration %s", migration.name)
                 applied_now.append(migration.name)
         finally:
