@@ -200,6 +200,7 @@ async def main() -> None:
                     budget_window_s=5.0 * TIME_SCALE,
                     min_edit_interval_s=1.0 * TIME_SCALE,
                     backoff_base_s=0.5 * TIME_SCALE,
+                    global_window_s=1.0 * TIME_SCALE,
                 )
                 scenarios = [
                     make_scenario(dc, "many-channels", one_channel=False),

@@ -46,6 +46,7 @@ class DiscordTuning:
     min_edit_interval_s: float = 1.0
     backoff_base_s: float = 0.5
     ready_timeout_s: float = READY_TIMEOUT_S
+    global_window_s: float = 1.0  # the window of Discord's per-bot global limit
 
 
 def apply_endpoints(settings: Settings) -> None:
@@ -117,7 +118,8 @@ class DiscordAdapter:
         self._tuning = tuning
         self._clock: Clock = clock or MonotonicClock()
         self.budgets = ChannelBudgets(
-            calls_per_window=settings.discord_channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock
+            calls_per_window=settings.discord_channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock,
+            global_calls=settings.discord_global_requests_per_s, global_window_s=tuning.global_window_s,
         )
         self.gate = Gate(
             platform=PLATFORM, allowed_workspaces=settings.discord_guild_ids, setting="DISCORD_GUILD_IDS",

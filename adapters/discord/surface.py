@@ -43,6 +43,7 @@ class DiscordSurface:
         self._channel = channel
         self._channel_id = channel_id
         self._budget = budgets(channel_id)
+        self._budgets_global = budgets.global_budget
         self._clock = clock
         self._show_typing = show_typing
         self._background = background
@@ -56,6 +57,10 @@ class DiscordSurface:
     async def show_working(self) -> None:
         # Typing costs no message call; not awaited, so the answer never waits for it.
         if not self._show_typing:
+            return
+        # Only when the bot-wide budget has a call to spare: typing is a courtesy, the answer is not.
+        global_budget = self._budgets_global
+        if global_budget is not None and not global_budget.try_acquire():
             return
         task = asyncio.create_task(_typing(self._channel))
         self._background.add(task)

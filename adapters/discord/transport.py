@@ -29,6 +29,8 @@ T = TypeVar("T")
 NO_PINGS = discord.AllowedMentions.none()
 # Discord's per-channel message window; the budget spreads its calls over it.
 DISCORD_WINDOW_S = 5.0
+# The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
+GLOBAL_MARGIN = 0.1
 
 
 async def guarded(call: Awaitable[T]) -> T:
@@ -39,9 +41,12 @@ async def guarded(call: Awaitable[T]) -> T:
     except discord.RateLimited as exc:
         raise RateLimited(exc.retry_after, "Discord rate limit") from exc
     except discord.HTTPException as exc:
+        # Discord says a limit's scope: only a route's own ("user") limit leaves the bot-wide budget alone.
+        scope = str(_header(exc, "X-RateLimit-Scope") or "").lower()
+        wide = scope != "user" or str(_header(exc, "X-RateLimit-Global") or "").lower() == "true"
         failure = classify_failure(
             status=exc.status, retry_after_s=parse_retry_after(_header(exc, "Retry-After")),
-            detail=f"Discord answered {exc.status}",
+            detail=f"Discord answered {exc.status}", wide=wide,
         )
         if failure is None:
             raise
@@ -67,9 +72,10 @@ class _ChannelBudget(RateBudget):
     """A channel's budget that says when it is drawn on, so the budgets can drop the idle ones."""
 
     def __init__(
-        self, *, capacity: float, refill_per_s: float, clock: Clock, on_use: Callable[[_ChannelBudget], None]
+        self, *, capacity: float, refill_per_s: float, clock: Clock, on_use: Callable[[_ChannelBudget], None],
+        parent: RateBudget | None = None,
     ) -> None:
-        super().__init__(capacity=capacity, refill_per_s=refill_per_s, clock=clock)
+        super().__init__(capacity=capacity, refill_per_s=refill_per_s, clock=clock, parent=parent)
         self._now = clock.now
         self._on_use = on_use
         self.busy_until = clock.now()
@@ -88,8 +94,8 @@ class _ChannelBudget(RateBudget):
         finally:
             self.used()
 
-    def penalize(self, retry_after_s: float) -> None:
-        super().penalize(retry_after_s)
+    def penalize(self, retry_after_s: float, *, wide: bool = True) -> None:
+        super().penalize(retry_after_s, wide=wide)
         # Paused until then: not back to a fresh budget's state before.
         self.used(until=self._now() + max(0.0, retry_after_s))
 
@@ -106,10 +112,22 @@ class ChannelBudgets:
     forever. One still held (an answer streaming there) is always the one handed out again.
     """
 
-    def __init__(self, *, calls_per_window: int, window_s: float, clock: Clock) -> None:
+    def __init__(
+        self, *, calls_per_window: int, window_s: float, clock: Clock, global_calls: int | None = None,
+        global_window_s: float = 1.0,
+    ) -> None:
         self._calls = calls_per_window
         self._window_s = window_s
         self._clock = clock
+        # Discord's per-bot limit across every route: each channel's calls also count against it.
+        self.global_budget: RateBudget | None = None
+        if global_calls is not None:
+            allowed = global_calls * (1 - GLOBAL_MARGIN)
+            # Window-safe: burst plus a window's refill never exceeds what one window allows.
+            burst = max(1.0, allowed * 0.1)
+            self.global_budget = RateBudget(
+                capacity=burst, refill_per_s=max(allowed - burst, 1.0) / global_window_s, clock=clock
+            )
         # Least recently used first, so idle budgets are dropped from the front.
         self._budgets: OrderedDict[int, _ChannelBudget] = OrderedDict()
         # Budgets dropped while an answer still holds them stay findable until it lets go.
@@ -137,7 +155,7 @@ class ChannelBudgets:
         template = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
         return _ChannelBudget(
             capacity=template.capacity, refill_per_s=template.refill_per_s, clock=self._clock,
-            on_use=lambda budget: self._touch(channel_id, budget),
+            on_use=lambda budget: self._touch(channel_id, budget), parent=self.global_budget,
         )
 
     def _touch(self, channel_id: int, budget: _ChannelBudget) -> None:

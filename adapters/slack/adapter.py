@@ -59,7 +59,10 @@ class SlackAdapter:
         clock = ScaledClock(time_scale)
         self.client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
         self.surfaces = SlackSurfaces(
-            client=self.client, budgets=SlackBudgets(clock=clock, share=settings.slack_rate_share), clock=clock
+            client=self.client, budgets=SlackBudgets(
+                clock=clock, share=settings.slack_rate_share,
+                workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
+            ), clock=clock
         )
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
         self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)

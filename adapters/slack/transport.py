@@ -27,6 +27,8 @@ EDIT_BURST_CALLS = 10.0
 # chat.postMessage: about one a second per channel, with a small burst.
 POST_CALLS_PER_S = 1.0
 POST_BURST_CALLS = 2.0
+# Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset; 429s teach it the real limit.
+UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 600
 # A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
 # it is dropped, and the maps stay as small as the channels in use.
 IDLE_BUDGET_S = 600.0
@@ -54,11 +56,13 @@ class ScaledClock:
 class SlackBudgets:
     """One budget per limit Slack counts; per process, each taking `share` of Slack's rate."""
 
-    def __init__(self, *, clock: Clock, share: float) -> None:
+    def __init__(self, *, clock: Clock, share: float, workspace_posts_per_minute: int | None = None) -> None:
         self._clock = clock
         self._share = share
+        self._workspace_posts_per_minute = workspace_posts_per_minute
         self._edits: _IdleDropping[str] = _IdleDropping(clock)
         self._posts: _IdleDropping[tuple[str, str]] = _IdleDropping(clock)
+        self._workspace_posts: _IdleDropping[str] = _IdleDropping(clock)
 
     def edit(self, team_id: str) -> RateBudget:
         return self._edits.get(team_id, lambda: RateBudget.per_minute(
@@ -66,9 +70,23 @@ class SlackBudgets:
         ))
 
     def post(self, team_id: str, channel: str) -> RateBudget:
+        """chat.postMessage in one channel, counted against the workspace's chat.postMessage budget too."""
         return self._posts.get((team_id, channel), lambda: RateBudget(
-            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock
+            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock,
+            parent=self.workspace_posts(team_id),
         ))
+
+    def workspace_posts(self, team_id: str) -> RateBudget:
+        """The workspace-wide chat.postMessage limit: configured when known, and learnt from 429s either way."""
+
+        def make() -> RateBudget:
+            per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
+            learning = RateBudget.per_minute(per_minute, share=self._share, clock=self._clock)
+            return RateBudget(
+                capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True
+            )
+
+        return self._workspace_posts.get(team_id, make)
 
     @property
     def kept(self) -> int:

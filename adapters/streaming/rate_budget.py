@@ -207,6 +207,15 @@ class RateBudget:
                 waiter.future.cancel()
             raise
 
+    def try_acquire(self) -> bool:
+        """A token now or never, for calls worth making only when nothing else waits (a typing indicator)."""
+        if self._has_waiters() or not self._take():
+            return False
+        if self._parent is not None and not self._parent.try_acquire():
+            self._release_own()
+            return False
+        return True
+
     def release(self) -> None:
         """Gives back a token that was granted but not spent (the parent's too)."""
         self._release_own()
@@ -222,11 +231,12 @@ class RateBudget:
                 self._dispatcher.cancel()
             self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
 
-    def penalize(self, retry_after_s: float) -> None:
+    def penalize(self, retry_after_s: float, *, wide: bool = True) -> None:
         """The platform said 429: send nothing until `retry_after_s` from now, then one call.
 
-        The parent is paused too (the 429 may have been its limit), and a learning budget slows down."""
-        if self._parent is not None:
+        The parent is paused too unless the platform said the limit was this one's own (`wide=False`):
+        a 429 that does not say its scope may have been the wider limit. A learning budget slows down."""
+        if self._parent is not None and wide:
             self._parent.penalize(retry_after_s)
         if self._learns:
             self._slow_down()

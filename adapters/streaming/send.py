@@ -45,7 +45,7 @@ async def send_paced(
         except Exception as raw:
             error = translate(raw)
             if isinstance(error, RateLimited):
-                budget.penalize(error.retry_after_s)
+                budget.penalize(error.retry_after_s, wide=error.wide)
             elif isinstance(error, TransientSendError):
                 await clock.sleep(SEND_BACKOFF_S * attempt)
             else:

@@ -216,7 +216,7 @@ class MessageStreamer:
             else:
                 await self._call(self._transport.edit(slot.message_id, live))
         except RateLimited as exc:
-            budget.penalize(exc.retry_after_s)
+            budget.penalize(exc.retry_after_s, wide=exc.wide)
             return "rate_limited"
         except TransientSendError as exc:
             logger.info("streaming update failed, will retry: %s", exc)
@@ -323,7 +323,7 @@ class MessageStreamer:
                 return True
             except RateLimited as exc:
                 # The budget's pause is the wait; the next acquire honours it. A 429 is "later", never "no".
-                budget.penalize(exc.retry_after_s)
+                budget.penalize(exc.retry_after_s, wide=exc.wide)
                 rate_limited += 1
                 await self._final_pending()
                 if rate_limited % RATE_LIMITS_PER_LOG_LINE == 0:

@@ -13,10 +13,14 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, async
 
 
 class RateLimited(Exception):
-    """The platform answered 429; nothing may be sent on that budget for `retry_after_s` seconds."""
+    """The platform answered 429; nothing may be sent on that budget for `retry_after_s` seconds.
 
-    def __init__(self, retry_after_s: float, detail: str = "rate limited") -> None:
+    `wide`: the limit may be wider than the call's own budget (unknown scope, or said to be global);
+    False only when the platform said the limit was the route's own."""
+
+    def __init__(self, retry_after_s: float, detail: str = "rate limited", *, wide: bool = True) -> None:
         self.retry_after_s = max(0.0, float(retry_after_s))
+        self.wide = wide
         super().__init__(f"{detail} (retry after {self.retry_after_s:g} s)")
 
 
@@ -24,10 +28,12 @@ class TransientSendError(Exception):
     """A failure worth retrying as is: 5xx, connection reset, timeout."""
 
 
-def classify_failure(*, status: int, retry_after_s: float | None, detail: str) -> RateLimited | TransientSendError | None:
+def classify_failure(
+    *, status: int, retry_after_s: float | None, detail: str, wide: bool = True
+) -> RateLimited | TransientSendError | None:
     """The one rule for every platform: 429 → RateLimited (Retry-After, else a second), 5xx → retry as is, else None (permanent)."""
     if status == 429:
-        return RateLimited(DEFAULT_RETRY_AFTER_S if retry_after_s is None else retry_after_s, detail)
+        return RateLimited(DEFAULT_RETRY_AFTER_S if retry_after_s is None else retry_after_s, detail, wide=wide)
     if status >= 500:
         return TransientSendError(detail)
     return None

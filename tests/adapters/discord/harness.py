@@ -28,6 +28,7 @@ def tuning_for(time_scale: float) -> DiscordTuning:
         budget_window_s=5.0 * time_scale,
         min_edit_interval_s=1.0 * time_scale,
         backoff_base_s=0.5 * time_scale,
+        global_window_s=1.0 * time_scale,
         ready_timeout_s=10.0,
     )
 
