@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from core.config import Settings
+from core.redact import redact_url
 from core.retrieval.embeddings import (
     INSTALL_LOCAL_HINT,
     LOCAL_DIMENSION,
@@ -50,7 +51,7 @@ def describe_embeddings(settings: Settings) -> str:
     base_url = settings.embedding_base_url or settings.llm_base_url
     model = settings.embedding_model or "(EMBEDDING_MODEL is not set)"
     dimension = f", {settings.embedding_dimension} dimensions" if settings.embedding_dimension else ""
-    return f"openai {model} at {base_url}{dimension}"
+    return f"openai {model} at {redact_url(base_url)}{dimension}"
 
 
 async def build_retriever(settings: Settings, db: Database) -> PgRetriever:

@@ -18,6 +18,7 @@ from adapters.base import AdapterPorts
 from adapters.gate import Gate
 from adapters.streaming import Clock, MonotonicClock
 from core.config import Settings
+from core.redact import redact_url
 from core.engine import Engine
 
 from . import render
@@ -213,8 +214,9 @@ async def check_discord(settings: Settings) -> str:
                 if response.status == 401:
                     return "FAILED — the bot token was rejected (401); copy it again from the Bot page"
                 if response.status != 200:
-                    return f"FAILED — {base}/users/@me answered HTTP {response.status}"
+                    return f"FAILED — {redact_url(base)}/users/@me answered HTTP {response.status}"
                 me = await response.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return f"FAILED — cannot reach {base} ({exc.__class__.__name__})"
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        # ValueError: aiohttp refuses a base URL with credentials next to an Authorization header.
+        return f"FAILED — cannot reach {redact_url(base)} ({exc.__class__.__name__})"
     return f"ok — logged in as {me.get('username', '?')} (id {me.get('id', '?')})"

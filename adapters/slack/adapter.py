@@ -20,6 +20,7 @@ from adapters.base import AdapterPorts
 from adapters.gate import Gate
 from adapters.http.server import HttpServer
 from core.config import Settings
+from core.redact import redact_url
 from core.engine import Engine
 
 from .buttons import ACTION_ARGUMENTS, ACTION_PATTERN
@@ -161,7 +162,7 @@ async def check_slack(settings: Settings) -> str:
     except SlackApiError as exc:
         return f"FAILED — the bot token was refused ({exc.response.get('error', 'unknown error')})"
     except Exception as exc:
-        return f"FAILED — cannot reach {settings.slack_api_url} ({exc.__class__.__name__})"
+        return f"FAILED — cannot reach {redact_url(settings.slack_api_url)} ({exc.__class__.__name__})"
     mode = "Socket Mode" if settings.slack_app_token else "HTTP mode at /slack/events"
     missing = "" if settings.slack_app_token or settings.slack_signing_secret else " — SLACK_SIGNING_SECRET is missing"
     return f"ok — bot {auth.get('user')} ({auth.get('user_id')}) in {auth.get('team')} ({auth.get('team_id')}), {mode}{missing}"
