@@ -197,6 +197,7 @@ class AnswerRunner:
             on_message_posted=posted,
             on_final_delivered=delivered,
             on_final_pending=pending if self._outbox is not None else None,
+            idempotency_key=answer_id,
         )
         answer = _Answer(streamer=streamer, task=asyncio.current_task(), answer_id=answer_id)
         self._answers.add(answer)

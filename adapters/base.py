@@ -29,6 +29,10 @@ class PlatformAdapter(Protocol):
         """Connect, repair answers a crash left unfinished, and begin taking events."""
         ...
 
+    async def maintain(self) -> None:
+        """Periodic: repair answers dead processes left streaming; deliver final texts nobody is delivering."""
+        ...
+
     async def stop_accepting(self) -> None:
         """Stop taking new questions and clicks (the first step of a graceful shutdown)."""
         ...

@@ -132,6 +132,9 @@ class Runtime:
             (lambda: engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
             (reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
         ]
+        jobs += [
+            (adapter.maintain, HEARTBEAT_INTERVAL_S, f"maintain-{adapter.platform}") for adapter in self.adapters
+        ]
         for job, interval_s, name in jobs:
             self.scheduler.add_job(job, "interval", seconds=interval_s, id=name, coalesce=True, max_instances=1)
 

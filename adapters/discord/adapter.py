@@ -26,7 +26,7 @@ from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
 from .inbound import DirectMessageRule, DiscordInbound
 from .notifier import DiscordNotifier
-from .surface import PLATFORM, DiscordShownMessages, DiscordSurfaces
+from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from .transport import DISCORD_WINDOW_S, ChannelBudgets
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class DiscordAdapter:
             platform=PLATFORM, allowed_workspaces=settings.discord_guild_ids, setting="DISCORD_GUILD_IDS",
             dedup=ports.dedup,
         )
-        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)
+        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
         limits = render.stream_limits(min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s)
         surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock)
         self.direct_messages = DirectMessageRule(
@@ -165,7 +165,7 @@ class DiscordAdapter:
         assert self._settings.discord_token
         await self.client.login(self._settings.discord_token)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
-        await self.runner.repair_leftovers(DiscordShownMessages(self.client))
+        await self.maintain()
         self._connection = asyncio.create_task(self.client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(self.client.wait_until_ready())
         done, _ = await asyncio.wait(
@@ -177,6 +177,11 @@ class DiscordAdapter:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
         log.info("Discord connected as %s", self.client.user)
+
+    async def maintain(self) -> None:
+        """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is delivering."""
+        await self.runner.repair_leftovers(DiscordShownMessages(self.client))
+        await self.runner.deliver_pending(DiscordFinalDelivery(self.client, self.budgets, self._clock))
 
     async def stop_accepting(self) -> None:
         """Messages, /ask and clicks are turned away from now on (the first step of a shutdown)."""

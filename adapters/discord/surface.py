@@ -12,7 +12,7 @@ from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Clock, MessageTransport, RateBudget, StreamLimits
 from core.approvals import ApprovalView
 from core.events import SourceItem
-from core.ports import LiveMessage
+from core.ports import LiveMessage, PendingFinal
 
 from . import buttons, render
 from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, send_reliably
@@ -66,9 +66,9 @@ class DiscordSurface:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def post(self, text: str) -> str:
+    async def post(self, text: str, *, key: str | None = None) -> str:
         """A new message of the answer: in the channel, or through the /ask interaction's webhook."""
-        return await self._transport.post(text)
+        return await self._transport.post(text, key=key)
 
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
@@ -210,3 +210,29 @@ class DiscordShownMessages:
     def _message(self, message: LiveMessage) -> discord.PartialMessage:
         channel = self._client.get_partial_messageable(int(message.channel))
         return channel.get_partial_message(int(message.message_id))
+
+
+class DiscordFinalDelivery:
+    """Implements adapters.answers.FinalDelivery: a kept final's parts, posted with their nonce (so Discord
+    returns a part already posted instead of a second one) or edited in place."""
+
+    def __init__(self, client: discord.Client, budgets: ChannelBudgets, clock: Clock) -> None:
+        self._client = client
+        self._budgets = budgets
+        self._clock = clock
+
+    async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+        channel = self._client.get_partial_messageable(int(final.channel))
+        transport = ChannelTransport(channel)
+        return await send_reliably(
+            self._budgets(int(final.channel)), lambda: transport.post(text, key=f"{final.answer_id}:{index}"),
+            clock=self._clock,
+        )
+
+    async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
+        message = self._client.get_partial_messageable(int(final.channel)).get_partial_message(int(message_id))
+        await send_reliably(
+            self._budgets(int(final.channel)),
+            lambda: message.edit(content=text, allowed_mentions=NO_PINGS),
+            clock=self._clock,
+        )

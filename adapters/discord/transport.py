@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import weakref
 from collections import OrderedDict
@@ -31,6 +32,7 @@ NO_PINGS = discord.AllowedMentions.none()
 DISCORD_WINDOW_S = 5.0
 # The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
 GLOBAL_MARGIN = 0.1
+NONCE_CHARS = 25
 
 
 async def guarded(call: Awaitable[T]) -> T:
@@ -192,14 +194,17 @@ class ChannelTransport:
         self._channel = channel
         self._reply_to = reply_to
 
-    async def post(self, text: str) -> str:
+    async def post(self, text: str, *, key: str | None = None) -> str:
         reference = None
         if self._reply_to is not None:
             channel_id = getattr(self._channel, "id", None)
             reference = discord.MessageReference(
                 message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False  # type: ignore[arg-type]
             )
-        message = await guarded(self._channel.send(text, reference=reference, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
+        # With a nonce discord.py sets enforce_nonce: a second post of the part returns the first message.
+        message = await guarded(self._channel.send(
+            text, reference=reference, allowed_mentions=NO_PINGS, nonce=part_nonce(key) if key else None,  # type: ignore[arg-type]
+        ))
         self._reply_to = message.id
         return str(message.id)
 
@@ -216,14 +221,20 @@ def _partial_message(channel: discord.abc.Messageable, message_id: int) -> disco
     return partial
 
 
+def part_nonce(key: str) -> str:
+    """A message nonce for an answer part (Discord allows 25 characters)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:NONCE_CHARS]
+
+
 class InteractionTransport:
-    """Streams an /ask answer: the deferred original response first, overflow as followups."""
+    """Streams an /ask answer: the deferred original response first, overflow as followups (webhook
+    followups take no nonce, so `key` is not used here)."""
 
     def __init__(self, interaction: discord.Interaction) -> None:
         self._interaction = interaction
         self._original_id: str | None = None
 
-    async def post(self, text: str) -> str:
+    async def post(self, text: str, *, key: str | None = None) -> str:
         if self._original_id is None:
             message = await guarded(
                 self._interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)

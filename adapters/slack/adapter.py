@@ -27,7 +27,7 @@ from .buttons import ACTION_ARGUMENTS, ACTION_PATTERN
 from .clicks import SlackClicks
 from .inbound import BotIdentity, SlackInbound
 from .notifier import SlackNotifier
-from .surface import PLATFORM, SlackShownMessages, SlackSurfaces
+from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages, SlackSurfaces
 from .transport import ScaledClock, SlackBudgets
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class SlackAdapter:
             ), clock=clock
         )
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
-        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live)
+        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
         self.inbound = SlackInbound(
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
             conversations=ports.conversations,
@@ -93,13 +93,18 @@ class SlackAdapter:
     async def start(self) -> None:
         """Repairs answers a crash left unfinished, then takes events."""
         await self.inbound.open()
-        await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
+        await self.maintain()
         if self._settings.slack_app_token:
             self._socket_handler = AsyncSocketModeHandler(self.app, app_token=self._settings.slack_app_token)
             await self._socket_handler.connect_async()
             logger.info("Slack connected in Socket Mode")
         else:
             logger.info("Slack listening in HTTP mode at %s", EVENTS_PATH)
+
+    async def maintain(self) -> None:
+        """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is delivering."""
+        await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
+        await self.runner.deliver_pending(SlackFinalDelivery(self.surfaces))
 
     async def stop_accepting(self) -> None:
         self.gate.accepting = False

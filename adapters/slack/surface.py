@@ -12,17 +12,19 @@ from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import StreamLimits
 from core.approvals import ApprovalView
 from core.events import SourceItem
-from core.ports import LiveMessage
+from core.ports import LiveMessage, PendingFinal
 
 from .buttons import approval_blocks, approval_text, page_starts
 from .render import MAX_MESSAGE_TEXT_CHARS, message_text, rendered_length, sources_messages
-from .transport import ScaledClock, SlackBudgets, SlackTransport, send_paced
+from .transport import ScaledClock, SlackBudgets, SlackTransport, is_part, send_paced
 
 PLATFORM = "slack"
 # Streamed text rolls over into a new message here, measured as rendered (escapes count); the
 # margin is for cursor and status, and chat.update refuses more than 4,000 chars.
 STREAM_MAX_CHARS = 3800
 MIN_EDIT_INTERVAL_S = 1.0
+# Messages of a thread searched for an answer part already posted (answers are recent: near the end).
+SEARCH_MESSAGES = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +83,8 @@ class SlackSurface:
             clock=surfaces.clock,
         )
 
-    async def post(self, text: str) -> str:
-        return await self._transport.post(text)
+    async def post(self, text: str, *, key: str | None = None) -> str:
+        return await self._transport.post(text, key=key)
 
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
@@ -145,3 +147,44 @@ class SlackShownMessages:
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
         await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, text=text)
+
+
+class SlackFinalDelivery:
+    """Implements adapters.answers.FinalDelivery: a kept final's parts, each found by its metadata or posted once."""
+
+    def __init__(self, surfaces: SlackSurfaces) -> None:
+        self._surfaces = surfaces
+
+    async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+        key = f"{final.answer_id}:{index}"
+        found = await self._find(final, key)
+        if found is not None:
+            await self.edit_part(final, found, text)
+            return found
+        transport = SlackTransport(
+            self._surfaces.client, channel=final.channel, thread_ts=final.thread or None,
+            time_scale=self._surfaces.clock.time_scale,
+        )
+        return await send_paced(
+            lambda: transport.post(text, key=key),
+            budget=self._surfaces.budgets.post(final.workspace, final.channel), clock=self._surfaces.clock,
+        )
+
+    async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
+        await self._surfaces.update_paced(final.workspace, final.channel, message_id, text=message_text(text))
+
+    async def _find(self, final: PendingFinal, key: str) -> str | None:
+        """The part already posted (a process died between posting it and noting it), or None."""
+        client = self._surfaces.client
+        if final.thread:
+            response = await client.conversations_replies(
+                channel=final.channel, ts=final.thread, include_all_metadata=True, limit=SEARCH_MESSAGES
+            )
+        else:
+            response = await client.conversations_history(
+                channel=final.channel, include_all_metadata=True, limit=SEARCH_MESSAGES
+            )
+        for message in response.get("messages", []):
+            if is_part(message, key):
+                return str(message["ts"])
+        return None

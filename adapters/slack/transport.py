@@ -29,6 +29,7 @@ POST_CALLS_PER_S = 1.0
 POST_BURST_CALLS = 2.0
 # Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset; 429s teach it the real limit.
 UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 600
+ANSWER_PART_EVENT = "relaybot_answer_part"
 # A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
 # it is dropped, and the maps stay as small as the channels in use.
 IDLE_BUDGET_S = 600.0
@@ -157,6 +158,20 @@ async def send_paced(call: Callable[[], Awaitable[T]], *, budget: RateBudget, cl
     )
 
 
+def part_metadata(key: str) -> dict[str, object]:
+    """Message metadata naming the answer and part a message shows (what a retry looks for)."""
+    answer, _, part = key.rpartition(":")
+    return {"event_type": ANSWER_PART_EVENT, "event_payload": {"answer": answer, "part": int(part or 0)}}
+
+
+def is_part(message: dict[str, object], key: str) -> bool:
+    """Whether a message from conversations.history/replies (asked with include_all_metadata) is that part."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != ANSWER_PART_EVENT:
+        return False
+    return metadata.get("event_payload") == part_metadata(key)["event_payload"]
+
+
 class SlackTransport:
     """Posts and edits the messages of one answer: in one channel, in one thread (or top level)."""
 
@@ -166,11 +181,11 @@ class SlackTransport:
         self._thread_ts = thread_ts
         self._time_scale = time_scale
 
-    async def post(self, text: str) -> str:
+    async def post(self, text: str, *, key: str | None = None) -> str:
         try:
             response = await self._client.chat_postMessage(
                 channel=self._channel, thread_ts=self._thread_ts, text=message_text(text),
-                unfurl_links=False, unfurl_media=False,
+                unfurl_links=False, unfurl_media=False, **({"metadata": part_metadata(key)} if key else {}),
             )
         except Exception as exc:
             raise translate_error(exc, time_scale=self._time_scale) from exc

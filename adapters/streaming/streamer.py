@@ -69,6 +69,7 @@ class MessageStreamer:
         on_message_posted: OnMessagePosted | None = None,
         on_final_delivered: OnFinalDelivered | None = None,
         on_final_pending: OnFinalPending | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         self._transport = transport
         self._limits = limits
@@ -79,6 +80,7 @@ class MessageStreamer:
         self._on_message_posted = on_message_posted
         self._on_final_delivered = on_final_delivered
         self._on_final_pending = on_final_pending
+        self._idempotency_key = idempotency_key
         self._pending_told = False
         self._pieces: list[str] = []
         self._text = ""
@@ -405,7 +407,8 @@ class MessageStreamer:
         return live
 
     async def _post(self, slot: _Slot, text: str) -> None:
-        slot.message_id = await self._call(self._transport.post(text))
+        key = None if self._idempotency_key is None else f"{self._idempotency_key}:{self._slots.index(slot)}"
+        slot.message_id = await self._call(self._transport.post(text, key=key))
         if self._on_message_posted is not None:
             try:
                 await self._on_message_posted(slot.message_id)

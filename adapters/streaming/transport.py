@@ -54,8 +54,12 @@ class MessageTransport(Protocol):
     exception counts as a permanent failure of that one call.
     """
 
-    async def post(self, text: str) -> str:
-        """Creates a message showing `text` and returns its id."""
+    async def post(self, text: str, *, key: str | None = None) -> str:
+        """Creates a message showing `text` and returns its id.
+
+        `key` marks the message as one part of one answer ("<answer id>:<part>"), so that a retry after
+        a crash finds it on the platform instead of posting it twice (Slack message metadata, Discord
+        message nonce); None where no retry will look for it."""
         ...
 
     async def edit(self, message_id: str, text: str) -> None:

@@ -86,7 +86,7 @@ class MemoryTransport:
     gate: asyncio.Event | None = None  # when set to an unset Event, calls wait for it
     attempt_times: list[float] = field(default_factory=list)
 
-    async def post(self, text: str) -> str:
+    async def post(self, text: str, *, key: str | None = None) -> str:
         await self._arrive()
         message_id = f"m{len(self.texts) + 1}"
         self.texts[message_id] = text

@@ -67,8 +67,8 @@ class RecordingSurface:
         self.sources: list[tuple[SourceItem, ...]] = []
         self.notices: list[str] = []
 
-    async def post(self, text: str) -> str:
-        return await self.transport.post(text)
+    async def post(self, text: str, *, key: str | None = None) -> str:
+        return await self.transport.post(text, key=key)
 
     async def edit(self, message_id: str, text: str) -> None:
         await self.transport.edit(message_id, text)

@@ -921,7 +921,7 @@ async def test_runs_on_the_real_clock() -> None:
         def __init__(self) -> None:
             self.texts: dict[str, str] = {}
 
-        async def post(self, text: str) -> str:
+        async def post(self, text: str, *, key: str | None = None) -> str:
             message_id = str(len(self.texts))
             self.texts[message_id] = text
             return message_id

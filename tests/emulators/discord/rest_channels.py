@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -13,6 +14,8 @@ from tests.emulators.discord.models import DM_CHANNEL_TYPE, PUBLIC_THREAD_TYPE, 
 from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
 
 MAX_HISTORY_LIMIT = 100
+# Discord keeps a message nonce for a few minutes (real time: it is a delivery guarantee, not a rate).
+NONCE_WINDOW_S = 300.0
 UNKNOWN_CHANNEL_CODE = 10003
 UNKNOWN_MESSAGE_CODE = 10008
 CANNOT_EDIT_OTHERS_CODE = 50005
@@ -117,6 +120,9 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         channel = channel_or_404(request)
         return channel if isinstance(channel, web.Response) else json_response(channel_payload(world, channel))
 
+    # Message nonces seen, for enforce_nonce: (channel, nonce) → (message, when).
+    nonces: dict[tuple[int, str], tuple[StoredMessage, float]] = {}
+
     async def create_message(request: web.Request) -> web.Response:
         channel = channel_or_404(request)
         if isinstance(channel, web.Response):
@@ -124,9 +130,17 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         body, attachments = await read_message_body(core, request, base_url())
         if (error := validation_error(body, attachment_count=len(attachments))) is not None:
             return error
+        nonce = str(body.get("nonce") or "")
+        if nonce and body.get("enforce_nonce"):
+            # Discord: the same nonce from the same author within a few minutes returns the first message.
+            earlier = nonces.get((channel.id, nonce))
+            if earlier is not None and time.monotonic() - earlier[1] <= NONCE_WINDOW_S:
+                return json_response(message_payload(world, earlier[0]))
         message = await core.store_message(
             channel_id=channel.id, author_id=world.bot_user_id, body=body, attachments=attachments
         )
+        if nonce:
+            nonces[(channel.id, nonce)] = (message, time.monotonic())
         return json_response(message_payload(world, message))
 
     async def edit_message(request: web.Request) -> web.Response:
