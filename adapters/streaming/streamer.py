@@ -29,6 +29,9 @@ VACATED_MESSAGE_TEXT = "…"
 # final text goes into a new message instead.
 EDIT_FAILURES_BEFORE_REPOST = 2
 RATE_LIMITS_PER_LOG_LINE = 10
+# A final not delivered this long (platform time) after the answer ended is reported pending, so it
+# is kept safe while it waits (a spent or paused budget, a slow platform).
+FINAL_PENDING_AFTER_S = 2.0
 
 SendOutcome = Literal["sent", "rate_limited", "failed"]
 
@@ -82,6 +85,7 @@ class MessageStreamer:
         self._on_final_pending = on_final_pending
         self._idempotency_key = idempotency_key
         self._pending_told = False
+        self._pending_watch: asyncio.Task[None] | None = None
         self._pieces: list[str] = []
         self._text = ""
         self._base = 0  # where the current (last) message's text starts in the answer
@@ -144,6 +148,8 @@ class MessageStreamer:
     async def _end(self, ending: _Ending) -> None:
         if self._ending is None:
             self._ending = ending
+            if ending.kind == "finish" and self._on_final_pending is not None:
+                self._pending_watch = asyncio.get_running_loop().create_task(self._watch_final())
         self._ending_requested.set()
         if self._task is None or (self._task.done() and not self._delivered):
             if self._task is not None and ending.kind == "interrupt":
@@ -251,6 +257,8 @@ class MessageStreamer:
             await self._deliver_final_targets(ending)
         finally:
             self._release_prepaid()
+            if self._pending_watch is not None and self._delivered:
+                self._pending_watch.cancel()
         if self._delivered and self._on_final_delivered is not None:
             try:
                 await self._on_final_delivered(self.message_ids)
@@ -315,7 +323,10 @@ class MessageStreamer:
                 self._prepaid = None
             else:
                 self._release_prepaid()
-                await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
+                if not budget.try_acquire():
+                    # The final must wait (its budget is spent or paused by a 429): keep it safe meanwhile.
+                    await self._final_pending()
+                    await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
             try:
                 if posting:
                     await self._post(slot, text)
@@ -359,13 +370,22 @@ class MessageStreamer:
         """A final text is known but not yet delivered (it was handed to `on_final_pending`)."""
         return self._pending_told and not self._delivered
 
+    async def _watch_final(self) -> None:
+        await self._clock.sleep(FINAL_PENDING_AFTER_S)
+        if not self._delivered:
+            await self._final_pending()
+
     async def _final_pending(self) -> None:
         if self._pending_told or self._on_final_pending is None or self._ending is None:
             return
         if self._ending.kind != "finish":
             return  # only an answer's own text is worth keeping; notes and failures are not
         self._pending_told = True
-        parts = [(slot.target or self._limits.empty_text, slot.message_id) for slot in self._slots if slot.target is not None]
+        targets = self._final_targets(self._ending, self._snapshot())
+        parts = [
+            (target, self._slots[index].message_id if index < len(self._slots) else None)
+            for index, target in enumerate(targets)
+        ]
         try:
             await self._on_final_pending(parts)
         except Exception:

@@ -211,6 +211,10 @@ class SlackEmulator:
         self._faults.setdefault(method, []).append(
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
 
+    def clear_faults(self) -> None:
+        """Forget every fault still queued by fail_next."""
+        self._faults.clear()
+
     def cap_workspace_posts(self, cap: int | MethodLimit | None) -> None:
         """chat.postMessage calls a minute (Slack time) across all channels of each workspace, or a
         MethodLimit for its burst too; None lifts the cap. A call over it gets 429 with Retry-After."""
