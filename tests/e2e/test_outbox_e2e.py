@@ -106,3 +106,30 @@ async def test_a_discord_part_posted_again_with_its_nonce_is_the_same_message(
         again = await delivery.post_part(final, 0, "only part")
         assert again == first
         assert [m.content for m in bot_messages(discord_emulator, world.channel_id)] == ["only part"]
+
+
+async def test_under_a_workspace_post_cap_and_random_429s_every_answer_arrives_whole(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    slack.cap_workspace_posts(20)  # chat.postMessage calls a (Slack) minute across the workspace
+    slack.rate_limit_randomly(0.05, retry_after_s=(1, 2), seed=7, methods=["chat.postMessage", "chat.update"])
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    answers = {f"C0000CAP{n:02d}": f"Answer number {n}: the capped workspace still gets every word." for n in range(12)}
+    try:
+        openai_emulator.script(*(Text(text, chunk_chars=16, delay_s=0.02) for text in answers.values()))
+        events = [mention(slack, channel, "question") for channel in answers]
+        for event in events:
+            await slack.deliver_event(bot.url, event)
+
+        def shown() -> list[list[str]]:
+            return [[m.text for m in bot_replies(slack, event["channel"], event["ts"])] for event in events]
+
+        def all_arrived() -> bool:
+            # The model answers in the order questions reach it: each thread shows one whole answer.
+            return sorted(texts[0] for texts in shown() if len(texts) == 1) == sorted(answers.values())
+
+        assert await eventually(all_arrived, limit_s=50.0), f"every answer arrives whole, none given up: {shown()}"
+        assert slack.count_429.get("chat.postMessage", 0) + slack.random_429_count > 0, "the limits were hit"
+    finally:
+        await bot.stop()
