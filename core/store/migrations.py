@@ -1,4 +1,4 @@
-"""Applies the numbered SQL files in migrations/ in order, once each, under an advisory lock."""
+"""Applies the numbered SQL files of core/store/schema in order, once each, under an advisory lock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import psycopg
 
@@ -14,7 +15,8 @@ from core.redact import error_reason
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Read as package data, so a wheel installed anywhere finds them.
+MIGRATIONS_DIR: Traversable = files("core.store.schema")
 # Any constant works as long as every relaybot process uses the same one.
 MIGRATION_LOCK_KEY = 0x72656C6179  # "relay"
 MIGRATION_FILE = re.compile(r"^(\d{3,})_[\w-]+\.sql$")
@@ -35,7 +37,7 @@ class Migration:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+def discover(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
     """The migration files of a folder, in version order."""
     found = []
     for path in directory.iterdir():
@@ -49,7 +51,7 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-async def apply_migrations(url: str, *, directory: Path = MIGRATIONS_DIR) -> list[str]:
+async def apply_migrations(url: str, *, directory: Traversable = MIGRATIONS_DIR) -> list[str]:
     """Apply every migration not yet recorded; return the names applied by this call."""
     migrations = discover(directory)
     applied_now: list[str] = []
