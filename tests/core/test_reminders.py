@@ -87,3 +87,20 @@ async def test_create_reminder_tool_needs_approval_and_parses_time(db: Database)
     ctx = ToolContext(user="U1", conversation_id=None, conversation=KEY, services=ToolServices(reminders=service))
     output = await CREATE_REMINDER.run(ctx, {"text": "ship it", "when": "in 2 hours"})
     assert output.startswith("Reminder set for")
+
+
+async def test_a_process_fires_only_the_reminders_of_the_platforms_it_serves(db: Database) -> None:
+    slack_only = RecordingNotifier()
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    service = ReminderService(db, scheduler, {"slack": slack_only}, instance="slack-process")
+    async with db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO reminders (platform, workspace, channel, thread, user_id, text, due_at) VALUES"
+            " ('discord', 'G', 'c', '', 'U3', 'for discord', now() - interval '1 minute'),"
+            " ('slack', 'T', 'C', '', 'U4', 'for slack', now() - interval '1 minute')"
+        )
+    assert await service.sweep() == 1
+    assert [text for _, _, text in slack_only.reminders] == ["for slack"]
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT status FROM reminders WHERE text = 'for discord'")
+        assert await cursor.fetchone() == ("pending",), "left for a process that serves Discord, not marked failed"
