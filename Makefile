@@ -1,26 +1,52 @@
-# Two commands: `make run` starts the bot, `make test` runs the tests. Each builds .venv first.
+# Two commands: `make run` starts the bot, `make test` runs the tests. Each builds .venv first with what
+# it needs: `make run` the runtime plus only the extras the settings use, `make test` everything.
+# `make install` is `make run` without starting the bot (images, first-time setup, measuring).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-STAMP := $(VENV)/.installed
+INSTALL := $(PIP) install --quiet -c constraints.txt
+# One stamp per part: a re-run installs only what is missing, and an edit of pyproject.toml or
+# constraints.txt installs again what depends on it.
+VENV_STAMP := $(VENV)/.created
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+LOCAL_STAMP := $(VENV)/.installed-local
+TEST_STAMP := $(VENV)/.installed-test
+# The extras the settings need, read by core.config itself (environment first, then .env) so make and
+# the bot agree. A setting the bot would refuse yields none: `relaybot run` then says which one.
+NEEDED_EXTRAS = $(PY) -c 'from core.config import Settings; print("local" if Settings().embedding_provider == "local" else "")' 2>/dev/null
 
-.PHONY: run test bench clean
+.PHONY: run install test bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e '.[local,test]'
-	touch $(STAMP)
+	touch $@
 
-run: $(STAMP)
+$(RUNTIME_STAMP): pyproject.toml constraints.txt $(VENV_STAMP)
+	$(INSTALL) -e .
+	touch $@
+
+# Local embeddings: sentence-transformers and PyTorch (torch pinned in constraints.txt).
+$(LOCAL_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
+	@echo "EMBEDDING_PROVIDER=local: installing local embeddings (PyTorch); EMBEDDING_PROVIDER=openai or none needs none of it."
+	$(INSTALL) -e '.[local]'
+	touch $@
+
+$(TEST_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
+	$(INSTALL) -e '.[local,test]'
+	touch $@ $(LOCAL_STAMP)
+
+install: $(RUNTIME_STAMP)
+	@if [ "$$($(NEEDED_EXTRAS))" = local ] && ! $(MAKE) -q $(LOCAL_STAMP); then $(MAKE) --no-print-directory $(LOCAL_STAMP); fi
+
+run: install
 	$(VENV)/bin/relaybot run
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench.engine_overhead
 	HF_HUB_OFFLINE=1 $(PY) -m bench.slack_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.discord_stream

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Mapping
 
 from core.config import Settings
 from core.store.db import Database, DatabaseError
@@ -12,8 +14,33 @@ from core.store.migrations import MigrationError, apply_migrations
 
 log = logging.getLogger(__name__)
 
+EXIT_USAGE = 2
+# Environment variables that only hosts with a throw-away disk set, and what to call such a host.
+EPHEMERAL_DISK_HOSTS = (
+    ("DYNO", "a Heroku-style dyno"),
+    ("K_SERVICE", "a Cloud Run service"),
+)
+
+
+def ephemeral_disk_host(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The variable and the host it reveals when this process runs where the disk is thrown away, else None."""
+    return next(((name, host) for name, host in EPHEMERAL_DISK_HOSTS if environ.get(name)), None)
+
+
+def ephemeral_database_refusal(variable: str, host: str) -> str:
+    """Why `relaybot run` will not start the embedded database on a throw-away disk, in one sentence."""
+    return (
+        f"{variable} is set, so this is {host} whose disk is wiped at every restart, and without DATABASE_URL the "
+        "embedded database (approvals, reminders, conversation history) would be wiped with it; set DATABASE_URL "
+        "to a Postgres with pgvector, or ALLOW_EPHEMERAL_DATABASE=true to start anyway."
+    )
+
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
+    host = ephemeral_disk_host(os.environ)
+    if host is not None and settings.database_url is None and not settings.allow_ephemeral_database:
+        print(f"relaybot: {ephemeral_database_refusal(*host)}", file=sys.stderr)
+        return EXIT_USAGE
     from bot.runtime import serve
 
     return await serve(settings)

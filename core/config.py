@@ -35,11 +35,15 @@ HINTS: dict[str, str] = {
     "AGENT_TYPE": "one of classic, react, agentic, research",
     "TOOL_APPROVAL_OVERRIDES": 'a JSON object of tool name to true/false, e.g. {"create_reminder": false}',
     "DIRECT_MESSAGES": "one of members, open, closed",
+    "LOG_LEVEL": "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
+    "LOG_FORMAT": "one of text, json",
 }
 
 # Who may DM the bot: `members` of an allowed workspace/guild (everyone when no allowlist is set),
 # anyone (`open`), or nobody (`closed`). One rule for every surface that is a DM.
 DirectMessagePolicy = Literal["members", "open", "closed"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LogFormat = Literal["text", "json"]
 
 
 class SettingsError(Exception):
@@ -94,6 +98,8 @@ class Settings(BaseSettings):
     # Storage
     database_url: str | None = Field(default=None, repr=False)  # may hold a password
     data_dir: Path = Path(".relaybot")
+    # On a throw-away-disk host (DYNO set) `relaybot run` refuses the embedded database unless this is true.
+    allow_ephemeral_database: bool = False
 
     # Language model
     llm_base_url: str = "https://api.openai.com/v1"
@@ -161,6 +167,12 @@ class Settings(BaseSettings):
     # Shutdown
     shutdown_grace_s: float = Field(default=10.0, ge=0)
 
+    # Logs and metrics
+    log_level: LogLevel = "INFO"
+    log_format: LogFormat = "text"
+    # When set, /metrics answers only requests carrying `Authorization: Bearer <token>`.
+    metrics_token: str | None = Field(default=None, repr=False)
+
     @field_validator(
         "approvers", "approver_roles", "slack_team_ids", "discord_guild_ids", "ingest_allowed_networks", mode="before"
     )
@@ -169,6 +181,17 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    # `LOG_LEVEL=debug` and `LOG_FORMAT=JSON` mean what they say.
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("database_url", mode="after")
     @classmethod
@@ -192,7 +215,7 @@ class Settings(BaseSettings):
             value
             for value in (
                 self.llm_api_key, self.embedding_api_key, self.slack_bot_token, self.slack_app_token,
-                self.slack_signing_secret, self.discord_token,
+                self.slack_signing_secret, self.discord_token, self.metrics_token,
             )
             if value
         ]

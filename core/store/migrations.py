@@ -44,6 +44,9 @@ def discover(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
         match = MIGRATION_FILE.match(path.name)
         if match:
             found.append(Migration(version=int(match.group(1)), name=path.name, sql=path.read_text("utf-8")))
+    if not found:
+        # An install that lost its package data would otherwise "apply 0 migrations" and run on no schema.
+        raise MigrationError(f"No migration files were found in {directory}; the installation is incomplete.")
     found.sort(key=lambda migration: migration.version)
     versions = [migration.version for migration in found]
     if len(versions) != len(set(versions)):

@@ -6,13 +6,17 @@ import argparse
 import asyncio
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
-from bot.ingest_cli import ProgressLine, add_ingest_commands
+import pytest
+
+from bot.ingest_cli import ProgressLine, add_ingest_commands, count_documents
 from bot.retrieval import describe_embeddings
 from core.config import Settings
 from core.retrieval.ingest import IngestProgress
+from core.retrieval.loaders import iter_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,8 +100,57 @@ def test_describe_embeddings_names_provider_and_model() -> None:
 def test_progress_on_a_pipe_is_one_final_line() -> None:
     stream = io.StringIO()
     progress = ProgressLine(stream)
+    progress.start(total=3)
     for count in range(1, 4):
         progress(IngestProgress(documents=count, chunks=count * 2, embeddings=count * 2, current=f"file:///d/{count}"))
     assert stream.getvalue() == ""
     progress.finish()
     assert stream.getvalue() == "documents 3 · chunks 6 · embeddings 6\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_shows_the_total_and_an_eta_then_the_final_line() -> None:
+    stream = _Terminal()
+    progress = ProgressLine(stream, min_interval_s=0)
+    progress.start(total=4)
+    for count in range(1, 5):
+        progress(IngestProgress(documents=count, chunks=count * 2, embeddings=count * 2, current=f"file:///d/{count}.md"))
+    progress.finish()
+    frames = [frame for frame in stream.getvalue().split("\r") if frame.strip()]
+    assert frames[0].startswith("documents 0/4 ")
+    assert any(frame.startswith("documents 2/4 ") and " 50% " in frame for frame in frames)
+    # The ETA is tqdm's: "?" until it has a rate, then mm:ss.
+    assert all(re.search(r"ETA (\?|\d\d:\d\d)", frame) for frame in frames[:-1])
+    assert "chunks 4 · embeddings 4  file:///d/2.md" in stream.getvalue()
+    assert stream.getvalue().endswith("\rdocuments 4 · chunks 8 · embeddings 8\n")  # the bar cleared, one line left
+
+
+def test_a_terminal_bar_grows_when_more_documents_turn_up_than_counted() -> None:
+    stream = _Terminal()
+    progress = ProgressLine(stream, min_interval_s=0)
+    progress.start(total=1)
+    progress(IngestProgress(documents=2, chunks=0, embeddings=0))
+    assert "documents 2/2 " in stream.getvalue() and "documents 2/1" not in stream.getvalue()
+    progress.finish()
+
+
+@pytest.mark.parametrize(
+    ("include", "exclude"),
+    [((), ()), (("*.md",), ()), ((), ("build",)), (("**/*.txt",), ("sub/deep/**",)), ((), ("*.bin", "sub/*"))],
+)
+def test_the_count_is_what_the_loader_walks(tmp_path: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+    for relative in (
+        "a.md", "b.txt", "blob.bin", ".hidden.md", ".git/config.md", "build/out.md", "sub/c.md", "sub/d.txt",
+        "sub/deep/e.md", "sub/deep/f.txt", "sub/.cache/g.md",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("# Title\n\ntext\n")
+    walked = len(list(iter_path(tmp_path, include=include, exclude=exclude)))
+    assert count_documents([str(tmp_path)], include=include, exclude=exclude) == walked
+    # A URL, a file and a missing path are one document each, as ingest counts them.
+    targets = [str(tmp_path), "https://example.test/page", str(tmp_path / "a.md"), str(tmp_path / "gone")]
+    assert count_documents(targets, include=include, exclude=exclude) == walked + 3
