@@ -21,6 +21,7 @@ from adapters.streaming import (
     TransientSendError,
 )
 from adapters.streaming.splitter import close_open_fence
+from core import observe
 from core import wording as engine_wording
 from core.approvals import ApprovalView, ClickResult
 from core.events import (
@@ -159,11 +160,18 @@ class AnswerRunner:
         return len(self._answers)
 
     async def play(self, events: AsyncIterator[Event], surface: Surface) -> None:
-        """Shows a run's events until it ends; the answer message always ends in a final state."""
+        """Shows a run's events until it ends; the answer message always ends in a final state.
+
+        The answer id is the run id of every log line of the answer: bound here, before the streamer's
+        editor task starts (it inherits the binding; the engine names the conversation on it)."""
+        answer_id = uuid.uuid4().hex
+        with observe.run_scope(run_id=answer_id, platform=self.platform):
+            await self._play_answer(events, surface, answer_id)
+
+    async def _play_answer(self, events: AsyncIterator[Event], surface: Surface, answer_id: str) -> None:
         await surface.show_working()
         pacing = surface.pacing
         place = surface.place
-        answer_id = uuid.uuid4().hex
         answer: _Answer | None = None
 
         async def posted(message_id: str) -> None:

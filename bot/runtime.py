@@ -8,10 +8,12 @@ from datetime import timezone
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from psycopg_pool import AsyncConnectionPool
 
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
 from bot.jobs import expire_approvals
+from core import metrics
 from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
@@ -32,6 +34,8 @@ PRUNE_EVENTS_INTERVAL_S = 3600
 EXPIRE_APPROVALS_INTERVAL_S = 60
 REVERT_STUCK_INTERVAL_S = 300
 STUCK_RESUMING_AFTER_S = 900
+# /readyz's database check: a connection from the pool and `SELECT 1` within this (a probe waits less).
+READY_DB_TIMEOUT_S = 2.0
 
 
 def build_llm(settings: Settings) -> LLMClient:
@@ -57,7 +61,7 @@ class Runtime:
         self.settings = settings
         self.db = Database(url=settings.database_url, data_dir=settings.data_dir)
         self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
-        self.http = HttpServer(host=settings.http_host, port=settings.http_port)
+        self.http = HttpServer(host=settings.http_host, port=settings.http_port, metrics_token=settings.metrics_token)
         self.adapters: list[PlatformAdapter] = []
         self.engine: Engine | None = None
         # Who this process is, for the records of what it streams and for its heartbeat.
@@ -66,11 +70,14 @@ class Runtime:
         self.reminders: ReminderService | None = None
         self._llm: LLMClient | None = None
         self._warm_up: asyncio.Task[None] | None = None
+        self._db_open = False
 
     async def open_engine(self) -> Engine:
         """Database, model client, retriever and engine (enough for `chat`)."""
         await self.db.open()
         log.info("database: %s", self.db.description)
+        metrics.watch_pool(lambda: _in_use(self.db.pool) if self._db_open else 0.0)
+        self._db_open = True
         self._llm = build_llm(self.settings)
         from bot.retrieval import build_retriever
 
@@ -97,11 +104,24 @@ class Runtime:
         self._schedule_jobs(engine, self.reminders, notifiers)
         self.scheduler.start()
         await self.reminders.rearm_all()
+        # Ready: the database answers and every configured platform is connected.
+        self.http.add_readiness_check("database", self.database_readiness)
+        for adapter in self.adapters:
+            self.http.add_readiness_check(adapter.platform, adapter.readiness)
         await self.http.start()
         for adapter in self.adapters:
             await adapter.start()
         if not self.adapters:
             log.warning("neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: only the HTTP health check is served")
+
+    async def database_readiness(self) -> str | None:
+        """None when a pooled connection answers `SELECT 1` in time; otherwise why not."""
+        try:
+            async with self.db.pool.connection(timeout=READY_DB_TIMEOUT_S) as conn:
+                await conn.execute("SELECT 1")
+        except Exception as error:
+            return f"the database does not answer ({type(error).__name__})"
+        return None
 
     def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
         """Slack and/or Discord, whichever has a token; built before the HTTP server starts (Slack adds a route)."""
@@ -159,6 +179,7 @@ class Runtime:
             self._warm_up.cancel()
         if self._llm is not None:
             await self._llm.aclose()
+        self._db_open = False
         await self.db.close()
 
 
@@ -167,6 +188,12 @@ async def _warm_up(retriever: Any) -> None:
         await retriever.warm_up()
     except Exception:
         log.exception("could not load the embedding model in the background; the first search will try again")
+
+
+def _in_use(pool: AsyncConnectionPool) -> float:
+    """Connections checked out of the pool now (its size less the idle ones)."""
+    stats = pool.get_stats()
+    return float(stats.get("pool_size", 0) - stats.get("pool_available", 0))
 
 
 async def _quietly(step: Any, what: str) -> None:

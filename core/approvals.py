@@ -14,7 +14,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from core import wording
+from core import metrics, wording
 from core.events import ApprovalRequired, Event, Failed
 from core.requests import Actor
 from core.runs import Runs
@@ -178,6 +178,27 @@ class ApprovalService:
         admins: bool = True,
     ) -> ClickResult:
         """Record a decision without resuming: "ready" means every call is decided and the run may be claimed."""
+        result = await self._decide(
+            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, among=among,
+            comment=comment, mention=mention, admins=admins,
+        )
+        _audit(continuation_id, actor=actor, approved=approved, call_id=call_id, call_index=call_index, among=among,
+               result=result)
+        return result
+
+    async def _decide(
+        self,
+        continuation_id: str,
+        *,
+        approved: bool,
+        actor: Actor,
+        call_id: str | None,
+        call_index: int | None,
+        among: Sequence[str] | None,
+        comment: str,
+        mention: Callable[[str], str],
+        admins: bool,
+    ) -> ClickResult:
         row = await self._get(continuation_id)
         if row is not None and call_index is not None:
             call_id = row.call_ids[call_index] if 0 <= call_index < len(row.call_ids) else None
@@ -199,14 +220,20 @@ class ApprovalService:
         """Several decisions at once (e.g. from an API call), then one claim; calls not named stay undecided."""
         row = await self._get(continuation_id)
         if row is None:
-            return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+            result = ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+            for call_id, decision in decisions.items():
+                _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=result)
+            return result
         refused = self._policy_refusal(row, actor, _as_is, admins=True)
         if refused is not None:
+            for call_id, decision in decisions.items():
+                _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=refused)
             return refused
         for call_id, decision in decisions.items():
-            approved = decision.approved if isinstance(decision, Decision) else bool(decision)
+            approved = _approved(decision)
             comment = decision.comment if isinstance(decision, Decision) else ""
             result = await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment)
+            _audit(continuation_id, actor=actor, approved=approved, call_id=call_id, result=result)
             if result.outcome not in ("recorded", "ready") and result.reason != "already_decided":
                 return result
         return await self._claim(row.id, actor=actor)
@@ -231,6 +258,14 @@ class ApprovalService:
         """Close approvals past their expiry (of `platforms` only, when given: a process expires what it can
         edit); each comes back for its platform to edit its messages."""
         rows = await self._continuations.expire_due(platforms=platforms)
+        for row in rows:
+            log.info(
+                "approval %s expired: %s (asked by %s) will not run", row.id, ", ".join(c.tool for c in row.calls),
+                row.requested_by,
+                extra={"audit": "approval", "continuation_id": str(row.id), "actor": "", "decision": "expired",
+                       "tools": [c.tool for c in row.calls], "outcome": "expired"},
+            )
+            metrics.record_approval(decision="expired")
         return [ExpiredApproval(platform=row.platform, view=ApprovalView.from_row(row), message_refs=row.message_refs) for row in rows]
 
     async def revert_stuck(self, *, older_than_s: float = 600.0) -> int:
@@ -325,6 +360,33 @@ class ApprovalService:
             except (psycopg.Error, PoolTimeout):
                 # The run already told the user how it ended; the stuck-run job tidies the row later.
                 log.exception("could not record how resumed run %s ended", row.id)
+
+
+def _approved(decision: bool | Decision) -> bool:
+    return decision.approved if isinstance(decision, Decision) else bool(decision)
+
+
+def _audit(
+    continuation_id: str, *, actor: Actor, approved: bool, result: ClickResult, call_id: str | None = None,
+    call_index: int | None = None, among: Sequence[str] | None = None,
+) -> None:
+    """One line per decision a person asked for: who, approve or reject, which calls, and what came of it."""
+    calls = result.view.calls if result.view is not None else ()
+    if call_id is None and call_index is not None and 0 <= call_index < len(calls):
+        call_id = calls[call_index].call_id
+    targets = [call_id] if call_id is not None else list(among) if among is not None else [c.call_id for c in calls]
+    tools = [call.tool for call in calls if call.call_id in targets]
+    took_effect = result.outcome in ("recorded", "ready")
+    decision = "approved" if approved else "rejected"
+    log.info(
+        "approval %s: %s %s %s, outcome %s%s", continuation_id, actor.display, decision,
+        ", ".join(tools) or ("call " + call_id if call_id else "every call"), result.outcome,
+        f" ({result.reason})" if result.reason else "",
+        extra={"audit": "approval", "continuation_id": continuation_id, "actor": actor.id, "actor_name": actor.name,
+               "decision": decision, "calls": targets, "tools": tools, "outcome": result.outcome,
+               "reason": result.reason},
+    )
+    metrics.record_approval(decision=decision if took_effect else "refused")
 
 
 def _closed(row: ContinuationRow) -> ClickResult | None:

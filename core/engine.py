@@ -20,6 +20,7 @@ from core.store.continuations import ContinuationStore
 from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.locks import ConversationLocks
+from core.store.usage import UsageLog
 from core.tokens import TokenCounter, get_token_counter
 from core.tools import ApprovalPolicy, ToolExecutor, ToolRegistry, ToolServices
 from core.tools.internal_search import INTERNAL_SEARCH
@@ -96,6 +97,7 @@ class Engine:
             continuations=continuations,
             history=TurnHistory(self.conversations, self.counter),
             locks=ConversationLocks(db),
+            usage=UsageLog(db),
         )
         self.approvals = ApprovalService(
             continuations=continuations,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -14,17 +15,19 @@ from typing import Any, assert_never
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from core import wording
+from core import metrics, observe, wording
 from core.agents import AgentConfig, AgentDeps, AgentOutput, BaseAgent, Finished, Paused, RunContext, UnknownAgentType, agent_class
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
 from core.config import Settings
-from core.events import ApprovalRequired, Done, Event, Failed, SourceItem, Sources
+from core.events import ApprovalRequired, Done, Event, Failed, SourceItem, Sources, Usage
 from core.history import TurnHistory, content_text
-from core.requests import Actor, Request
+from core.observe import RunTrace
+from core.requests import Actor, ConversationKey, Request
 from core.store.continuations import ContinuationRow, ContinuationStore, StoredCall
 from core.store.conversations import ConversationStore
 from core.store.locks import ConversationLocks
+from core.store.usage import TurnUsage, UsageLog
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ class RunPlan:
     outputs: AsyncIterator[AgentOutput]
     author: str
     question: str
+    # Tokens the turn had used before this run (a resumed run's state carries the paused part's).
+    baseline: Usage = Usage()
 
 
 class Runs:
@@ -58,6 +63,7 @@ class Runs:
         continuations: ContinuationStore,
         history: TurnHistory,
         locks: ConversationLocks,
+        usage: UsageLog | None = None,
     ) -> None:
         self._settings = settings
         self._deps = deps
@@ -67,6 +73,7 @@ class Runs:
         self._continuations = continuations
         self._history = history
         self._locks = locks
+        self._usage = usage
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -85,9 +92,17 @@ class Runs:
 
     async def ask(self, request: Request) -> AsyncIterator[Event]:
         """A new run for a question."""
+        key = request.conversation
+        with observe.run_scope(platform=key.platform, conversation=_label(key)):
+            async with aclosing(self._ask(request)) as events:
+                async for event in events:
+                    yield event
+
+    async def _ask(self, request: Request) -> AsyncIterator[Event]:
         try:
             cls = agent_class(request.agent_type or self._settings.agent_type)
         except UnknownAgentType as error:
+            _report_unstarted(request.conversation.platform, str(error))
             yield Failed(message=str(error), retryable=False)
             return
         with self._tracking():
@@ -95,6 +110,7 @@ class Runs:
                 conversation_id = await self._conversations.get_or_create(request.conversation)
             except (psycopg.Error, PoolTimeout):
                 log.exception("could not open the conversation")
+                _report_unstarted(request.conversation.platform, "the database is unavailable")
                 yield Failed(message=wording.database_unavailable(), retryable=True)
                 return
             turn_id = str(uuid.uuid4())
@@ -117,14 +133,22 @@ class Runs:
 
     async def resume(self, row: ContinuationRow) -> AsyncIterator[Event]:
         """Continue a paused run that the caller has claimed; approved calls run at most once."""
+        with observe.run_scope(platform=row.platform):
+            async with aclosing(self._resume(row)) as events:
+                async for event in events:
+                    yield event
+
+    async def _resume(self, row: ContinuationRow) -> AsyncIterator[Event]:
         with self._tracking():
             try:
                 state = RunState.from_json(row.state)
                 cls = agent_class(state.agent_type)
             except (RunStateError, UnknownAgentType) as error:
                 log.error("cannot resume %s: %s", row.id, error)
+                _report_unstarted(row.platform, str(error))
                 yield Failed(message=str(error), retryable=False)
                 return
+            observe.name_conversation(_label(state.conversation))
             context = RunContext(
                 conversation_id=state.conversation_id,
                 conversation=state.conversation,
@@ -142,6 +166,7 @@ class Runs:
                 outputs=agent.gen_continuation(state, row.decisions, mark_started=mark_started),
                 author=state.user_name or state.user_id,
                 question=content_text(state.messages[state.turn_start]),
+                baseline=state.usage,
             )
 
             async def prepared() -> RunPlan:
@@ -193,25 +218,81 @@ class Runs:
         (whose history is already stored) need not wait for it.
         """
         ending: list[Event] = []
-        async with self._locks.hold(conversation_id):
-            plan = await prepare()
-            ended = False
-            try:
-                async with aclosing(plan.outputs) as outputs:
-                    async for output in outputs:
-                        match output:
-                            case Finished() | Paused() | Failed():
-                                ended = True
-                                # Shielded: a shutdown arriving now must not cut the turn's storing short.
-                                ending.extend(await asyncio.shield(self._end(plan, output)))
-                            case _:
-                                yield output
-            finally:
-                if not ended:
-                    # Cancelled at shutdown or dropped by its consumer mid-run: calls that ran stay on record.
-                    await asyncio.shield(self._keep_progress(plan))
+        started = time.monotonic()
+        plan: RunPlan | None = None
+        trace: RunTrace | None = None
+        outcome = "cancelled"  # unless it ends otherwise
+        usage: Usage | None = None
+        try:
+            async with self._locks.hold(conversation_id):
+                plan = await prepare()
+                trace = RunTrace(
+                    platform=plan.agent.context.conversation.platform, agent=plan.agent.config.agent_type,
+                    model=plan.agent.deps.model.name, started=started,
+                )
+                ended = False
+                try:
+                    async with aclosing(plan.outputs) as outputs:
+                        async for output in outputs:
+                            match output:
+                                case Finished() | Paused() | Failed():
+                                    ended = True
+                                    usage = output.usage if isinstance(output, Finished) else (
+                                        output.state.usage if isinstance(output, Paused) else None
+                                    )
+                                    # Shielded: a shutdown arriving now must not cut the turn's storing short.
+                                    ending.extend(await asyncio.shield(self._end(plan, output)))
+                                    outcome = _outcome(ending)
+                                case _:
+                                    trace.see(output)
+                                    yield output
+                finally:
+                    if not ended:
+                        # Cancelled at shutdown or dropped by its consumer mid-run: calls that ran stay on record.
+                        await asyncio.shield(self._keep_progress(plan))
+        except Exception:
+            outcome = "failed"
+            raise
+        finally:
+            if plan is not None and trace is not None:
+                await asyncio.shield(self._report(plan, trace, outcome, usage))
         for event in ending:
             yield event
+
+    async def _report(self, plan: RunPlan, trace: RunTrace, outcome: str, usage: Usage | None) -> None:
+        """The answer line, the answer metrics, and the turn's tokens in the usage table."""
+        used = usage if usage is not None else _usage_so_far(plan.agent)
+        tokens_in = max(0, used.prompt_tokens - plan.baseline.prompt_tokens)
+        tokens_out = max(0, used.completion_tokens - plan.baseline.completion_tokens)
+        total_s = trace.elapsed_s()
+        first_token_s = trace.first_token_s
+        log.info(
+            "answer %s on %s: agent %s, model %s, first text after %s, total %.2f s, tokens in %d / out %d, tools: %s",
+            outcome, trace.platform, trace.agent, trace.model,
+            "-" if first_token_s is None else f"{first_token_s:.2f} s", total_s, tokens_in, tokens_out,
+            ", ".join(trace.tools) or "none",
+            extra={
+                "event": "answer", "platform": trace.platform, "agent": trace.agent, "model": trace.model,
+                "outcome": outcome, "first_token_s": None if first_token_s is None else round(first_token_s, 3),
+                "total_s": round(total_s, 3), "tokens_in": tokens_in, "tokens_out": tokens_out, "tools": trace.tools,
+            },
+        )
+        metrics.record_answer(
+            platform=trace.platform, outcome=outcome, model=trace.model, first_token_s=first_token_s, total_s=total_s,
+            tokens_in=tokens_in, tokens_out=tokens_out,
+        )
+        if self._usage is None or not (tokens_in or tokens_out):
+            return
+        context = plan.agent.context
+        try:
+            await self._usage.add(TurnUsage(
+                turn_id=context.turn_id, platform=context.conversation.platform, workspace=context.conversation.workspace,
+                channel=context.conversation.channel, user=context.user.id, model=trace.model,
+                prompt_tokens=tokens_in, completion_tokens=tokens_out,
+            ))
+        except (psycopg.Error, PoolTimeout):
+            # The answer is what matters; its tokens are still counted in the metrics and the log line.
+            log.warning("could not store the token usage of turn %s", context.turn_id, exc_info=True)
 
     async def _end(self, plan: RunPlan, output: Finished | Paused | Failed) -> list[Event]:
         """Store how the run ended; once approved calls ran, even a database failure says so."""
@@ -305,6 +386,30 @@ class Runs:
         return ApprovalRequired(
             continuation_id=str(continuation_id), calls=paused.calls, requested_by=state.user_id, expires_at=expires
         )
+
+
+def _label(key: ConversationKey) -> str:
+    return observe.conversation_label(platform=key.platform, workspace=key.workspace, channel=key.channel, thread=key.thread)
+
+
+def _outcome(ending: Sequence[Event]) -> str:
+    if any(isinstance(event, Failed) for event in ending):
+        return "failed"
+    return "approval" if any(isinstance(event, ApprovalRequired) for event in ending) else "answered"
+
+
+def _usage_so_far(agent: BaseAgent) -> Usage:
+    """What a run that failed or stopped had used: its loop state's count (the agent keeps no other)."""
+    state = getattr(agent, "_state", None)
+    return state.usage if isinstance(state, RunState) else Usage()
+
+
+def _report_unstarted(platform: str, reason: str) -> None:
+    """A run that failed before it started still counts, as a failed answer of no tokens."""
+    log.info("answer failed on %s before it started: %s", platform, reason,
+             extra={"event": "answer", "platform": platform, "outcome": "failed", "tokens_in": 0, "tokens_out": 0})
+    metrics.record_answer(platform=platform, outcome="failed", model="", first_token_s=None, total_s=None,
+                          tokens_in=0, tokens_out=0)
 
 
 class _RunTracker:

@@ -1,10 +1,12 @@
-"""DiscordAdapter: the discord.py client and the adapter's lifecycle (start, stop taking events, interrupt, close)."""
+"""DiscordAdapter: the discord.py client and the adapter's lifecycle (start, stop taking events, interrupt, close, readiness)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import aiohttp
 import discord
@@ -17,6 +19,7 @@ from adapters.answers import AnswerRunner
 from adapters.base import AdapterPorts
 from adapters.gate import Gate
 from adapters.streaming import Clock, MonotonicClock
+from core import metrics, observe
 from core.config import Settings
 from core.redact import redact_url
 from core.engine import Engine
@@ -36,6 +39,9 @@ READY_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
 DOCTOR_TIMEOUT_S = 10.0
 QUESTION_MAX_CHARS = 4_000
+# A gateway reconnecting for longer than this makes the process not ready (a short resume is normal).
+RECONNECT_GRACE_S = 30.0
+_ID = re.compile(r"/\d+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,17 +71,61 @@ def intents_for(*, message_content: bool) -> discord.Intents:
     return intents
 
 
+class GatewayWatch:
+    """Whether the gateway can be counted on: READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._ready_seen = False
+        self._down_since: float | None = None
+
+    def up(self) -> None:
+        """READY or RESUMED."""
+        self._ready_seen = True
+        self._down_since = None
+
+    def down(self) -> None:
+        """The gateway connection closed; discord.py reconnects (or the adapter is closing)."""
+        if self._down_since is None:
+            self._down_since = self._clock.now()
+
+    def reason(self) -> str | None:
+        if not self._ready_seen:
+            return "the gateway has not sent READY yet"
+        if self._down_since is not None:
+            down_s = self._clock.now() - self._down_since
+            if down_s > RECONNECT_GRACE_S:
+                return f"the gateway has been reconnecting for {down_s:.0f} s"
+        return None
+
+
+def rate_limit_trace() -> aiohttp.TraceConfig:
+    """Counts every 429 discord.py receives (it waits them out itself, so our code never sees most of them),
+    by HTTP method and route, ids left out."""
+
+    async def on_request_end(session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestEndParams) -> None:
+        if params.response.status == 429:
+            metrics.record_rate_limited(platform=PLATFORM, method=f"{params.method} {_ID.sub('/{id}', params.url.path)}")
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_request_end)
+    return trace
+
+
 class RelayClient(discord.Client):
-    """Routes messages and /ask to DiscordInbound and clicks to DiscordClicks; nothing else lives here."""
+    """Routes messages and /ask to DiscordInbound and clicks to DiscordClicks, and tells the GatewayWatch."""
 
     def __init__(
-        self, *, inbound: DiscordInbound, clicks: DiscordClicks, message_content: bool, guild_ready_timeout_s: float
+        self, *, inbound: DiscordInbound, clicks: DiscordClicks, message_content: bool, guild_ready_timeout_s: float,
+        watch: GatewayWatch,
     ) -> None:
         super().__init__(
             intents=intents_for(message_content=message_content),
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout_s,
+            http_trace=rate_limit_trace(),
         )
+        self.watch = watch
         self.inbound = inbound
         # Read by the buttons at click time (buttons.DecisionButton), so they need not import the handler.
         self.clicks = clicks
@@ -97,6 +147,15 @@ class RelayClient(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         if self.user is not None:
             await self.inbound.on_message(self.user, message)
+
+    async def on_ready(self) -> None:
+        self.watch.up()
+
+    async def on_resumed(self) -> None:
+        self.watch.up()
+
+    async def on_disconnect(self) -> None:
+        self.watch.down()
 
 
 class DiscordAdapter:
@@ -132,6 +191,7 @@ class DiscordAdapter:
         self.direct_messages = DirectMessageRule(
             policy=settings.direct_messages, guild_ids=settings.discord_guild_ids, is_member=self._is_member
         )
+        self.watch = GatewayWatch(self._clock)
         self.client = RelayClient(
             inbound=DiscordInbound(
                 engine=engine, runner=self.runner, surfaces=surfaces, gate=self.gate, conversations=ports.conversations,
@@ -143,6 +203,7 @@ class DiscordAdapter:
             ),
             message_content=settings.discord_message_content_intent,
             guild_ready_timeout_s=tuning.guild_ready_timeout_s,
+            watch=self.watch,
         )
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         self._connection: asyncio.Task[None] | None = None
@@ -166,7 +227,10 @@ class DiscordAdapter:
         await self.client.login(self._settings.discord_token)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
-        self._connection = asyncio.create_task(self.client.connect(reconnect=True), name="discord-gateway")
+        # Every event handler discord.py starts comes from this task, and inherits the platform.
+        self._connection = asyncio.create_task(
+            self.client.connect(reconnect=True), name="discord-gateway", context=observe.platform_context(PLATFORM)
+        )
         ready = asyncio.create_task(self.client.wait_until_ready())
         done, _ = await asyncio.wait(
             {ready, self._connection}, timeout=self._tuning.ready_timeout_s, return_when=asyncio.FIRST_COMPLETED
@@ -176,12 +240,20 @@ class DiscordAdapter:
             if self._connection in done:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
+        self.watch.up()  # READY is in: on_ready may not have run yet
         log.info("Discord connected as %s", self.client.user)
 
     async def maintain(self) -> None:
         """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is delivering."""
-        await self.runner.repair_leftovers(DiscordShownMessages(self.client))
-        await self.runner.deliver_pending(DiscordFinalDelivery(self.client, self.budgets, self._clock))
+        with observe.platform_scope(PLATFORM):
+            await self.runner.repair_leftovers(DiscordShownMessages(self.client))
+            await self.runner.deliver_pending(DiscordFinalDelivery(self.client, self.budgets, self._clock))
+
+    async def readiness(self) -> str | None:
+        """READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""
+        if self.client.is_closed() and self._connection is None:
+            return "the gateway is not connected"
+        return self.watch.reason()
 
     async def stop_accepting(self) -> None:
         """Messages, /ask and clicks are turned away from now on (the first step of a shutdown)."""

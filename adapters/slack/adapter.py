@@ -1,9 +1,10 @@
-"""SlackAdapter: lifecycle (start, stop taking events, interrupt, close), the gate, the Bolt wiring, and the doctor line."""
+"""SlackAdapter: lifecycle (start, stop taking events, interrupt, close), the gate, the Bolt wiring, readiness, and the doctor line."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,14 +12,23 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.middleware.authorization.async_single_team_authorization import AsyncSingleTeamAuthorization
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import async_default_handlers
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.answers import AnswerRunner
 from adapters.base import AdapterPorts
 from adapters.gate import Gate
 from adapters.http.server import HttpServer
+from core import metrics, observe
 from core.config import Settings
 from core.redact import redact_url
 from core.engine import Engine
@@ -34,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 CLOSE_WAIT_S = 5.0
+# How long close() lets the Socket Mode close frame take; slack_sdk's own close waits for Slack's
+# answer to it (up to aiohttp's 10 s), which is what made a SIGTERM take ~10 s.
+SOCKET_CLOSE_WAIT_S = 0.5
+# HTTP mode has no connection to watch: readiness is the last auth.test, repeated this often (by maintain).
+AUTH_CHECK_INTERVAL_S = 60.0
 
 
 class SlackAdapter:
@@ -58,7 +73,13 @@ class SlackAdapter:
         self._settings = settings
         self._socket_handler: AsyncSocketModeHandler | None = None
         clock = ScaledClock(time_scale)
-        self.client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
+        self.client = AsyncWebClient(
+            token=settings.slack_bot_token, base_url=settings.slack_api_url,
+            # Bolt copies these into its per-event clients, so every Web API call's 429 is counted.
+            retry_handlers=[RateLimitCounter(), *async_default_handlers()],
+        )
+        self._auth_problem: str | None = "auth.test has not run yet"
+        self._auth_checked_at: float | None = None
         self.surfaces = SlackSurfaces(
             client=self.client, budgets=SlackBudgets(
                 clock=clock, share=settings.slack_rate_share,
@@ -91,20 +112,57 @@ class SlackAdapter:
     # --- lifecycle (PlatformAdapter) ---
 
     async def start(self) -> None:
-        """Repairs answers a crash left unfinished, then takes events."""
+        """Asks auth.test once for the whole process, repairs answers a crash left unfinished, then takes events."""
         await self.inbound.open()
+        auth = await self._check_auth()
+        if auth is not None:
+            _seed_authorization(self.app, auth)
         await self.maintain()
         if self._settings.slack_app_token:
-            self._socket_handler = AsyncSocketModeHandler(self.app, app_token=self._settings.slack_app_token)
-            await self._socket_handler.connect_async()
+            # Built and connected in a context naming the platform: the client's tasks, and the
+            # event handlers they start, inherit it (metrics label their 429s and queues with it).
+            context = observe.platform_context(PLATFORM)
+            handler = context.run(AsyncSocketModeHandler, self.app, app_token=self._settings.slack_app_token)
+            self._socket_handler = handler
+            await asyncio.create_task(handler.connect_async(), context=context)
             logger.info("Slack connected in Socket Mode")
         else:
             logger.info("Slack listening in HTTP mode at %s", EVENTS_PATH)
 
     async def maintain(self) -> None:
-        """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is delivering."""
-        await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
-        await self.runner.deliver_pending(SlackFinalDelivery(self.surfaces))
+        """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is
+        delivering; in HTTP mode, repeat auth.test when it is due (it is what readiness reports)."""
+        with observe.platform_scope(PLATFORM):
+            await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
+            await self.runner.deliver_pending(SlackFinalDelivery(self.surfaces))
+        due = self._auth_checked_at is None or time.monotonic() - self._auth_checked_at >= AUTH_CHECK_INTERVAL_S
+        if not self._settings.slack_app_token and due:
+            await self._check_auth()
+
+    async def readiness(self) -> str | None:
+        """Socket Mode: the socket is open. HTTP mode: the last auth.test succeeded."""
+        if self._settings.slack_app_token:
+            handler = self._socket_handler
+            if handler is None:
+                return "the Socket Mode connection is not open"
+            return None if await handler.client.is_connected() else "the Socket Mode connection is not open"
+        return self._auth_problem
+
+    async def _check_auth(self) -> AsyncSlackResponse | None:
+        """auth.test, remembered for readiness; the response when the token was accepted."""
+        self._auth_checked_at = time.monotonic()
+        try:
+            auth = await self.client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error", "unknown error") if exc.response is not None else "unknown error"
+            self._auth_problem = f"auth.test failed ({error})"
+        except Exception as exc:
+            self._auth_problem = f"auth.test failed ({type(exc).__name__})"
+        else:
+            self._auth_problem = None
+            return auth
+        logger.warning("Slack %s", self._auth_problem)
+        return None
 
     async def stop_accepting(self) -> None:
         self.gate.accepting = False
@@ -119,8 +177,8 @@ class SlackAdapter:
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
         if self._socket_handler is not None:
-            await self._socket_handler.close_async()
-            self._socket_handler = None
+            handler, self._socket_handler = self._socket_handler, None
+            await close_socket(handler.client)
         await self.inbound.close()
 
     @property
@@ -130,7 +188,9 @@ class SlackAdapter:
     # --- wiring ---
 
     async def _handle_http(self, request: web.Request) -> web.Response:
-        response = await self.app.async_dispatch(await to_bolt_request(request))
+        # Bolt runs the listeners in tasks started here: they inherit the platform.
+        with observe.platform_scope(PLATFORM):
+            response = await self.app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
     async def _gate_middleware(self, body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> BoltResponse | None:
@@ -150,6 +210,54 @@ class SlackAdapter:
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
         await self.inbound.on_message(body, event, _bot(context))
+
+
+class RateLimitCounter(AsyncRetryHandler):
+    """Counts every 429 a Slack Web API call receives, by method; never asks for a retry itself
+    (the callers' budgets decide when to try again)."""
+
+    async def can_retry_async(
+        self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is not None and response.status_code == 429:
+            metrics.record_rate_limited(platform=PLATFORM, method=request.url.rstrip("/").rpartition("/")[2])
+        return False
+
+
+def _seed_authorization(app: AsyncApp, auth: AsyncSlackResponse) -> None:
+    """Gives Bolt's single-workspace authorization the auth.test answer start() already has.
+
+    Bolt asks auth.test on the first event and caches it, but every event arriving before that first
+    answer asks too: a burst at start made one call per event. Bolt has no public way to hand it the
+    answer, so this sets it on Bolt's own middleware (a missing one only means Bolt asks itself)."""
+    for middleware in getattr(app, "_async_middleware_list", ()):
+        if isinstance(middleware, AsyncSingleTeamAuthorization):
+            middleware.auth_test_result = auth
+
+
+async def close_socket(client: SocketModeClient) -> None:
+    """Closes a Socket Mode connection without waiting for Slack to answer the close.
+
+    slack_sdk's close() awaits the websocket's close handshake while its receive loop still reads
+    the socket, so it waits for aiohttp's close timeout (10 s) before "session abandoned". Here the
+    client's tasks stop first, the close frame gets SOCKET_CLOSE_WAIT_S, and the HTTP session is
+    closed, which closes the socket whatever the server does."""
+    client.closed = True
+    client.auto_reconnect_enabled = False
+    tasks = [task for task in (client.message_processor, client.current_session_monitor, client.message_receiver)
+             if task is not None and not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=SOCKET_CLOSE_WAIT_S)
+    session = client.current_session
+    if session is not None and not session.closed:
+        try:
+            await asyncio.wait_for(session.close(), SOCKET_CLOSE_WAIT_S)
+        except Exception:  # a timeout or a broken socket: the session's close below ends it either way
+            logger.debug("Socket Mode close frame not acknowledged", exc_info=True)
+    await client.aiohttp_client_session.close()
 
 
 def _bot(context: AsyncBoltContext) -> BotIdentity:

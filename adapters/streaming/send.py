@@ -9,6 +9,7 @@ from typing import TypeVar
 from adapters.streaming.rate_budget import Priority, RateBudget
 from adapters.streaming.clock import Clock
 from adapters.streaming.transport import RateLimited, TransientSendError
+from core import metrics, observe
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ async def send_paced(
     and the last failure, is raised.
     """
     for attempt in range(1, attempts + 1):
-        await budget.acquire(priority, key)
+        with metrics.waiting_for_budget(observe.current_platform()):
+            await budget.acquire(priority, key)
         try:
             return await call()
         except Exception as raw:

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from core import metrics, observe
+
 from .rate_budget import Priority, RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
@@ -205,9 +207,10 @@ class MessageStreamer:
         budget = self._post_budget if posting else self._edit_budget
         # An answer that ends while this waits is promoted to a final, and its token goes to the
         # final text: one call instead of a text with a cursor and then the final.
-        await budget.acquire(
-            priority, self._key, shows_text=slot.has_text, promote=self._ending_requested
-        )
+        with metrics.waiting_for_budget(observe.current_platform()):
+            await budget.acquire(
+                priority, self._key, shows_text=slot.has_text, promote=self._ending_requested
+            )
         if self._ending_requested.is_set():
             self._prepaid = budget
             return "sent"  # the final delivery takes over
@@ -326,7 +329,8 @@ class MessageStreamer:
                 if not budget.try_acquire():
                     # The final must wait (its budget is spent or paused by a 429): keep it safe meanwhile.
                     await self._final_pending()
-                    await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
+                    with metrics.waiting_for_budget(observe.current_platform()):
+                        await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
             try:
                 if posting:
                     await self._post(slot, text)

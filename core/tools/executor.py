@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jsonschema.exceptions import best_match
 
+from core import metrics
 from core.llm.results import ToolCallRequest
 from core.tools.context import ToolContext
 from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolError, ToolRegistry, ToolSpec
@@ -148,7 +150,26 @@ class ToolExecutor:
         return parsed.spec.requires_approval
 
     async def run(self, parsed: ParsedCall, ctx: ToolContext) -> ToolResult:
-        """Run the tool under its timeout; failures become error results, the output is capped."""
+        """Run the tool under its timeout; failures become error results, the output is capped.
+
+        Every run writes one audit line (who, which tool, how it ended) and counts in the tool metrics."""
+        started = time.monotonic()
+        outcome = "cancelled"  # unless it returns
+        try:
+            result, outcome = await self._run(parsed, ctx)
+        finally:
+            elapsed_s = time.monotonic() - started
+            logger.info(
+                "tool run: %s (call %s) for %s ended %s after %.2f s",
+                parsed.name, parsed.id, ctx.user_name or ctx.user, outcome, elapsed_s,
+                extra={"audit": "tool_run", "tool": parsed.name, "call_id": parsed.id, "user": ctx.user,
+                       "user_name": ctx.user_name, "outcome": outcome, "duration_s": round(elapsed_s, 3)},
+            )
+            metrics.record_tool_run(tool=parsed.name, outcome=outcome)
+        return result
+
+    async def _run(self, parsed: ParsedCall, ctx: ToolContext) -> tuple[ToolResult, str]:
+        """The result, and how the run ended: ok, error (the tool said so), timeout or crashed."""
         spec = parsed.spec
         deadline = asyncio.timeout(spec.timeout_s)
         try:
@@ -156,22 +177,22 @@ class ToolExecutor:
                 output = await spec.run(ctx, dict(parsed.arguments))
         except ToolError as exc:
             logger.info("tool %s (call %s) reported: %s", spec.name, parsed.id, exc)
-            return self._result(parsed, "error", f"Error: {_short(str(exc) or type(exc).__name__)}")
+            return self._result(parsed, "error", f"Error: {_short(str(exc) or type(exc).__name__)}"), "error"
         except Exception as exc:
             # A TimeoutError raised inside the tool (its own HTTP timeout, say) is a failure, not ours.
             if isinstance(exc, TimeoutError) and deadline.expired():
                 logger.warning("tool %s (call %s) timed out after %s s", spec.name, parsed.id, spec.timeout_s)
                 return self._result(
                     parsed, "error", f"Error: {spec.name} timed out after {_format_seconds(spec.timeout_s)} s."
-                )
+                ), "timeout"
             # The traceback is for operators; the model only needs what went wrong.
             logger.exception("tool %s (call %s) failed", spec.name, parsed.id)
             detail = str(exc) or type(exc).__name__
-            return self._result(parsed, "error", f"Error: {spec.name} failed: {_short(detail)}")
+            return self._result(parsed, "error", f"Error: {spec.name} failed: {_short(detail)}"), "crashed"
         if not isinstance(output, str):
             logger.error("tool %s returned %s instead of str", spec.name, type(output).__name__)
-            return self._result(parsed, "error", f"Error: {spec.name} failed: it returned no text.")
-        return self._result(parsed, "ok", output)
+            return self._result(parsed, "error", f"Error: {spec.name} failed: it returned no text."), "crashed"
+        return self._result(parsed, "ok", output), "ok"
 
     def rejected(self, call: ToolCallRequest | ParsedCall, comment: str | None = None) -> ToolResult:
         """The result the model reads for a call the user declined, with their comment if any."""
