@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
-from core.ports import EventDedup, FinalOutbox, KnownConversations, LiveAnswerLog
+from core.ports import AppState, EventDedup, FinalOutbox, KnownConversations, LiveAnswerLog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,6 +17,7 @@ class AdapterPorts:
     dedup: EventDedup
     conversations: KnownConversations
     outbox: FinalOutbox
+    state: AppState
 
 
 class PlatformAdapter(Protocol):

@@ -19,6 +19,7 @@ from core.engine import Engine
 from core.llm import LLMClient
 from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
+from core.store.app_state import AppStateStore
 from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
@@ -129,6 +130,7 @@ class Runtime:
         ports = AdapterPorts(
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
             conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
+            state=AppStateStore(self.db),
         )
         try:
             if self.settings.slack_bot_token:

@@ -70,6 +70,14 @@ class FinalOutbox(Protocol):
         ...
 
 
+class AppState(Protocol):
+    """Small facts remembered across restarts, by key (core.store.app_state)."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def put(self, key: str, value: str) -> None: ...
+
+
 class EventDedup(Protocol):
     """One atomic "first time?" per platform event, across processes (core.store.processed_events)."""
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from discord import app_commands
 
 from adapters.answers import AnswerRunner
 from adapters.base import AdapterPorts
+from core.ports import AppState
 from adapters.gate import Gate
 from adapters.streaming import Clock, MonotonicClock
 from core import metrics, observe
@@ -117,7 +120,7 @@ class RelayClient(discord.Client):
 
     def __init__(
         self, *, inbound: DiscordInbound, clicks: DiscordClicks, message_content: bool, guild_ready_timeout_s: float,
-        watch: GatewayWatch,
+        watch: GatewayWatch, state: AppState,
     ) -> None:
         super().__init__(
             intents=intents_for(message_content=message_content),
@@ -126,6 +129,7 @@ class RelayClient(discord.Client):
             http_trace=rate_limit_trace(),
         )
         self.watch = watch
+        self.state = state
         self.inbound = inbound
         # Read by the buttons at click time (buttons.DecisionButton), so they need not import the handler.
         self.clicks = clicks
@@ -139,10 +143,25 @@ class RelayClient(discord.Client):
     async def setup_hook(self) -> None:
         # Registered at every start, so buttons posted before a restart still work.
         self.add_dynamic_items(DecisionButton, ArgumentsButton)
+        await self._sync_commands()
+
+    async def _sync_commands(self) -> None:
+        """Registers the app commands only when their definition changed: the endpoint is rate-limited,
+        and a redeploy of the same code has nothing new to say."""
+        definition = json.dumps([command.to_dict(self.tree) for command in self.tree.get_commands()], sort_keys=True)
+        digest = hashlib.sha256(definition.encode()).hexdigest()
+        key = f"discord.commands.{self.application_id}"
         try:
+            if await self.state.get(key) == digest:
+                log.info("Discord commands unchanged; not syncing them")
+                return
             await self.tree.sync()
+            await self.state.put(key, digest)
         except discord.HTTPException:
             log.exception("could not register the /ask command")
+        except Exception:
+            # The database is not needed to answer: a sync that cannot be remembered is tried next start.
+            log.exception("could not check or remember the Discord commands' definition")
 
     async def on_message(self, message: discord.Message) -> None:
         if self.user is not None:
@@ -204,6 +223,7 @@ class DiscordAdapter:
             message_content=settings.discord_message_content_intent,
             guild_ready_timeout_s=tuning.guild_ready_timeout_s,
             watch=self.watch,
+            state=ports.state,
         )
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         self._connection: asyncio.Task[None] | None = None

@@ -376,3 +376,19 @@ async def test_ask_overflow_after_the_interaction_token_expired_goes_to_the_chan
 
             await dc.wait_for(lambda: shown() == long_answer, 30, what="the whole answer")
         assert all(len(m.content) <= 2000 for m in bot_messages(dc, w.channel_id))
+
+
+async def test_commands_are_synced_once_then_only_when_their_definition_changes(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    async with db.connection() as conn:
+        await conn.execute("DELETE FROM app_state WHERE key LIKE 'discord.commands.%'")
+    for _ in range(2):  # two starts of the same code: a redeploy
+        async with running_bot(discord_emulator, db, openai_emulator):
+            pass
+    assert len(discord_emulator.requests_to("commands_put")) == 1
+    async with db.connection() as conn:
+        await conn.execute("UPDATE app_state SET value = 'an older definition' WHERE key LIKE 'discord.commands.%'")
+    async with running_bot(discord_emulator, db, openai_emulator):
+        pass
+    assert len(discord_emulator.requests_to("commands_put")) == 2
