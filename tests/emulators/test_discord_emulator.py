@@ -437,3 +437,46 @@ async def test_threads_refused_where_the_bot_may_not_open_them_and_history_aroun
     assert refused.value.code == 50013
     assert around == ["m6", "m5", "m4", "m3"]
     assert not dc.threads
+
+
+async def test_any_custom_id_can_be_clicked_and_an_interaction_replayed(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    _, channel_id, user_id = world(dc)
+    client = DynamicClient(intents=make_intents(message_content=False), guild_ready_timeout=0.05)
+    async with running(dc, client):
+        channel = client.get_channel(channel_id)
+        assert isinstance(channel, discord.TextChannel)
+        view = discord.ui.View(timeout=None)
+        view.add_item(ApproveButton(7))
+        posted = await channel.send("approve?", view=view)
+        # click_button refuses a custom_id the message does not show; a forged request sends it anyway
+        # (and discord.py ignores it).
+        forged = await dc.click_custom_id(channel_id, "approve:8", user_id, message_id=posted.id)
+        clicked = await dc.click_custom_id(channel_id, "approve:7", user_id, message_id=posted.id)
+        responses = await dc.wait_for(lambda: dc.interaction_responses(clicked), what="click answer")
+        await dc.replay_interaction(clicked)
+        await asyncio.sleep(0.3)
+    assert dc.interaction_responses(forged) == []
+    # The replay's answer is refused (already acknowledged): still one response.
+    assert len(responses) == 1 and dc.interaction_responses(clicked) == responses
+    assert responses[0].content == f"approved 7 by {user_id}"
+    assert [record.status for record in dc.requests_to("interaction_callback")] == [200, 400]
+
+
+async def test_dispatch_raw_sends_a_payload_as_given(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    _, channel_id, user_id = world(dc)
+    client = new_client()
+    received: list[int] = []
+
+    @client.event
+    async def on_message(message: discord.Message) -> None:
+        received.append(message.id)
+
+    async with running(dc, client):
+        asked = await dc.send_user_message(channel_id, user_id, "hello", mentions_bot=True)
+        from tests.emulators.discord.payloads import message_payload
+
+        await dc.dispatch_raw("MESSAGE_CREATE", message_payload(dc.world, dc.message(asked), for_gateway=True))
+        await dc.wait_for(lambda: len(received) == 2, what="both dispatches")
+    assert received == [asked, asked]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -388,3 +388,49 @@ async def test_other_apps_messages_and_message_metadata_read_back(slack_emulator
     with pytest.raises(SlackApiError) as raised:
         await client.chat_postMessage(channel=CHANNEL, text="x", metadata={"event_payload": {}})
     assert raised.value.response["error"] == "invalid_metadata_format"
+
+
+async def test_socket_mode_spreads_events_over_every_connection(
+    slack_emulator: SlackEmulator,  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    seen: list[list[str]] = [[], []]
+    handlers = []
+
+
+    def recorder(into: list[str]) -> Callable[..., Awaitable[None]]:
+        async def on_mention(event: dict) -> None:  # type: ignore[type-arg]
+            into.append(event["ts"])
+
+        return on_mention
+
+    for index in range(2):
+        app = AsyncApp(client=client_for(slack), signing_secret=slack.signing_secret)
+        app.event("app_mention")(recorder(seen[index]))
+        handler = AsyncSocketModeHandler(app, app_token=slack.app_token)
+        await handler.connect_async()
+        handlers.append(handler)
+    try:
+        assert await eventually(lambda: slack.socket_connection_count == 2)
+        for _ in range(4):
+            ts = slack.add_user_message(CHANNEL, "hi", "U0000ALICE")
+            event = app_mention_event(text="hi", user="U0000ALICE", channel=CHANNEL, ts=ts, team_id=slack.team_id)
+            assert await slack.push_socket_event(slack.event_envelope(event), timeout_s=5.0) is not None
+        assert await eventually(lambda: len(seen[0]) + len(seen[1]) == 4)
+        assert len(seen[0]) == len(seen[1]) == 2
+    finally:
+        for handler in handlers:
+            await handler.close_async()
+
+
+async def test_deliver_raw_signs_any_bytes_and_channel_ids_lists_channels(
+    slack_emulator: SlackEmulator, bolt_url: str  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    assert (await slack.deliver_raw(bolt_url, b'{"type": "event_callback", "event": ')).status != 401
+    assert (await slack.deliver_raw(bolt_url, b"{}", sign=False)).status == 401
+    stale = int(time.time()) - 600
+    assert (await slack.deliver_raw(bolt_url, b"{}", timestamp=stale)).status == 401
+    slack.add_user_message("C0000CHAN2", "hi", "U0000ALICE")
+    slack.add_user_message(CHANNEL, "hi", "U0000ALICE")
+    assert slack.channel_ids == ["C0000CHAN2", CHANNEL]

@@ -280,6 +280,27 @@ class DiscordEmulator(EmulatorCore):
         await self._dispatch_interaction(interaction, slash_data(command, options or {}))
         return interaction.id
 
+    async def click_custom_id(
+        self, channel_id: int, custom_id: str, user_id: int, *, message_id: int | None = None,
+        component_type: int = BUTTON_COMPONENT,
+    ) -> int:
+        """A component interaction naming any custom_id, unchecked (click_button checks that the message shows
+        it, enabled): what a stale client or a forged request sends. INTERACTION_CREATE type 3, working token."""
+        interaction = self._new_interaction(COMPONENT_INTERACTION, user_id, channel_id, source_message_id=message_id)
+        await self._dispatch_interaction(interaction, {"custom_id": custom_id, "component_type": component_type})
+        return interaction.id
+
+    async def replay_interaction(self, interaction_id: int) -> None:
+        """Dispatches an interaction already sent once again, same id and token (a replayed event)."""
+        interaction = self.world.interactions[interaction_id]
+        data = interaction.data if interaction.data is not None else {}
+        await self.hub.dispatch("INTERACTION_CREATE", lambda _session: interaction_payload(self.world, interaction, data))
+
+    async def dispatch_raw(self, event: str, payload: JSONDict) -> None:
+        """Sends any payload as gateway event `event` to every session, as given (malformed on purpose if a
+        test wants)."""
+        await self.hub.dispatch(event, lambda _session: payload)
+
     def _new_interaction(
         self, kind: int, user_id: int, channel_id: int, *, source_message_id: int | None = None
     ) -> Interaction:
@@ -299,6 +320,7 @@ class DiscordEmulator(EmulatorCore):
         return interaction
 
     async def _dispatch_interaction(self, interaction: Interaction, data: JSONDict) -> None:
+        interaction.data = data
         payload = interaction_payload(self.world, interaction, data)
         await self.hub.dispatch("INTERACTION_CREATE", lambda _session: payload)
 

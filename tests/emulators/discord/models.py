@@ -199,6 +199,7 @@ class Interaction:
     callback_type: int | None = None
     original_loading: bool = False
     responses: list[InteractionResponseRecord] = field(default_factory=list)
+    data: JSONDict | None = None  # the `data` it was dispatched with (kept to replay it)
 
 
 @dataclass(frozen=True, kw_only=True)

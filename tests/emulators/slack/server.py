@@ -247,6 +247,11 @@ class SlackEmulator:
             return []
         return [m for m in found.messages.values() if include_deleted or not m.deleted]
 
+    @property
+    def channel_ids(self) -> list[str]:
+        """Every channel the emulator knows (made by a test, or on first use), in creation order."""
+        return list(self._store.channels)
+
     def message(self, channel: str, ts: str) -> MessageRecord:
         return self._store.channels[channel].messages[ts]
 
@@ -437,6 +442,13 @@ class SlackEmulator:
         """POSTs `payload=<json>` form-encoded, as Slack sends block_actions."""
         return await self._post(url, events.interaction_body(payload), "application/x-www-form-urlencoded",
                                 signing_secret=signing_secret, timestamp=timestamp, sign=sign, extra={})
+
+    async def deliver_raw(self, url: str, body: bytes, *, content_type: str = "application/json",
+                          signing_secret: str | None = None, timestamp: int | None = None, sign: bool = True,
+                          extra_headers: dict[str, str] | None = None) -> Delivery:
+        """POSTs any bytes, signed as Slack signs a body (malformed JSON, forged payloads), or wrongly signed."""
+        return await self._post(url, body, content_type, signing_secret=signing_secret, timestamp=timestamp,
+                                sign=sign, extra=extra_headers or {})
 
     async def deliver_url_verification(self, url: str, *, challenge: str = "emulator-challenge",
                                        signing_secret: str | None = None, sign: bool = True) -> Delivery:
