@@ -147,11 +147,19 @@ class Runtime:
 
     def _schedule_jobs(self, engine: Engine, reminders: ReminderService, notifiers: dict[str, Notifier]) -> None:
         events = ProcessedEvents(self.db)
+        async def expire() -> None:
+            await expire_approvals(engine.approvals, notifiers)
+
+        async def revert_stuck() -> None:
+            await engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S)
+
+        # Coroutine functions only: apscheduler awaits those; a lambda returning a coroutine would
+        # be called and its coroutine never awaited.
         jobs = [
             (self.heartbeats.beat, HEARTBEAT_INTERVAL_S, "heartbeat"),
             (events.prune, PRUNE_EVENTS_INTERVAL_S, "prune-processed-events"),
-            (lambda: expire_approvals(engine.approvals, notifiers), EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
-            (lambda: engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S), REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
+            (expire, EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
+            (revert_stuck, REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
             (reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
         ]
         jobs += [

@@ -53,6 +53,7 @@ async def send_paced(
             else:
                 raise
             if attempt == attempts:
-                raise
+                # The translated signal, so a caller can tell "later" (a 429) from a permanent failure.
+                raise error from raw
             log.info("platform call failed (attempt %d), retrying: %s", attempt, error)
     raise AssertionError("unreachable")
