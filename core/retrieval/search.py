@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 # How long "no vectors yet" is believed before asking again (an ingest may add some meanwhile).
 NO_VECTORS_RECHECK_S = 30.0
+SEARCH_QUERY_MAX_CHARS = 2000
 
 RRF_K = 60
 # Each branch contributes this many candidates per requested result (at least CANDIDATES_MIN).
@@ -214,6 +215,9 @@ class PgRetriever:
         """Ranked chunks; query_vector skips embedding the query (the bench passes its own)."""
         if limit <= 0 or not query.strip() or (token_budget is not None and token_budget <= 0):
             return []
+        # A question with a pasted file can be 100 KB; Postgres's text-search parser overflows its stack
+        # on that, and the start of a question says what it is about anyway.
+        query = query[:SEARCH_QUERY_MAX_CHARS]
         if query_vector is None:
             query_vector = await self.embed_query(query)
         # Some hits are passed over by the token budget; fetch enough to still fill the limit.

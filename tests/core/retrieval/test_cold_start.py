@@ -60,3 +60,8 @@ async def test_words_only_without_loading_the_model_until_some_chunk_has_vectors
     before = embedder.embedded
     await retriever.search("deploy script", limit=3)
     assert embedder.embedded == before + 1, "once vectors exist, the question is embedded"
+
+
+async def test_a_question_of_a_hundred_kilobytes_is_searched_not_failed(db: Database) -> None:
+    found = await PgRetriever(db, None).search("Question q1: please read all of this. " + "lorem ipsum " * 8_333, limit=3)
+    assert isinstance(found, list)
