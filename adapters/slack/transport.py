@@ -13,6 +13,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.streaming import CONNECTION_ERRORS, Clock, RateBudget, TransientSendError, classify_failure, parse_retry_after
+from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S
 from adapters.streaming.send import send_paced as paced
 
 from .render import message_text
@@ -83,8 +84,12 @@ class SlackBudgets:
         def make() -> RateBudget:
             per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
             learning = RateBudget.per_minute(per_minute, share=self._share, clock=self._clock)
+            # A limit the operator told us is trusted at least half-way: 429s from other causes
+            # (a busy Slack) must not talk the bot down to a trickle.
+            floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
             return RateBudget(
-                capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True
+                capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
+                learned_floor_per_s=floor,
             )
 
         return self._workspace_posts.get(team_id, make)

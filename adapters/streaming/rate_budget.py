@@ -44,7 +44,7 @@ SHOWN_TEXT_FINAL_DEFER_S = 60.0
 LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
 LEARNED_RATE_DECREASE = 0.5
 LEARNED_RATE_RECOVERY = 1.25
-LEARNED_RATE_RECOVER_AFTER_S = 60.0
+LEARNED_RATE_RECOVER_AFTER_S = 10.0
 
 
 class Priority(IntEnum):
@@ -90,7 +90,7 @@ class RateBudget:
 
     def __init__(
         self, *, capacity: float, refill_per_s: float, clock: Clock, parent: RateBudget | None = None,
-        learns: bool = False,
+        learns: bool = False, learned_floor_per_s: float = LEARNED_RATE_FLOOR_PER_S,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least one call")
@@ -102,6 +102,7 @@ class RateBudget:
         self._parent = parent
         self._learns = learns
         self._initial = (self._capacity, self._refill_per_s)
+        self._learned_floor_per_s = min(learned_floor_per_s, self._refill_per_s)
         self._last_limited_at = float("-inf")
         self._tokens = self._capacity
         self._updated_at = clock.now()
@@ -268,7 +269,7 @@ class RateBudget:
 
     def _slow_down(self) -> None:
         self._last_limited_at = self._clock.now()
-        self._refill_per_s = max(LEARNED_RATE_FLOOR_PER_S, self._refill_per_s * LEARNED_RATE_DECREASE)
+        self._refill_per_s = max(self._learned_floor_per_s, self._refill_per_s * LEARNED_RATE_DECREASE)
         self._capacity = max(1.0, self._capacity * LEARNED_RATE_DECREASE)
         self._tokens = min(self._tokens, self._capacity)
 
