@@ -166,6 +166,12 @@ class SlackAdapter:
 
     async def stop_accepting(self) -> None:
         self.gate.accepting = False
+        # Slack spreads events over the open Socket Mode connections: closing this one now sends the
+        # rest to the others (or, after a restart, to the new one) instead of acking events this
+        # process will not answer. Answers in flight go on over the Web API.
+        if self._socket_handler is not None:
+            handler, self._socket_handler = self._socket_handler, None
+            await close_socket(handler.client)
 
     async def interrupt_inflight(self) -> None:
         await self.runner.interrupt_all()
@@ -198,8 +204,9 @@ class SlackAdapter:
         if body.get("type") == "url_verification":
             return await next()
         if not self.gate.accepting:
-            logger.info("shutting down: ignoring a Slack %s", body.get("type"))
-            return BoltResponse(status=200, body="")
+            # Not a 200: Slack retries the event, reaching another instance or this one restarted.
+            logger.info("shutting down: refusing a Slack %s so that Slack retries it", body.get("type"))
+            return BoltResponse(status=503, body="")
         team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
         if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
