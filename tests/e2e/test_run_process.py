@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,24 +18,10 @@ from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator, app_mention_event
 from tests.e2e.slack_harness import ALICE, eventually
 from tests.support.observe import record_reported_usage
+from tests.support.processes import answer_once_on_each_platform, free_port, healthy
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWER = "Hello from a real relaybot process."
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _healthy(port: int) -> bool:
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                return response.status == 200
-    except aiohttp.ClientError:
-        return False
 
 
 async def test_run_answers_on_slack_and_discord_then_stops_on_sigterm(
@@ -50,7 +35,7 @@ async def test_run_answers_on_slack_and_discord_then_stops_on_sigterm(
     guild = dc.add_guild("team")
     channel_id = dc.add_channel(guild, "general")
     ada = dc.add_user("ada")
-    port = _free_port()
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "HF_HUB_OFFLINE")}
     env.update(
         PYTHONPATH=str(REPO),
@@ -75,7 +60,7 @@ async def test_run_answers_on_slack_and_discord_then_stops_on_sigterm(
     try:
         ready = False
         for _ in range(300):
-            if await _healthy(port) and dc.live_session_count >= 1:
+            if await healthy(port) and dc.live_session_count >= 1:
                 ready = True
                 break
             await asyncio.sleep(0.1)
@@ -140,7 +125,7 @@ async def test_json_logs_metrics_readiness_and_usage_of_a_running_process(
     guild = dc.add_guild("team")
     channel_id = dc.add_channel(guild, "general")
     ada = dc.add_user("ada")
-    port = _free_port()
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "HF_HUB_OFFLINE")}
     env.update(
         PYTHONPATH=str(REPO), DATABASE_URL=database_url, LLM_BASE_URL=openai_emulator.base_url, LLM_API_KEY="sk-test",
@@ -163,22 +148,15 @@ async def test_json_logs_metrics_readiness_and_usage_of_a_running_process(
     reading = asyncio.create_task(process.stdout.read())
     try:
         for _ in range(300):
-            if await _healthy(port) and dc.live_session_count >= 1 and (await _get(port, "/readyz"))[0] == 200:
+            if await healthy(port) and dc.live_session_count >= 1 and (await _get(port, "/readyz"))[0] == 200:
                 break
             await asyncio.sleep(0.1)
         assert await _get(port, "/readyz") == (200, '{"status": "ready"}')
 
-        text = f"<@{slack_emulator.bot_user_id}> hello?"
-        ts = slack_emulator.add_user_message("C0METRICS", text, ALICE)
-        delivery = await slack_emulator.deliver_event(
-            f"http://127.0.0.1:{port}/slack/events",
-            app_mention_event(text=text, user=ALICE, channel="C0METRICS", ts=ts, team_id=slack_emulator.team_id),
+        await answer_once_on_each_platform(
+            port, slack_emulator, dc, channel="C0METRICS", discord_channel=channel_id, asker=ada,
+            question="hello?", answer=ANSWER,
         )
-        assert delivery.status == 200
-        assert await eventually(lambda: any(m.text == ANSWER for m in slack_emulator.messages("C0METRICS")))
-        asked = await dc.send_user_message(channel_id, ada, "hello?", mentions_bot=True)
-        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread", timeout=15)
-        await dc.wait_for(lambda: any(m.content == ANSWER for m in dc.messages(thread.id)), what="answer", timeout=15)
 
         assert (await _get(port, "/metrics"))[0] == 401
         status, body = await _get(port, "/metrics", Authorization=f"Bearer {METRICS_TOKEN}")

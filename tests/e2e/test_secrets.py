@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from tests.e2e.slack_harness import ALICE, eventually
 from tests.emulators.discord import DiscordEmulator, RateLimitConfig
 from tests.emulators.openai_server import OpenAIEmulator, Text
-from tests.emulators.slack import SlackEmulator, app_mention_event
+from tests.emulators.slack import SlackEmulator
+from tests.support.processes import answer_once_on_each_platform, free_port, healthy
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWER = "An answer from a process holding secrets."
@@ -26,21 +24,6 @@ DISCORD_TOKEN = "discord-token-SECRET-91ac"
 LLM_API_KEY = "sk-llm-key-SECRET-4d2e"
 DATABASE_PASSWORD = "db-password-SECRET-77c3"
 DATABASE_SSL_PASSWORD = "db-sslpassword-SECRET-0e5a"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _healthy(port: int) -> bool:
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                return response.status == 200
-    except aiohttp.ClientError:
-        return False
 
 
 @pytest.fixture
@@ -111,7 +94,7 @@ async def test_run_at_debug_level_prints_no_secret(
     guild = discord.add_guild("team")
     channel_id = discord.add_channel(guild, "general")
     ada = discord.add_user("ada")
-    port = _free_port()
+    port = free_port()
     env = _env(database_url, llm, slack, discord, HTTP_PORT=str(port))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "--verbose", "run", env=env, cwd=tmp_path,
@@ -123,7 +106,7 @@ async def test_run_at_debug_level_prints_no_secret(
     try:
         ready = False
         for _ in range(300):
-            if await _healthy(port) and discord.live_session_count >= 1:
+            if await healthy(port) and discord.live_session_count >= 1:
                 ready = True
                 break
             await asyncio.sleep(0.1)
@@ -131,18 +114,10 @@ async def test_run_at_debug_level_prints_no_secret(
             process.kill()
             pytest.fail(f"relaybot run did not come up:\n{(await reading).decode()[-3000:]}")
 
-        text = f"<@{slack.bot_user_id}> what is the plan?"
-        ts = slack.add_user_message("C0SECRETS", text, ALICE)
-        delivery = await slack.deliver_event(
-            f"http://127.0.0.1:{port}/slack/events",
-            app_mention_event(text=text, user=ALICE, channel="C0SECRETS", ts=ts, team_id=slack.team_id),
+        await answer_once_on_each_platform(
+            port, slack, discord, channel="C0SECRETS", discord_channel=channel_id, asker=ada,
+            question="what is the plan?", answer=ANSWER,
         )
-        assert delivery.status == 200
-        assert await eventually(lambda: any(m.text == ANSWER for m in slack.messages("C0SECRETS")))
-
-        asked = await discord.send_user_message(channel_id, ada, "what is the plan?", mentions_bot=True)
-        thread = await discord.wait_for(lambda: discord.thread_of(asked), what="thread", timeout=15)
-        await discord.wait_for(lambda: any(m.content == ANSWER for m in discord.messages(thread.id)), what="answer", timeout=15)
 
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), timeout=60)
