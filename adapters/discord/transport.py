@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
-import weakref
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import discord
@@ -22,6 +19,7 @@ from adapters.streaming import (
     classify_failure,
     parse_retry_after,
 )
+from adapters.streaming.rate_budget import BudgetMap
 from adapters.streaming.send import send_paced
 
 log = logging.getLogger(__name__)
@@ -70,42 +68,6 @@ def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> R
     return RateBudget(capacity=burst, refill_per_s=refill, clock=clock)
 
 
-class _ChannelBudget(RateBudget):
-    """A channel's budget that says when it is drawn on, so the budgets can drop the idle ones."""
-
-    def __init__(
-        self, *, capacity: float, refill_per_s: float, clock: Clock, on_use: Callable[[_ChannelBudget], None],
-        parent: RateBudget | None = None,
-    ) -> None:
-        super().__init__(capacity=capacity, refill_per_s=refill_per_s, clock=clock, parent=parent)
-        self._now = clock.now
-        self._on_use = on_use
-        self.busy_until = clock.now()
-
-    async def acquire(
-        self,
-        priority: Priority,
-        requester_key: Hashable = None,
-        *,
-        shows_text: bool = False,
-        promote: asyncio.Event | None = None,
-    ) -> None:
-        self.used()
-        try:
-            await super().acquire(priority, requester_key, shows_text=shows_text, promote=promote)
-        finally:
-            self.used()
-
-    def penalize(self, retry_after_s: float, *, wide: bool = True) -> None:
-        super().penalize(retry_after_s, wide=wide)
-        # Paused until then: not back to a fresh budget's state before.
-        self.used(until=self._now() + max(0.0, retry_after_s))
-
-    def used(self, *, until: float | None = None) -> None:
-        self.busy_until = max(self.busy_until, self._now() if until is None else until)
-        self._on_use(self)
-
-
 class ChannelBudgets:
     """One budget per channel or thread, shared by every answer posting or editing there.
 
@@ -130,19 +92,10 @@ class ChannelBudgets:
             self.global_budget = RateBudget(
                 capacity=burst, refill_per_s=max(allowed - burst, 1.0) / global_window_s, clock=clock
             )
-        # Least recently used first, so idle budgets are dropped from the front.
-        self._budgets: OrderedDict[int, _ChannelBudget] = OrderedDict()
-        # Budgets dropped while an answer still holds them stay findable until it lets go.
-        self._held: weakref.WeakValueDictionary[int, _ChannelBudget] = weakref.WeakValueDictionary()
+        self._budgets: BudgetMap[int] = BudgetMap(self._new)
 
     def __call__(self, channel_id: int) -> RateBudget:
-        self._drop_idle()
-        budget = self._budgets.get(channel_id) or self._held.get(channel_id)
-        if budget is None:
-            budget = self._new(channel_id)
-            self._held[channel_id] = budget
-        budget.used()
-        return budget
+        return self._budgets(channel_id)
 
     def __len__(self) -> int:
         """Budgets kept (one dropped while an answer still holds it is not counted)."""
@@ -153,25 +106,11 @@ class ChannelBudgets:
         budget = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
         return max(0.0, calls - budget.capacity) / budget.refill_per_s
 
-    def _new(self, channel_id: int) -> _ChannelBudget:
+    def _new(self, channel_id: int) -> RateBudget:
         template = channel_budget(calls_per_window=self._calls, window_s=self._window_s, clock=self._clock)
-        return _ChannelBudget(
-            capacity=template.capacity, refill_per_s=template.refill_per_s, clock=self._clock,
-            on_use=lambda budget: self._touch(channel_id, budget), parent=self.global_budget,
+        return RateBudget(
+            capacity=template.capacity, refill_per_s=template.refill_per_s, clock=self._clock, parent=self.global_budget,
         )
-
-    def _touch(self, channel_id: int, budget: _ChannelBudget) -> None:
-        # Kept in order of last use; a budget dropped while held comes back when drawn on.
-        self._budgets[channel_id] = budget
-        self._budgets.move_to_end(channel_id)
-
-    def _drop_idle(self) -> None:
-        now = self._clock.now()
-        while self._budgets:
-            channel_id, budget = next(iter(self._budgets.items()))
-            if now - budget.busy_until <= budget.capacity / budget.refill_per_s:
-                break  # in order of last use: every budget behind this one was used more recently
-            del self._budgets[channel_id]
 
 
 async def send_reliably(budget: RateBudget, make_call: Callable[[], Awaitable[T]], *, clock: Clock) -> T:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.streaming import CONNECTION_ERRORS, Clock, RateBudget, TransientSendError, classify_failure, parse_retry_after
-from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S
+from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S, BudgetMap
 from adapters.streaming.send import send_paced as paced
 
 from .render import message_text
@@ -34,7 +33,6 @@ ANSWER_PART_EVENT = "relaybot_answer_part"
 # A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
 # it is dropped, and the maps stay as small as the channels in use.
 IDLE_BUDGET_S = 600.0
-K = TypeVar("K", bound=Hashable)
 
 
 class ScaledClock:
@@ -62,72 +60,47 @@ class SlackBudgets:
         self._clock = clock
         self._share = share
         self._workspace_posts_per_minute = workspace_posts_per_minute
-        self._edits: _IdleDropping[str] = _IdleDropping(clock)
-        self._posts: _IdleDropping[tuple[str, str]] = _IdleDropping(clock)
-        self._workspace_posts: _IdleDropping[str] = _IdleDropping(clock)
+        self._edits: BudgetMap[str] = BudgetMap(self._new_edit, keep_idle_s=IDLE_BUDGET_S)
+        self._posts: BudgetMap[tuple[str, str]] = BudgetMap(self._new_post, keep_idle_s=IDLE_BUDGET_S)
+        self._workspace_posts: BudgetMap[str] = BudgetMap(self._new_workspace_posts, keep_idle_s=IDLE_BUDGET_S)
 
     def edit(self, team_id: str) -> RateBudget:
-        return self._edits.get(team_id, lambda: RateBudget.per_minute(
-            EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
-        ))
+        return self._edits(team_id)
 
     def post(self, team_id: str, channel: str) -> RateBudget:
         """chat.postMessage in one channel, counted against the workspace's chat.postMessage budget too."""
-        return self._posts.get((team_id, channel), lambda: RateBudget(
-            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock,
-            parent=self.workspace_posts(team_id),
-        ))
+        return self._posts((team_id, channel))
 
     def workspace_posts(self, team_id: str) -> RateBudget:
         """The workspace-wide chat.postMessage limit: configured when known, and learnt from 429s either way."""
+        return self._workspace_posts(team_id)
 
-        def make() -> RateBudget:
-            per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
-            learning = RateBudget.per_minute(per_minute, share=self._share, clock=self._clock)
-            # A limit the operator told us is trusted at least half-way: 429s from other causes
-            # (a busy Slack) must not talk the bot down to a trickle.
-            floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
-            return RateBudget(
-                capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
-                learned_floor_per_s=floor,
-            )
+    def _new_edit(self, team_id: str) -> RateBudget:
+        return RateBudget.per_minute(
+            EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+        )
 
-        return self._workspace_posts.get(team_id, make)
+    def _new_post(self, key: tuple[str, str]) -> RateBudget:
+        return RateBudget(
+            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock,
+            parent=self.workspace_posts(key[0]),
+        )
+
+    def _new_workspace_posts(self, team_id: str) -> RateBudget:
+        per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
+        learning = RateBudget.per_minute(per_minute, share=self._share, clock=self._clock)
+        # A limit the operator told us is trusted at least half-way: 429s from other causes
+        # (a busy Slack) must not talk the bot down to a trickle.
+        floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
+        return RateBudget(
+            capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
+            learned_floor_per_s=floor,
+        )
 
     @property
     def kept(self) -> int:
         """How many budgets are kept now (posts and edits)."""
         return len(self._posts) + len(self._edits)
-
-
-class _IdleDropping(Generic[K]):
-    """Budgets by key, dropping those not handed out for IDLE_BUDGET_S.
-
-    A dropped budget someone still holds (a long answer streaming in its channel) is found again
-    through a weak reference, so one channel never has two budgets at once.
-    """
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._recent: dict[K, tuple[RateBudget, float]] = {}
-        self._held: weakref.WeakValueDictionary[K, RateBudget] = weakref.WeakValueDictionary()
-        self._swept_at = clock.now()
-
-    def __len__(self) -> int:
-        return len(self._recent)
-
-    def get(self, key: K, make: Callable[[], RateBudget]) -> RateBudget:
-        now = self._clock.now()
-        if now - self._swept_at >= IDLE_BUDGET_S:
-            self._swept_at = now
-            self._recent = {k: entry for k, entry in self._recent.items() if now - entry[1] < IDLE_BUDGET_S}
-        entry = self._recent.get(key)
-        budget = entry[0] if entry is not None else self._held.get(key)
-        if budget is None:
-            budget = make()
-            self._held[key] = budget
-        self._recent[key] = (budget, now)
-        return budget
 
 
 def translate_error(exc: BaseException, *, time_scale: float) -> BaseException:

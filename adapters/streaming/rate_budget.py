@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import weakref
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Generic, TypeVar
 
 from .clock import Clock
 
@@ -102,6 +104,8 @@ class RateBudget:
         self._parent = parent
         self._learns = learns
         self._initial = (self._capacity, self._refill_per_s)
+        # The last moment it was drawn on or paused until: from then on it refills towards full.
+        self._busy_until = clock.now()
         self._learned_floor_per_s = min(learned_floor_per_s, self._refill_per_s)
         self._last_limited_at = float("-inf")
         self._tokens = self._capacity
@@ -170,7 +174,11 @@ class RateBudget:
         are first texts, see `SHOWN_TEXT_FINAL_DEFER_S`). `promote`: when set while a FIRST or
         INTERMEDIATE request waits, the request becomes a FINAL one (its answer has ended).
         """
-        await self._acquire_own(priority, requester_key, shows_text=shows_text, promote=promote)
+        self._busy_until = max(self._busy_until, self._clock.now())
+        try:
+            await self._acquire_own(priority, requester_key, shows_text=shows_text, promote=promote)
+        finally:
+            self._busy_until = max(self._busy_until, self._clock.now())
         if self._parent is None:
             return
         try:
@@ -242,6 +250,7 @@ class RateBudget:
         if self._learns:
             self._slow_down()
         resume_at = self._clock.now() + max(0.0, retry_after_s)
+        self._busy_until = max(self._busy_until, resume_at)
         if resume_at <= self._paused_until:
             return
         self._paused_until = resume_at
@@ -266,6 +275,12 @@ class RateBudget:
         heapq.heappush(
             self._finals, _FinalEntry(rank_at=rank_at, seq=next(self._final_seq), waiter=waiter)
         )
+
+    def idle(self, *, for_s: float = 0.0) -> bool:
+        """Nobody waits and nobody drew on it since it would be full again (plus `for_s`): a new budget
+        would be in the same state."""
+        now = self._clock.now()
+        return not self._has_waiters() and now - self._busy_until > self._capacity / self._refill_per_s + for_s
 
     def _slow_down(self) -> None:
         self._last_limited_at = self._clock.now()
@@ -356,3 +371,31 @@ class RateBudget:
 def _gone(waiter: _Waiter, level: Priority) -> bool:
     """Done, or promoted out of the queue at `level`."""
     return waiter.future.done() or waiter.level is not level
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class BudgetMap(Generic[K]):
+    """Budgets by key (a channel, a workspace), made on first use. One that went idle is dropped, so a
+    bot in many channels does not keep one per channel forever; one still held (an answer streaming
+    there) is found again through a weak reference, so a key never has two budgets at once."""
+
+    def __init__(self, make: Callable[[K], RateBudget], *, keep_idle_s: float = 0.0) -> None:
+        self._make = make
+        self._keep_idle_s = keep_idle_s
+        self._kept: dict[K, RateBudget] = {}
+        self._held: weakref.WeakValueDictionary[K, RateBudget] = weakref.WeakValueDictionary()
+
+    def __call__(self, key: K) -> RateBudget:
+        self._kept = {k: budget for k, budget in self._kept.items() if k == key or not budget.idle(for_s=self._keep_idle_s)}
+        budget = self._kept.get(key) or self._held.get(key)
+        if budget is None:
+            budget = self._held[key] = self._make(key)
+        self._kept[key] = budget
+        return budget
+
+    def __len__(self) -> int:
+        """Budgets kept (one dropped while still held is not counted)."""
+        return len(self._kept)
+
