@@ -323,7 +323,7 @@ class BaseAgent(ABC):
                 if isinstance(parsed, ToolResult):
                     yield ToolCallFinished(call_id=parsed.call_id, tool=parsed.tool, status="error", output_preview=_preview(parsed.output))
                     results.append(parsed)
-                elif self.deps.executor.needs_approval(parsed):
+                elif self.deps.executor.needs_approval(parsed, self._tool_context()):
                     pending.append(PendingToolCall(call_id=parsed.id, tool=parsed.name, arguments=parsed.call.arguments))
                 else:
                     async for event in self._run_tool(parsed, results):
@@ -386,7 +386,18 @@ class BaseAgent(ABC):
             sources=self.sources,
             search_exposure=self.search_exposure,
             retrieval_chunks=self.config.retrieval_chunks,
+            question=self._question(),
         )
+
+    def _question(self) -> str:
+        """The asker's words this turn (text parts only), which tools may treat as vouched for."""
+        state = self._state
+        if state is None or not 0 <= state.turn_start < len(state.messages):
+            return ""
+        content = state.messages[state.turn_start].get("content")
+        if isinstance(content, list):
+            return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return content if isinstance(content, str) else ""
 
     def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
         """Add tool results in call order, each capped so the next call still fits the context."""

@@ -37,6 +37,7 @@ class ToolContext:
     sources: SourceCollector | None = None  # numbers what internal_search finds, for citations
     search_exposure: Exposure | None = None  # which sources internal_search looks in; None: every one not off
     retrieval_chunks: int = 6
+    question: str = ""  # the asker's message this turn, e.g. to tell a URL they named from one a page injected
 
     @property
     def platform(self) -> str:

@@ -146,8 +146,8 @@ class ToolExecutor:
             )
         return ParsedCall(call=call, spec=spec, arguments=arguments)
 
-    def needs_approval(self, parsed: ParsedCall) -> bool:
-        return parsed.spec.requires_approval
+    def needs_approval(self, parsed: ParsedCall, ctx: ToolContext) -> bool:
+        return parsed.spec.needs_approval(ctx, parsed.arguments)
 
     async def run(self, parsed: ParsedCall, ctx: ToolContext) -> ToolResult:
         """Run the tool under its timeout; failures become error results, the output is capped.

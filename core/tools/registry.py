@@ -24,6 +24,9 @@ class ToolError(Exception):
 
 
 ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+# Decides per call whether a person must approve it (True) — for tools whose risk depends on the
+# arguments, e.g. a URL the asker did not name. Settings and channel policy still override it.
+ApprovalRule = Callable[[ToolContext, dict[str, Any]], bool]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +38,7 @@ class ToolSpec:
     parameters: dict[str, Any]
     run: ToolRun
     requires_approval: bool = False
+    approval_rule: ApprovalRule | None = None  # when set, decides instead of requires_approval
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     validator: Draft202012Validator = field(init=False, repr=False, compare=False)
@@ -54,6 +58,12 @@ class ToolSpec:
             raise ValueError(f"max_output_chars of tool {self.name!r} must be positive")
         # Built once per spec so every call validates without re-reading the schema.
         object.__setattr__(self, "validator", Draft202012Validator(self.parameters))
+
+    def needs_approval(self, ctx: ToolContext, arguments: dict[str, Any]) -> bool:
+        """Whether this call waits for a person: the tool's rule for these arguments, else its flag."""
+        if self.approval_rule is not None:
+            return self.approval_rule(ctx, arguments)
+        return self.requires_approval
 
     def openai_tool(self) -> dict[str, Any]:
         """This tool in the shape of one entry of the OpenAI `tools=[...]` request parameter."""
@@ -102,7 +112,7 @@ class ToolRegistry:
         if unknown:
             raise ValueError(f"approval overrides name unknown tools: {', '.join(unknown)}")
         return ToolRegistry(
-            dataclasses.replace(spec, requires_approval=overrides[spec.name]) if spec.name in overrides else spec
+            dataclasses.replace(spec, requires_approval=overrides[spec.name], approval_rule=None) if spec.name in overrides else spec
             for spec in self._specs.values()
         )
 

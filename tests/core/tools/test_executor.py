@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import json
 from typing import Any
@@ -193,8 +195,30 @@ def test_needs_approval_follows_the_registry() -> None:
         return ""
 
     executor = ToolExecutor(ToolRegistry([spec("send", noop, requires_approval=True), spec("read", noop)]))
-    assert executor.needs_approval(parsed(executor, call("send", "{}")))
-    assert not executor.needs_approval(parsed(executor, call("read", "{}")))
+    assert executor.needs_approval(parsed(executor, call("send", "{}")), CTX)
+    assert not executor.needs_approval(parsed(executor, call("read", "{}")), CTX)
+
+
+def test_an_approval_rule_decides_per_call_and_an_override_replaces_it() -> None:
+    async def fetch(ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        return ""
+
+    def unless_asker_named_it(ctx: ToolContext, arguments: dict[str, Any]) -> bool:
+        return arguments.get("url", "") not in ctx.question
+
+    guarded = ToolSpec(
+        name="fetch",
+        description="fetch for tests",
+        parameters={"type": "object", "properties": {"url": {"type": "string"}}},
+        run=fetch,
+        approval_rule=unless_asker_named_it,
+    )
+    executor = ToolExecutor(ToolRegistry([guarded]))
+    asked = dataclasses.replace(CTX, question="please read https://example.org/a")
+    assert not executor.needs_approval(parsed(executor, call("fetch", '{"url": "https://example.org/a"}')), asked)
+    assert executor.needs_approval(parsed(executor, call("fetch", '{"url": "https://evil.example/x"}')), asked)
+    relaxed = ToolExecutor(ToolRegistry([guarded]).with_approval_overrides({"fetch": False}))
+    assert not relaxed.needs_approval(parsed(relaxed, call("fetch", '{"url": "https://evil.example/x"}')), asked)
 
 
 def test_rejected_with_and_without_comment() -> None:
