@@ -34,6 +34,9 @@ APPROVALS = Counter(
 RATE_LIMITED = Counter(
     "relaybot_rate_limited", "429 answers received, by platform and method.", ["platform", "method"]
 )
+MALFORMED_EVENTS = Counter(
+    "relaybot_malformed_events", "Platform events dropped because they could not be read, by platform.", ["platform"]
+)
 STREAMER_QUEUE = Gauge(
     "relaybot_streamer_queue_depth", "Platform calls (answer posts and edits, one-off sends) waiting for a rate budget.",
     ["platform"],
@@ -67,6 +70,10 @@ def record_approval(*, decision: str) -> None:
 
 def record_rate_limited(*, platform: str, method: str) -> None:
     RATE_LIMITED.labels(platform=platform or UNKNOWN, method=method or UNKNOWN).inc()
+
+
+def record_malformed_event(*, platform: str) -> None:
+    MALFORMED_EVENTS.labels(platform=platform or UNKNOWN).inc()
 
 
 @contextmanager

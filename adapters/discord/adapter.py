@@ -7,8 +7,10 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import discord
@@ -33,7 +35,7 @@ from .clicks import DiscordClicks
 from .inbound import DirectMessageRule, DiscordInbound
 from .notifier import DiscordNotifier
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
-from .transport import DISCORD_WINDOW_S, ChannelBudgets
+from .transport import DISCORD_WINDOW_S, ChannelBudgets, watch_global_lock
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,26 @@ def rate_limit_trace() -> aiohttp.TraceConfig:
     return trace
 
 
+def tolerate_malformed_events(parsers: dict[str, Callable[[Any], None]]) -> None:
+    """Makes discord.py drop a gateway event it cannot parse (logged) instead of ending the gateway task.
+
+    A parser's KeyError or TypeError (an event missing a field) would otherwise leave the connect loop for
+    good: the bot would stay up but hear nothing more."""
+
+    def tolerant(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+        def parse_or_drop(data: Any) -> None:
+            try:
+                parse(data)
+            except Exception:
+                log.exception("dropped a malformed %s gateway event", event)
+                metrics.record_malformed_event(platform=PLATFORM)
+
+        return parse_or_drop
+
+    for event, parse in list(parsers.items()):
+        parsers[event] = tolerant(event, parse)
+
+
 class RelayClient(discord.Client):
     """Routes messages and /ask to DiscordInbound and clicks to DiscordClicks, and tells the GatewayWatch."""
 
@@ -128,6 +150,7 @@ class RelayClient(discord.Client):
             guild_ready_timeout=guild_ready_timeout_s,
             http_trace=rate_limit_trace(),
         )
+        tolerate_malformed_events(self._connection.parsers)
         self.watch = watch
         self.state = state
         self.inbound = inbound
@@ -245,12 +268,11 @@ class DiscordAdapter:
         apply_endpoints(self._settings)
         assert self._settings.discord_token
         await self.client.login(self._settings.discord_token)
+        watch_global_lock(self.client.http)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
-        # Every event handler discord.py starts comes from this task, and inherits the platform.
-        self._connection = asyncio.create_task(
-            self.client.connect(reconnect=True), name="discord-gateway", context=observe.platform_context(PLATFORM)
-        )
+        self._connect()
+        assert self._connection is not None
         ready = asyncio.create_task(self.client.wait_until_ready())
         done, _ = await asyncio.wait(
             {ready, self._connection}, timeout=self._tuning.ready_timeout_s, return_when=asyncio.FIRST_COMPLETED
@@ -263,9 +285,30 @@ class DiscordAdapter:
         self.watch.up()  # READY is in: on_ready may not have run yet
         log.info("Discord connected as %s", self.client.user)
 
+    def _connect(self) -> None:
+        # Every event handler discord.py starts comes from this task, and inherits the platform.
+        self._connection = asyncio.create_task(
+            self.client.connect(reconnect=True), name="discord-gateway", context=observe.platform_context(PLATFORM)
+        )
+
+    def _gateway_ended(self) -> str | None:
+        """Why the gateway task ended while the adapter still runs, or None while it runs."""
+        if self._connection is None or not self._connection.done() or self.client.is_closed():
+            return None
+        if self._connection.cancelled():
+            return "the gateway task was cancelled"
+        error = self._connection.exception()
+        return f"the gateway task ended: {error!r}" if error else "the gateway task ended"
+
     async def maintain(self) -> None:
-        """At start and every few seconds: repair what dead processes left streaming, deliver finals nobody is delivering."""
+        """At start and every few seconds: reconnect a gateway that gave up, repair what dead processes left
+        streaming, deliver finals nobody is delivering."""
         with observe.platform_scope(PLATFORM):
+            ended = self._gateway_ended()
+            if ended is not None and self.gate.accepting:
+                log.error("%s; connecting again", ended)
+                self.watch.down()
+                self._connect()
             await self.runner.repair_leftovers(DiscordShownMessages(self.client))
             await self.runner.deliver_pending(DiscordFinalDelivery(self.client, self.budgets, self._clock))
 
@@ -273,7 +316,7 @@ class DiscordAdapter:
         """READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""
         if self.client.is_closed() and self._connection is None:
             return "the gateway is not connected"
-        return self.watch.reason()
+        return self._gateway_ended() or self.watch.reason()
 
     async def stop_accepting(self) -> None:
         """Messages, /ask and clicks are turned away from now on (the first step of a shutdown)."""

@@ -15,7 +15,7 @@ from core.requests import ConversationKey
 from . import render
 from .render import ApprovalPart
 from .surface import edit_approval
-from .transport import NO_PINGS, ChannelBudgets, send_reliably
+from .transport import NO_PINGS, ChannelBudgets, fresh_nonce, send_reliably
 from .wording import mention
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,10 @@ class DiscordNotifier:
             if user.isdigit()
             else NO_PINGS
         )
+        nonce = fresh_nonce()
         await send_reliably(
             self._budgets(channel_id),
-            lambda: channel.send(content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings),
+            lambda: channel.send(content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings, nonce=nonce),
             clock=self._clock,
         )
 

@@ -15,7 +15,7 @@ from core.events import SourceItem
 from core.ports import LiveMessage, PendingFinal
 
 from . import buttons, render
-from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, send_reliably
+from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,10 @@ class DiscordSurface:
             for part in render.approval_parts(view.calls):
                 content = render.approval_text(view, part)
                 components = buttons.approval_view(view, part)
+                nonce = fresh_nonce()
                 message = await send_reliably(
                     self._budget,
-                    lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS),
+                    lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS, nonce=nonce),
                     clock=self._clock,
                 )
                 posted.append((part, message))
@@ -112,15 +113,17 @@ class DiscordSurface:
             reference = discord.MessageReference(
                 message_id=int(answer_ids[-1]), channel_id=self._channel_id, fail_if_not_exists=False
             )
+        nonce = fresh_nonce()
         await send_reliably(
             self._budget,
-            lambda: self._channel.send(embed=embed, reference=reference, allowed_mentions=NO_PINGS),  # type: ignore[arg-type]
+            lambda: self._channel.send(embed=embed, reference=reference, allowed_mentions=NO_PINGS, nonce=nonce),  # type: ignore[arg-type]
             clock=self._clock,
         )
 
     async def show_notice(self, text: str) -> None:
+        nonce = fresh_nonce()
         await send_reliably(
-            self._budget, lambda: self._channel.send(text, allowed_mentions=NO_PINGS), clock=self._clock
+            self._budget, lambda: self._channel.send(text, allowed_mentions=NO_PINGS, nonce=nonce), clock=self._clock
         )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -31,6 +34,27 @@ DISCORD_WINDOW_S = 5.0
 # The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
 GLOBAL_MARGIN = 0.1
 NONCE_CHARS = 25
+# Discord's global limit is per second: a global 429 asks for well under this.
+GLOBAL_LOCK_REPAIR_S = 1.0
+_watched_http: weakref.WeakSet[discord.http.HTTPClient] = weakref.WeakSet()
+
+
+def watch_global_lock(http: discord.http.HTTPClient) -> None:
+    """Lets `guarded` repair this client's global rate-limit lock after a cancelled call.
+
+    discord.py clears the lock before sleeping out a global 429 and sets it again after; a request
+    cancelled in that sleep (the streamer cancels an edit its ending overtakes) never sets it, and
+    every later request of the bot would wait on it for good."""
+    _watched_http.add(http)
+
+
+def _repair_global_locks_soon() -> None:
+    loop = asyncio.get_running_loop()
+    for http in list(_watched_http):
+        lock = getattr(http, "_global_over", None)
+        if isinstance(lock, asyncio.Event) and not lock.is_set():
+            # Set early at worst: a request sent during a real global limit gets a 429 and waits again.
+            loop.call_later(GLOBAL_LOCK_REPAIR_S, lock.set)
 
 
 async def guarded(call: Awaitable[T]) -> T:
@@ -38,6 +62,9 @@ async def guarded(call: Awaitable[T]) -> T:
     TransientSendError; other errors pass through as permanent."""
     try:
         return await call
+    except asyncio.CancelledError:
+        _repair_global_locks_soon()
+        raise
     except discord.RateLimited as exc:
         raise RateLimited(exc.retry_after, "Discord rate limit") from exc
     except discord.HTTPException as exc:
@@ -163,6 +190,12 @@ def _partial_message(channel: discord.abc.Messageable, message_id: int) -> disco
 def part_nonce(key: str) -> str:
     """A message nonce for an answer part (Discord allows 25 characters)."""
     return hashlib.sha256(key.encode()).hexdigest()[:NONCE_CHARS]
+
+
+def fresh_nonce() -> str:
+    """A nonce for one message that may be sent more than once (a retry after a lost response):
+    discord.py then sets enforce_nonce, and Discord returns the first message instead of a second."""
+    return uuid.uuid4().hex[:NONCE_CHARS]
 
 
 class InteractionTransport:
