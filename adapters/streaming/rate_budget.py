@@ -41,10 +41,16 @@ PLATFORM_RATE_MARGIN = 0.02
 # (its message still shows the placeholder) go first, but only those requested up to this many
 # seconds after it, so it never starves.
 SHOWN_TEXT_FINAL_DEFER_S = 60.0
-# Learning from 429s (`learns=True`): each 429 halves the rate, down to this floor; after this long
-# without one, the rate grows back by a quarter each time, up to where it started.
+# Learning from 429s (`learns=True`): a 429 halves the rate, but not below a little under the most the
+# platform accepted in a minute lately (Slack's limits are per minute), nor below this floor. 429s
+# within the pause of the one that slowed it down are the same overload and count once. After LEARNED_RATE_RECOVER_AFTER_S without one, the rate grows back by a quarter each
+# time, up to where it started.
 LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
 LEARNED_RATE_DECREASE = 0.5
+LEARNED_RATE_UNDER_ACCEPTED = 0.9
+LEARNING_WINDOW_S = SECONDS_PER_MINUTE
+# How long the most calls accepted in a minute is remembered as a floor (limits can change).
+LEARNING_MEMORY_S = 10 * SECONDS_PER_MINUTE
 LEARNED_RATE_RECOVERY = 1.25
 LEARNED_RATE_RECOVER_AFTER_S = 10.0
 
@@ -108,6 +114,10 @@ class RateBudget:
         self._busy_until = clock.now()
         self._learned_floor_per_s = min(learned_floor_per_s, self._refill_per_s)
         self._last_limited_at = float("-inf")
+        self._slowed_until = float("-inf")
+        self._granted_at: deque[float] = deque()  # grant times in the last LEARNING_WINDOW_S, when learning
+        self._most_accepted = 0  # the most calls granted in one LEARNING_WINDOW_S, seen lately
+        self._most_accepted_at = float("-inf")
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
@@ -247,9 +257,9 @@ class RateBudget:
         a 429 that does not say its scope may have been the wider limit. A learning budget slows down."""
         if self._parent is not None and wide:
             self._parent.penalize(retry_after_s)
-        if self._learns:
-            self._slow_down()
         resume_at = self._clock.now() + max(0.0, retry_after_s)
+        if self._learns:
+            self._slow_down(resume_at)
         self._busy_until = max(self._busy_until, resume_at)
         if resume_at <= self._paused_until:
             return
@@ -282,11 +292,27 @@ class RateBudget:
         now = self._clock.now()
         return not self._has_waiters() and now - self._busy_until > self._capacity / self._refill_per_s + for_s
 
-    def _slow_down(self) -> None:
-        self._last_limited_at = self._clock.now()
-        self._refill_per_s = max(self._learned_floor_per_s, self._refill_per_s * LEARNED_RATE_DECREASE)
-        self._capacity = max(1.0, self._capacity * LEARNED_RATE_DECREASE)
+    def _slow_down(self, resume_at: float) -> None:
+        now = self._clock.now()
+        self._last_limited_at = now
+        if now < self._slowed_until:
+            return  # calls sent before the last slow-down, answered by the same overload
+        self._slowed_until = resume_at
+        self._forget_grants_before(now - LEARNING_WINDOW_S)
+        if now - self._most_accepted_at > LEARNING_MEMORY_S:
+            self._most_accepted, self._most_accepted_at = len(self._granted_at), now
+        # The limit is at least the most the platform accepted in a minute lately: halving never goes
+        # far below that, so 429s of other causes cannot talk the rate down to a trickle.
+        accepted_per_s = self._most_accepted / LEARNING_WINDOW_S
+        rate = max(self._refill_per_s * LEARNED_RATE_DECREASE, accepted_per_s * LEARNED_RATE_UNDER_ACCEPTED)
+        factor = min(1.0, max(self._learned_floor_per_s, rate) / self._refill_per_s)
+        self._refill_per_s *= factor
+        self._capacity = max(1.0, self._capacity * factor)
         self._tokens = min(self._tokens, self._capacity)
+
+    def _forget_grants_before(self, moment: float) -> None:
+        while self._granted_at and self._granted_at[0] < moment:
+            self._granted_at.popleft()
 
     def _recover(self, now: float) -> None:
         """A quiet stretch since the last 429: the learnt rate grows back, never past where it started."""
@@ -311,6 +337,12 @@ class RateBudget:
         if self._clock.now() < self._paused_until or self._tokens < 1 - TOKEN_EPSILON:
             return False
         self._tokens = max(0.0, self._tokens - 1)
+        if self._learns:
+            now = self._clock.now()
+            self._granted_at.append(now)
+            self._forget_grants_before(now - LEARNING_WINDOW_S)
+            if len(self._granted_at) >= self._most_accepted:
+                self._most_accepted, self._most_accepted_at = len(self._granted_at), now
         return True
 
     def _drop_abandoned(self) -> None:

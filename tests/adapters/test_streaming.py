@@ -172,22 +172,60 @@ async def test_channel_budgets_share_their_parents_limit_and_a_429_pauses_both()
     assert await clock.run(scenario()) == pytest.approx([0, 1, 2, 12])
 
 
-async def test_a_learning_budget_halves_its_rate_on_each_429_and_grows_back_when_quiet() -> None:
+async def test_a_learning_budget_halves_its_rate_on_each_overload_and_grows_back_when_quiet() -> None:
     clock = FakeClock()
     budget = RateBudget(capacity=10, refill_per_s=2.0, clock=clock, learns=True)
-    budget.penalize(1.0)
-    budget.penalize(1.0)
-    assert budget.refill_per_s == pytest.approx(0.5) and budget.capacity == pytest.approx(2.5)
 
     async def quiet(seconds: float) -> None:
         await clock.sleep(seconds)
         await budget.acquire(Priority.INTERMEDIATE, "a")
+
+    budget.penalize(1.0)
+    budget.penalize(1.0)  # answered during the same pause: the same overload
+    assert budget.refill_per_s == pytest.approx(1.0) and budget.capacity == pytest.approx(5.0)
+    await clock.run(quiet(1.0))
+    budget.penalize(1.0)  # too few calls seen to tell the limit: halves
+    assert budget.refill_per_s == pytest.approx(0.5) and budget.capacity == pytest.approx(2.5)
 
     await clock.run(quiet(61.0))
     assert budget.refill_per_s == pytest.approx(0.625)
     for _ in range(20):
         await clock.run(quiet(61.0))
     assert budget.refill_per_s == pytest.approx(2.0) and budget.capacity == pytest.approx(10.0)
+
+
+async def test_a_learning_budget_settles_just_under_a_per_minute_limit_it_was_not_told() -> None:
+    """A server accepting 100 calls a minute (fixed windows) that also answers every 20th call 429 at
+    random: a budget guessing 600 a minute soon sends near the limit and few calls are refused."""
+    clock = FakeClock()
+    budget = RateBudget(capacity=10, refill_per_s=10.0, clock=clock, learns=True)
+    limit, minutes = 100, 10
+    accepted_in: dict[int, int] = {}
+    refused = 0
+    calls = 0
+
+    async def call() -> None:
+        nonlocal refused, calls
+        await budget.acquire(Priority.FIRST, "a")
+        calls += 1
+        window = int(clock.now() // 60)
+        if calls % 20 == 0:
+            refused += 1
+            budget.penalize(2.0)
+        elif accepted_in.get(window, 0) >= limit:
+            refused += 1
+            budget.penalize((window + 1) * 60 - clock.now())
+        else:
+            accepted_in[window] = accepted_in.get(window, 0) + 1
+
+    async def scenario() -> None:
+        while clock.now() < minutes * 60:
+            await call()
+
+    await clock.run(scenario(), max_virtual_s=minutes * 60 + 120)
+    accepted = sum(count for window, count in accepted_in.items() if window < minutes)
+    assert accepted >= 0.8 * limit * minutes
+    assert refused <= 0.1 * calls
 
 
 async def test_budget_serves_finals_then_firsts_then_intermediates() -> None:
