@@ -17,6 +17,7 @@ from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
+from core import metrics
 from core.config import DirectMessagePolicy, Settings
 from core.engine import Engine
 from core.ports import KnownConversations
@@ -264,9 +265,32 @@ class BotIdentity:
 
 def _not_from_a_person(event: dict[str, Any]) -> bool:
     """Bots, edits, joins and every other subtype are not questions (file shares and replies also sent to
-    the channel are)."""
+    the channel are); nor is an event whose fields are not what Slack sends (logged, counted)."""
     subtype = event.get("subtype")
-    return bool(event.get("bot_id")) or (subtype is not None and subtype not in PERSON_SUBTYPES) or not event.get("user")
+    if bool(event.get("bot_id")) or (subtype is not None and subtype not in PERSON_SUBTYPES) or not event.get("user"):
+        return True
+    problem = _malformed(event)
+    if problem is not None:
+        logger.warning("dropped a malformed Slack event: %s", problem)
+        metrics.record_malformed_event(platform=PLATFORM)
+        return True
+    return False
+
+
+# The fields a question is read from, and the type Slack gives each; optional ones may be absent.
+REQUIRED_FIELDS = {"user": str, "channel": str, "ts": str}
+OPTIONAL_FIELDS = {"text": str, "thread_ts": str, "channel_type": str, "files": list, "team": str}
+
+
+def _malformed(event: dict[str, Any]) -> str | None:
+    """What is wrong with a message event's fields, or None when they have the types Slack sends."""
+    for name, kind in REQUIRED_FIELDS.items():
+        if not isinstance(event.get(name), kind) or not event[name]:
+            return f"{name} is {type(event.get(name)).__name__}, not a non-empty {kind.__name__}"
+    for name, kind in OPTIONAL_FIELDS.items():
+        if event.get(name) is not None and not isinstance(event[name], kind):
+            return f"{name} is {type(event[name]).__name__}, not {kind.__name__}"
+    return None
 
 
 def _shared(body: dict[str, Any]) -> bool:
