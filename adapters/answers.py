@@ -405,7 +405,12 @@ async def _play(
                             log.exception("could not post the sources of an answer")
                     return
                 case Failed():
-                    await streamer.fail(wording.failed(event.message))
+                    if wrote:
+                        # What the user already read stays (a model cut off mid-answer, a turn the
+                        # database could not store); the sentence follows it.
+                        await streamer.interrupt(wording.failed(event.message))
+                    else:
+                        await streamer.fail(wording.failed(event.message))
                     return
                 case _:
                     assert_never(event)

@@ -11,7 +11,7 @@ from adapters import wording
 from adapters.answers import AnswerPlace, AnswerRunner, Pacing, repaired_text
 from adapters.streaming import RateBudget, RateLimited, StreamLimits
 from core.approvals import ApprovalView, CallView, ClickResult
-from core.events import AnswerDelta, ApprovalRequired, Done, Event, PendingCall, SourceItem, Sources
+from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed, PendingCall, SourceItem, Sources
 from core.ports import LiveMessage, PendingFinal
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
@@ -136,6 +136,18 @@ async def test_done_shows_only_this_streams_text_and_then_the_sources() -> None:
     assert surface.calls == ["working"]
     assert surface.transport.final_texts() == ["Deployed [1]."]  # a resumed run's message holds what came after the pause
     assert surface.sources == [(item,)]
+
+
+async def test_a_failure_after_text_keeps_the_text_and_adds_the_sentence_a_failure_before_replaces_the_placeholder() -> None:
+    clock = FakeClock()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive())
+    written = RecordingSurface(clock)
+    await clock.run(runner.play(_events(AnswerDelta(text="The whole answer."), Failed(message="Not saved.")), written))
+    [final] = written.transport.final_texts()
+    assert final.startswith("The whole answer.") and final.endswith(wording.failed("Not saved."))
+    silent = RecordingSurface(clock)
+    await clock.run(runner.play(_events(Failed(message="Model down.")), silent))
+    assert silent.transport.final_texts() == [wording.failed("Model down.")]
 
 
 def test_a_repaired_answer_keeps_what_was_shown_and_adds_the_note() -> None:
