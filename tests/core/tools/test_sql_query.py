@@ -1,0 +1,313 @@
+"""sql_query against the embedded Postgres (whose role is a superuser): reads answer as tables, everything else is
+refused or stopped, and the database is checked unchanged after each."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bot.runtime import add_sql_query
+from core.config import SettingsError, load_settings
+from core.events import Done
+from core.store.db import Database
+from core.tokens import get_token_counter
+from core.tools import ToolError, ToolRegistry, builtin_registry
+from core.tools.sql_query import SqlQueryConfig, read_only_session, run_query, sql_query_tool
+from core.tools.sql_schema import describe_schema, read_schema
+from tests.core.engine.support import events_of, request
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.support.engine import make_engine
+from tests.support.engine import test_settings as engine_settings
+
+SHOP_SETUP = """
+CREATE TABLE orders (id integer PRIMARY KEY, customer text, total numeric(10,2), paid boolean, placed date);
+COMMENT ON TABLE orders IS 'Customer orders';
+COMMENT ON COLUMN orders.total IS 'in euros';
+INSERT INTO orders VALUES (1, 'Ada', 12.50, true, '2026-01-05'), (2, 'Bo', 7.00, false, NULL),
+                          (3, 'Cy|d', 30.25, true, 'infinity');
+CREATE TABLE events (n integer);
+INSERT INTO events SELECT generate_series(1, 250);
+CREATE TABLE notes (body text);
+INSERT INTO notes VALUES (repeat('x', 500)), (E'two\\nlines');
+CREATE VIEW paid_orders AS SELECT * FROM orders WHERE paid;
+-- A write the guard does not know about: only the READ ONLY transaction stops it.
+CREATE FUNCTION bump() RETURNS integer LANGUAGE sql AS 'UPDATE orders SET total = total + 1 RETURNING 1';
+CREATE SCHEMA private;
+CREATE TABLE private.keys (k text);
+"""
+
+# Everything the refused statements below would change if they ran.
+STATE_QUERY = """
+SELECT (SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM orders o),
+       (SELECT count(*) FROM events),
+       (SELECT string_agg(table_schema || '.' || table_name, ',' ORDER BY 1, 2) FROM information_schema.tables
+         WHERE table_schema NOT IN ('pg_catalog', 'information_schema')),
+       (SELECT count(*) FROM pg_largeobject_metadata)
+"""
+
+
+def _database_url(admin_url: str, name: str) -> str:
+    return re.sub(r"/postgres\?", f"/{name}?", admin_url, count=1)
+
+
+@pytest.fixture(scope="module")
+def shop_url(pg_server: str) -> Iterator[str]:
+    """A database of the team's own, separate from relaybot's, for sql_query to read."""
+    name = f"shop_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _database_url(pg_server, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SHOP_SETUP)
+    yield url
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def reader_url(shop_url: str) -> Iterator[str]:
+    """The same database as the README recommends reaching it: a login role that may only SELECT, and not everything."""
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(shop_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT SELECT ON orders, events, paid_orders TO {role}")
+    yield re.sub(r"//postgres:", f"//{role}:", shop_url, count=1)
+    with psycopg.connect(shop_url, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def _config(url: str, **overrides: object) -> SqlQueryConfig:
+    values: dict[str, object] = {"dsn": url, "allow_superuser": True, "max_rows": 100, "timeout_s": 5.0}
+    values.update(overrides)
+    return SqlQueryConfig(**values)  # type: ignore[arg-type]
+
+
+def _state(url: str) -> tuple[object, ...]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(STATE_QUERY).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_a_count_comes_back_as_a_table(shop_url: str) -> None:
+    assert await run_query(_config(shop_url), "SELECT count(*) FROM orders") == "count\n3\n(1 row)"
+
+
+async def test_values_are_shown_as_postgres_writes_them_on_one_line_each(shop_url: str) -> None:
+    table = await run_query(_config(shop_url), "SELECT id, customer, total, paid, placed FROM orders ORDER BY id")
+    assert table.splitlines() == [
+        "id | customer | total | paid | placed",
+        "1 | Ada | 12.50 | true | 2026-01-05",
+        "2 | Bo | 7.00 | false | NULL",
+        "3 | Cy\\|d | 30.25 | true | infinity",
+        "(3 rows)",
+    ]
+    notes = (await run_query(_config(shop_url), "SELECT body FROM notes ORDER BY length(body) DESC")).splitlines()
+    assert notes[1] == "x" * 199 + "…"
+    assert notes[2] == "two\\nlines"
+
+
+async def test_rows_stop_at_the_cap_with_a_note(shop_url: str) -> None:
+    table = await run_query(_config(shop_url, max_rows=100), "SELECT n FROM events ORDER BY n")
+    lines = table.splitlines()
+    assert lines[1] == "1" and lines[100] == "100" and len(lines) == 102
+    assert "cut at 100 rows" in lines[-1]
+    assert "cut" not in await run_query(_config(shop_url, max_rows=100), "SELECT n FROM events WHERE n <= 100")
+
+
+async def test_rows_stop_early_when_the_output_would_be_too_long(shop_url: str) -> None:
+    table = await run_query(_config(shop_url), "SELECT repeat('y', 150) FROM events", max_chars=2000)
+    assert len(table) <= 2000
+    assert "rows to fit the output" in table.splitlines()[-1]
+
+
+async def test_explain_shows_the_plan_without_running_the_statement(shop_url: str) -> None:
+    table = await run_query(_config(shop_url), "EXPLAIN SELECT * FROM orders")
+    assert table.startswith("QUERY PLAN\nSeq Scan on orders")
+
+
+async def test_the_database_reason_comes_back_so_the_model_can_fix_its_sql(shop_url: str) -> None:
+    with pytest.raises(ToolError, match='column "nope" does not exist'):
+        await run_query(_config(shop_url), "SELECT nope FROM orders")
+
+
+REFUSED = [
+    "DELETE FROM orders",
+    "UPDATE orders SET total = 0; SELECT 1",
+    "UPDATE orders SET total = 0",
+    "INSERT INTO orders VALUES (9, 'Eve', 1, true, NULL)",
+    "CREATE TABLE stolen (a integer)",
+    "DROP TABLE orders",
+    "TRUNCATE events",
+    "SELECT * INTO copy_of_orders FROM orders",
+    "WITH d AS (DELETE FROM orders RETURNING *) SELECT count(*) FROM d",
+    "SELECT * FROM orders FOR UPDATE",
+    "EXPLAIN ANALYZE DELETE FROM orders",
+    "DO $$ BEGIN DELETE FROM orders; END $$",
+    "COMMIT",
+    "SET ROLE NONE",
+    "SELECT set_config('transaction_read_only', 'off', true)",
+    "SELECT pg_read_file('/etc/hostname')",
+    "SELECT ('/etc/hostname'::text).pg_read_file",
+    "SELECT lo_import('/etc/hostname')",
+    "SELECT query_to_xml('DELETE FROM orders RETURNING 1', true, true, '')",
+    "SELECT pg_sleep(60)",
+]
+
+
+@pytest.mark.parametrize("sql", REFUSED)
+async def test_writes_ddl_and_escapes_are_refused_and_change_nothing(shop_url: str, sql: str) -> None:
+    before = _state(shop_url)
+    with pytest.raises(ToolError, match="^refused, nothing was run: .+\\.$"):
+        await run_query(_config(shop_url), sql)
+    assert _state(shop_url) == before
+
+
+async def test_copy_to_program_is_refused_and_runs_no_program(shop_url: str, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(ToolError, match="COPY is refused"):
+        await run_query(_config(shop_url), f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'")
+    assert not marker.exists()
+
+
+async def test_pg_terminate_backend_is_refused_and_the_other_session_lives(shop_url: str) -> None:
+    with psycopg.connect(shop_url) as other:
+        pid = other.info.backend_pid
+        with pytest.raises(ToolError, match="pg_terminate_backend"):
+            await run_query(_config(shop_url), f"SELECT pg_terminate_backend({pid})")
+        assert other.execute("SELECT 1").fetchone() == (1,)
+
+
+async def test_a_write_the_guard_cannot_see_is_stopped_by_the_read_only_transaction(shop_url: str) -> None:
+    before = _state(shop_url)
+    with pytest.raises(ToolError, match="read-only transaction"):
+        await run_query(_config(shop_url), "SELECT bump()")
+    assert _state(shop_url) == before
+
+
+async def test_the_session_itself_is_read_only(shop_url: str) -> None:
+    before = _state(shop_url)
+    async with read_only_session(_config(shop_url)) as conn:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            await conn.execute("DELETE FROM orders")
+    assert _state(shop_url) == before
+
+
+async def test_a_query_that_never_ends_is_cut_by_the_statement_timeout(shop_url: str) -> None:
+    endless = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    with pytest.raises(ToolError, match="stopped after the 0.5 s statement timeout"):
+        await run_query(_config(shop_url, timeout_s=0.5), endless)
+
+
+async def test_a_superuser_role_is_refused_unless_allowed(shop_url: str) -> None:
+    config = _config(shop_url, allow_superuser=False)
+    with pytest.raises(ToolError, match="superuser"):
+        await run_query(config, "SELECT count(*) FROM orders")
+    spec = await sql_query_tool(config, counter=get_token_counter(None))
+    assert "superuser" in spec.description and "orders" not in spec.description
+
+
+async def test_a_read_only_role_needs_no_setting_and_sees_only_what_it_was_granted(reader_url: str) -> None:
+    config = _config(reader_url, allow_superuser=False)
+    assert await run_query(config, "SELECT count(*) FROM paid_orders") == "count\n2\n(1 row)"
+    with pytest.raises(ToolError, match="permission denied"):
+        await run_query(config, "SELECT * FROM notes")
+    spec = await sql_query_tool(config, counter=get_token_counter(None))
+    assert "public.orders" in spec.description and "public.paid_orders (view)" in spec.description
+    assert "notes" not in spec.description and "private.keys" not in spec.description
+
+
+async def test_the_schema_is_described_with_types_and_comments(shop_url: str) -> None:
+    spec = await sql_query_tool(_config(shop_url), counter=get_token_counter(None))
+    assert (
+        'public.orders "Customer orders": id integer, customer text, total numeric(10,2) "in euros", '
+        "paid boolean, placed date"
+    ) in spec.description
+    assert "private.keys: k text" in spec.description
+    assert spec.requires_approval is False
+    assert spec.timeout_s > 5.0  # the database's statement timeout fires first
+
+
+async def test_the_schema_is_cut_to_its_token_budget_with_a_note(shop_url: str) -> None:
+    counter = get_token_counter(None)
+    async with read_only_session(_config(shop_url)) as conn:
+        tables = await read_schema(conn)
+    description = describe_schema(tables, budget_tokens=40, counter=counter)
+    assert counter.count(description) <= 40
+    assert re.search(r"… and \d+ more tables, not listed for space", description)
+    assert describe_schema(tables, budget_tokens=10_000, counter=counter).count("\n") == len(tables) - 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_an_unreachable_database_is_a_sentence_and_the_password_is_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dsn = f"postgresql://reader:s3cret-pass@127.0.0.1:{_closed_port()}/shop"
+    config = _config(dsn)
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(ToolError, match="cannot be reached"):
+            await run_query(config, "SELECT 1")
+        spec = await sql_query_tool(config, counter=get_token_counter(None))
+    assert "information_schema.columns" in spec.description
+    assert caplog.records and "s3cret-pass" not in caplog.text
+
+
+def test_settings_check_the_dsn_and_keep_its_password_secret() -> None:
+    settings = load_settings(_env_file=None, sql_query_dsn="postgresql://reader:s3cret-pass@db.example/shop")
+    assert "s3cret-pass" in settings.secret_values()
+    assert "s3cret-pass" not in repr(settings)
+    with pytest.raises(SettingsError, match="SQL_QUERY_DSN"):
+        load_settings(_env_file=None, sql_query_dsn="mysql://db.example/shop")
+    config = SqlQueryConfig.from_settings(load_settings(_env_file=None, sql_query_dsn="postgresql://db.example/shop"))
+    assert config is not None and config.max_rows == 100 and config.timeout_s == 5.0 and not config.allow_superuser
+
+
+async def test_the_tool_exists_only_when_its_dsn_is_set(shop_url: str) -> None:
+    without = await add_sql_query(ToolRegistry(), engine_settings("http://127.0.0.1:9"))
+    assert "sql_query" not in without
+    with_dsn = await add_sql_query(
+        ToolRegistry(), engine_settings("http://127.0.0.1:9", sql_query_dsn=shop_url, sql_query_allow_superuser=True)
+    )
+    assert "sql_query" in with_dsn
+
+
+async def test_a_model_counts_with_sql_and_every_write_it_tries_is_refused(
+    db: Database, openai_emulator: OpenAIEmulator, shop_url: str
+) -> None:
+    registry = builtin_registry()
+    registry.register(await sql_query_tool(_config(shop_url, timeout_s=0.5), counter=get_token_counter(None)))
+    engine = make_engine(db, openai_emulator.base_url, registry=registry)
+    before = _state(shop_url)
+    attempts = ["DELETE FROM orders", "UPDATE orders SET total = 0; SELECT 1", "CREATE TABLE stolen (a integer)",
+                "SELECT pg_sleep(60)"]
+    openai_emulator.script(
+        ToolCalls([Call("sql_query", json.dumps({"sql": "SELECT count(*) FROM orders"}))]),
+        ToolCalls([Call("sql_query", json.dumps({"sql": sql})) for sql in attempts]),
+        Text("There are 3 orders, and I cannot change them."),
+    )
+    events = await events_of(engine, request("how many orders are there? then delete them"))
+    assert isinstance(events[-1], Done)
+    first, second, third = openai_emulator.chat_requests
+    [tool] = [t for t in first["tools"] if t["function"]["name"] == "sql_query"]
+    assert "public.orders" in tool["function"]["description"]
+    count_result = [m for m in second["messages"] if m["role"] == "tool"][-1]
+    assert "count\n3\n(1 row)" in count_result["content"]
+    refusals = [m["content"] for m in third["messages"] if m["role"] == "tool"][-len(attempts):]
+    assert len(refusals) == len(attempts)
+    for content in refusals:
+        assert "refused" in content and "count\n" not in content
+    assert _state(shop_url) == before
