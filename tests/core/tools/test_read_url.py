@@ -1,0 +1,315 @@
+"""read_url against a local web server: pages read, refusals and caps said in a sentence, approval by URL origin."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import docx
+import pytest
+from aiohttp import web
+
+from core.events import ApprovalRequired, Done, Sources, SourceItem
+from core.llm.results import ToolCallRequest
+from core.requests import ConversationKey
+from core.sources import SourceCollector
+from core.store.db import Database
+from core.tools import ToolContext, ToolExecutor, ToolRegistry, ToolResult, builtin_registry
+from core.tools.read_url import ReadUrlConfig, needs_approval, normalise_url, read_url_tool, urls_in_text
+from tests.core.engine.support import events_of, request, tool_messages
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.support.engine import make_engine
+
+ARTICLE = (Path(__file__).resolve().parents[2] / "fixtures" / "pages" / "article.html").read_text(encoding="utf-8")
+MAX_BYTES = 50_000
+TIMEOUT_S = 1.0
+# Only the test server's own address is allowed: every other private address stays refused.
+CONFIG = ReadUrlConfig(allowed_networks=["127.0.0.1/32"], max_bytes=MAX_BYTES, timeout_s=TIMEOUT_S)
+PARAGRAPH = "<p>" + "The relay forwards every message to the right channel. " * 10 + "</p>\n"
+
+
+def handbook_docx() -> bytes:
+    document = docx.Document()
+    document.add_heading("On-call handbook", level=1)
+    document.add_paragraph("Acknowledge a page within five minutes.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+class Site:
+    """A local web server that counts what it serves and can hold a body back until it stops."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.port = 0
+        self.release = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/{name:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        self.hits.append(name)
+        if name == "article":
+            return web.Response(text=ARTICLE, content_type="text/html")
+        if name == "to-article":
+            raise web.HTTPFound("/article")
+        if name == "to-private":
+            raise web.HTTPFound("http://10.0.0.1/admin")
+        if name == "handbook.docx":
+            return web.Response(
+                body=handbook_docx(),
+                content_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            )
+        if name == "huge":
+            response = web.StreamResponse(headers={"Content-Type": "text/html"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(b"<html><head><title>Huge</title></head><body><article><h1>Huge</h1>\n")
+            for _ in range(4 * MAX_BYTES // len(PARAGRAPH)):
+                await response.write(PARAGRAPH.encode())
+            await response.write_eof()
+            return response
+        if name == "huge-accents":
+            # This start (4 bytes, then 6 per "été ") puts the byte cap in the middle of a two-byte character.
+            return web.Response(body=b"<p>x" + "\u00e9t\u00e9 ".encode() * MAX_BYTES, content_type="text/html")
+        if name == "huge.pdf":
+            return web.Response(body=b"%PDF-1.4 " + b"0" * (2 * MAX_BYTES), content_type="application/pdf")
+        if name == "slow":
+            response = web.StreamResponse(headers={"Content-Type": "text/html"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(b"<html><body><p>The first words")
+            await asyncio.wait_for(self.release.wait(), timeout=30)  # held until the test ends
+            return response
+        if name == "long.txt":
+            return web.Response(text="".join(f"Line {n} of the long text.\n" for n in range(1000)), content_type="text/plain")
+        if name == "image":
+            return web.Response(body=b"\x89PNG....", content_type="image/png")
+        raise web.HTTPNotFound()
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    server = Site()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def context(question: str = "", sources: SourceCollector | None = None) -> ToolContext:
+    return ToolContext(
+        user="U1",
+        conversation_id=None,
+        conversation=ConversationKey(platform="test", workspace="W", channel="C1"),
+        sources=SourceCollector() if sources is None else sources,
+        question=question,
+    )
+
+
+async def read(ctx: ToolContext, url: str, **extra: Any) -> ToolResult:
+    executor = ToolExecutor(ToolRegistry([read_url_tool(CONFIG)]))
+    parsed = executor.parse(ToolCallRequest(id="call_1", name="read_url", arguments=json.dumps({"url": url, **extra})))
+    assert not isinstance(parsed, ToolResult), parsed.output
+    return await executor.run(parsed, ctx)
+
+
+# ----- reading -------------------------------------------------------------------------------------
+
+
+async def test_a_page_is_read_for_its_article_and_becomes_a_cited_source(site: Site) -> None:
+    ctx = context()
+    result = await read(ctx, site.url("article"))
+    assert result.status == "ok"
+    assert result.output.startswith(f"[1] Rotating database credentials without downtime ({site.url('article')})")
+    assert "## The dual-role scheme" in result.output and "pg_stat_activity" in result.output
+    assert "COOKIE-BANNER-MARKER" not in result.output and "SIDEBAR-MARKER" not in result.output
+    assert result.output.endswith("Cite it as [1].")
+    [source] = ctx.sources.items  # type: ignore[union-attr]
+    assert (source.uri, source.source) == (site.url("article"), "web")
+
+
+async def test_a_page_read_twice_in_a_run_is_fetched_once_and_cited_once(site: Site) -> None:
+    ctx = context()
+    first = await read(ctx, site.url("article"))
+    again = await read(ctx, site.url("article") + "#results")
+    assert again.output.split("\n", 1)[1] == first.output.split("\n", 1)[1]  # all but the URL line
+    assert site.hits == ["article"]
+    assert len(ctx.sources) == 1  # type: ignore[arg-type]
+    await read(context(), site.url("article"))  # another run has its own cache
+    assert site.hits == ["article", "article"]
+
+
+async def test_a_redirect_is_followed_to_an_allowed_address(site: Site) -> None:
+    result = await read(context(), site.url("to-article"))
+    assert result.status == "ok" and "dual-role scheme" in result.output
+
+
+async def test_a_word_document_is_read_with_its_headings(site: Site) -> None:
+    result = await read(context(), site.url("handbook.docx"))
+    assert result.status == "ok"
+    assert "# On-call handbook" in result.output and "five minutes" in result.output
+
+
+async def test_a_long_text_comes_in_parts(site: Site) -> None:
+    ctx = context()
+    first = await read(ctx, site.url("long.txt"))
+    assert len(first.output) <= read_url_tool(CONFIG).max_output_chars
+    assert "Line 0 of the long text." in first.output and "Line 999" not in first.output
+    note = first.output.rsplit("\n", 1)[-1]
+    assert "call read_url with start=" in note
+    start = int(note.split("start=")[1].split(" ")[0])
+    second = await read(ctx, site.url("long.txt"), start=start)
+    assert second.status == "ok" and f"(characters {start}–" in second.output
+    assert site.hits == ["long.txt"]  # the next part came from the cache
+    assert len(ctx.sources) == 1  # type: ignore[arg-type]
+
+
+# ----- every failure ends in a sentence ---------------------------------------------------------------
+
+
+async def test_a_redirect_to_a_private_address_is_refused(site: Site) -> None:
+    result = await read(context(), site.url("to-private"))
+    assert result.status == "error"
+    assert "10.0.0.1" in result.output and "private network address" in result.output
+    assert site.hits == ["to-private"]
+
+
+async def test_an_oversized_page_is_cut_and_says_so(site: Site) -> None:
+    result = await read(context(), site.url("huge"))
+    assert result.status == "ok"
+    assert "The relay forwards every message" in result.output
+    assert f"The page is larger than {MAX_BYTES} bytes; only its beginning was read." in result.output
+
+
+async def test_a_cut_in_the_middle_of_a_character_still_reads_as_utf8(site: Site) -> None:
+    result = await read(context(), site.url("huge-accents"))
+    assert result.status == "ok"
+    assert "\u00e9t\u00e9 \u00e9t\u00e9" in result.output and "\u00c3" not in result.output
+
+
+async def test_an_oversized_pdf_is_refused_since_a_cut_one_cannot_be_read(site: Site) -> None:
+    result = await read(context(), site.url("huge.pdf"))
+    assert result.status == "error" and f"{MAX_BYTES}-byte limit" in result.output
+
+
+async def test_a_slow_body_ends_in_a_timeout_sentence(site: Site) -> None:
+    result = await read(context(), site.url("slow"))
+    assert result.status == "error"
+    assert result.output == f"Error: {site.url('slow')} did not answer within {TIMEOUT_S:g} seconds."
+
+
+async def test_an_unsupported_type_and_a_missing_page_are_sentences(site: Site) -> None:
+    image = await read(context(), site.url("image"))
+    missing = await read(context(), site.url("missing"))
+    assert image.status == missing.status == "error"
+    assert "image/png" in image.output and "HTTP 404" in missing.output
+
+
+async def test_loopback_is_refused_without_an_allowance(site: Site) -> None:
+    spec = read_url_tool(ReadUrlConfig(max_bytes=MAX_BYTES, timeout_s=TIMEOUT_S))
+    executor = ToolExecutor(ToolRegistry([spec]))
+    parsed = executor.parse(ToolCallRequest(id="c", name="read_url", arguments=json.dumps({"url": site.url("article")})))
+    assert not isinstance(parsed, ToolResult)
+    result = await executor.run(parsed, context())
+    assert result.status == "error" and "loopback" in result.output
+    assert site.hits == []
+
+
+# ----- which calls need approval -------------------------------------------------------------------
+
+
+def test_urls_are_found_in_slack_discord_and_markdown_text() -> None:
+    text = (
+        "compare <https://docs.example.com/a?x=1&amp;y=2|the docs> with <https://example.org/b>, "
+        "[the wiki](https://en.wikipedia.org/wiki/Relay_(disambiguation)) and https://example.net/c."
+    )
+    assert urls_in_text(text) == [
+        "https://docs.example.com/a?x=1&y=2",
+        "https://example.org/b",
+        "https://en.wikipedia.org/wiki/Relay_(disambiguation)",
+        "https://example.net/c",
+    ]
+
+
+def test_normalising_ignores_case_default_port_and_fragment_only() -> None:
+    assert normalise_url("HTTPS://Example.COM:443/Path?q=1#top") == "https://example.com/Path?q=1"
+    assert normalise_url("http://example.com") == "http://example.com/"
+    assert normalise_url("ftp://example.com/x") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "approval"),
+    [
+        ("https://docs.example.com/a?x=1&y=2", False),  # written by the asker (Slack-escaped)
+        ("https://DOCS.example.com:443/a?x=1&y=2#part", False),  # the same address
+        ("https://example.org/b", False),  # already a source of this run
+        ("https://docs.example.com/a?x=1&y=2&secret=hunter2", True),  # data added to the query
+        ("https://docs.example.com/a/secret", True),  # data added to the path
+        ("https://attacker.example/collect?d=1", True),  # named by injected text
+        ("not a url", True),
+    ],
+)
+def test_only_urls_the_asker_wrote_or_already_cited_skip_approval(url: str, approval: bool) -> None:
+    sources = SourceCollector([SourceItem(title="B", uri="https://example.org/b", text="b")])
+    ctx = context("please read <https://docs.example.com/a?x=1&amp;y=2|this>", sources)
+    assert needs_approval(ctx, {"url": url}) is approval
+
+
+# ----- through the engine ------------------------------------------------------------------------------
+
+
+def engine_for(db: Database, emulator: OpenAIEmulator) -> Any:
+    registry = builtin_registry()
+    registry.register(read_url_tool(CONFIG))
+    return make_engine(db, emulator.base_url, registry=registry)
+
+
+async def test_a_url_the_user_named_is_read_without_approval_and_cited(
+    db: Database, openai_emulator: OpenAIEmulator, site: Site
+) -> None:
+    url = site.url("article")
+    openai_emulator.script(
+        ToolCalls([Call("read_url", json.dumps({"url": url}), id="call_read")]),
+        Text("Use two roles and flip between them [1]."),
+    )
+    events = await events_of(engine_for(db, openai_emulator), request(f"What does <{url}> recommend?", channel="C-read"))
+    assert not any(isinstance(event, ApprovalRequired) for event in events)
+    assert isinstance(events[-1], Done) and events[-1].answer == "Use two roles and flip between them [1]."
+    [sources] = [event for event in events if isinstance(event, Sources)]
+    assert [(item.uri, item.title) for item in sources.items] == [(url, "Rotating database credentials without downtime")]
+    read_back = tool_messages(openai_emulator.chat_requests[-1])["call_read"]
+    assert "The dual-role scheme" in read_back and "COOKIE-BANNER-MARKER" not in read_back
+    assert site.hits == ["article"]
+
+
+async def test_a_url_the_user_did_not_name_waits_for_approval(
+    db: Database, openai_emulator: OpenAIEmulator, site: Site
+) -> None:
+    url = site.url("article") + "?leak=the-secret-plan"
+    openai_emulator.script(ToolCalls([Call("read_url", json.dumps({"url": url}), id="call_read")]))
+    events = await events_of(engine_for(db, openai_emulator), request("What do we know about rotations?", channel="C-ask"))
+    paused = events[-1]
+    assert isinstance(paused, ApprovalRequired)
+    assert [(call.tool, call.arguments) for call in paused.calls] == [("read_url", {"url": url})]
+    assert site.hits == []  # nothing was fetched before a person decided
