@@ -1,0 +1,152 @@
+"""Citations in a finished answer: `[n]` that match no source removed, and the sources cited, by their numbers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.events import SourceItem
+
+# One bracket of citation numbers: [3], [^3] (a footnote), [1, 4] or [1; 4]. Three digits at most,
+# so a year in brackets is left alone. Not after a backslash (an escaped bracket) or `]` (the label
+# of a reference link, `[text][1]`), nor before `(` (an inline link, `[1](https://…)`).
+_BRACKET = r"\[\s*\^?\d{1,3}(?:\s*[,;]\s*\^?\d{1,3})*\s*\]"
+_GROUP = re.compile(rf"(?<![\\\]])(?:{_BRACKET})+(?!\()")
+_TOKEN = re.compile(r"\^?\d{1,3}")
+_BRACKET_RE = re.compile(_BRACKET)
+_FENCE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})", re.M)
+_BACKTICKS = re.compile(r"`+")
+# After a citation removed from a list, what makes the comma before it redundant.
+_LIST_GOES_ON = re.compile(r"[ \t]*(?:[,.;:)]|(?:and|or)\b)")
+# Bare and angle-bracketed URLs: a `[1]` inside one is part of the address.
+_URL = re.compile(r"<[a-z][a-z0-9+.-]*:[^>\s]*>|\bhttps?://\S+", re.I)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Citation:
+    """A source the answer cites, under the number the answer uses for it."""
+
+    number: int
+    item: SourceItem
+
+
+@dataclass(frozen=True, kw_only=True)
+class CitedAnswer:
+    """The answer as it should be kept and shown, the sources it cites (by number), and the numbers removed."""
+
+    text: str
+    citations: tuple[Citation, ...]
+    removed: tuple[int, ...]
+
+
+def cite(text: str, sources: Sequence[SourceItem]) -> CitedAnswer:
+    """Check every citation of `text` against `sources` (source n is `sources[n - 1]`).
+
+    Citations are `[n]`, runs of them (`[1][4]`), lists (`[1, 4]`) and footnotes (`[^1]`). A number
+    that names no source is removed (a bracket left empty goes, with the space before it); text in
+    code spans and blocks, URLs, links (`[1](url)`, `[text][1]`) and definitions at a line's start
+    (`[1]: …`) are left alone. The citations are the sources named by the remaining numbers, in
+    ascending order, each once — the same result on every surface that calls this.
+    """
+    protected = _protected_spans(text)
+    count = len(sources)
+    cited: set[int] = set()
+    removed: list[int] = []
+    out: list[str] = []
+    kept_until = 0
+    for match in _GROUP.finditer(text):
+        start, end = match.span()
+        if _inside(protected, start) or _is_definition(text, start, end):
+            continue
+        brackets = []
+        for bracket in _BRACKET_RE.finditer(match.group(0)):
+            tokens = _TOKEN.findall(bracket.group(0))
+            valid = [token for token in tokens if 1 <= int(token.lstrip("^")) <= count]
+            cited.update(int(token.lstrip("^")) for token in valid)
+            removed.extend(int(token.lstrip("^")) for token in tokens if token not in valid)
+            if len(valid) == len(tokens):
+                brackets.append(bracket.group(0))
+            elif valid:
+                brackets.append("[" + ", ".join(valid) + "]")
+        replacement = "".join(brackets)
+        if replacement == match.group(0):
+            continue
+        if not replacement:
+            start, end = _with_space(text, start, end)
+        out.append(text[kept_until:start])
+        out.append(replacement)
+        kept_until = end
+    out.append(text[kept_until:])
+    citations = tuple(Citation(number=n, item=sources[n - 1]) for n in sorted(cited))
+    return CitedAnswer(text="".join(out), citations=citations, removed=tuple(dict.fromkeys(removed)))
+
+
+def _with_space(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span of a citation removed whole: with parentheses around it alone (`([9])`), and the spaces
+    before it (`see [9].` → `see.`), or, at a line's start, the spaces after it."""
+    if start > 0 and text[start - 1] == "(" and text[end : end + 1] == ")":
+        start, end = start - 1, end + 1
+    before = start
+    while before > 0 and text[before - 1] in " \t":
+        before -= 1
+    if before > 0 and text[before - 1] != "\n":
+        if text[before - 1] == "," and _LIST_GOES_ON.match(text, end):
+            before -= 1  # `[2], [9] and [4]` → `[2] and [4]`
+        return before, end
+    after = end
+    while after < len(text) and text[after] in " \t":
+        after += 1
+    return start, after
+
+
+def _is_definition(text: str, start: int, end: int) -> bool:
+    """`[1]: https://…` at the start of a line defines a reference link; it cites nothing."""
+    line_start = text.rfind("\n", 0, start) + 1
+    return not text[line_start:start].strip() and text[end : end + 1] == ":"
+
+
+def _inside(spans: list[tuple[int, int]], position: int) -> bool:
+    return any(start <= position < end for start, end in spans)
+
+
+def _protected_spans(text: str) -> list[tuple[int, int]]:
+    """Where citations are not looked for: fenced code blocks (to their closing fence, or the end),
+    inline code spans, and URLs."""
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while True:
+        opening = _FENCE.search(text, position)
+        if opening is None:
+            break
+        fence = opening.group(1)
+        closer = re.compile(rf"^[ ]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M)
+        line_end = text.find("\n", opening.end())
+        if line_end == -1:
+            spans.append((opening.start(), len(text)))
+            break
+        closing = closer.search(text, line_end + 1)
+        end = len(text) if closing is None else closing.end()
+        spans.append((opening.start(), end))
+        position = end
+    spans.extend(_code_spans(text, spans))
+    spans.extend(m.span() for m in _URL.finditer(text) if not _inside(spans, m.start()))
+    return spans
+
+
+def _code_spans(text: str, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inline code: a run of n backticks up to the next run of exactly n (an unmatched run is literal)."""
+    spans = []
+    runs = [m for m in _BACKTICKS.finditer(text) if not _inside(blocks, m.start())]
+    index = 0
+    while index < len(runs):
+        opening = runs[index]
+        closing = next(
+            (j for j in range(index + 1, len(runs)) if len(runs[j].group(0)) == len(opening.group(0))), None
+        )
+        if closing is None:
+            index += 1
+            continue
+        spans.append((opening.start(), runs[closing].end()))
+        index = closing + 1
+    return spans
