@@ -1,0 +1,227 @@
+"""Per-channel settings: what admins set for a channel or workspace, resolved over the settings for one conversation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from core.config import Settings
+from core.requests import ConversationKey
+from core.retrieval.retriever import SourceScope
+from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
+from core.tools.context import ToolContext
+
+log = logging.getLogger(__name__)
+
+SETTINGS_ORIGIN = "settings"
+DMS = "dms"
+
+
+class ChannelSettingsError(ValueError):
+    """A channel setting that cannot be stored: an unknown field or a value of the wrong shape."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelSettings:
+    """The fields set at one level (a channel, or a workspace / guild); None means "not set here"."""
+
+    agent_type: str | None = None
+    model: str | None = None
+    approvers: tuple[str, ...] | None = None
+    approver_roles: tuple[str, ...] | None = None
+    followups_need_mention: bool | None = None
+    system_prompt: str | None = None  # a paragraph added to the system prompt
+    tools: tuple[str, ...] | None = None  # the tools offered besides internal_search; None: every one
+    tool_policy: Mapping[str, Any] | None = None  # tool → approval rule, as TOOL_APPROVAL_POLICY writes it
+    sources: tuple[str, ...] | None = None  # the sources searched (of those it may see); None: every one
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChannelSettings:
+        """From the stored JSON (or a CLI change); ChannelSettingsError names what is wrong."""
+        unknown = sorted(set(data) - set(FIELD_NAMES))
+        if unknown:
+            raise ChannelSettingsError(f"unknown channel setting {unknown[0]!r}; known: {', '.join(FIELD_NAMES)}")
+        return cls(**{name: _checked(name, value) for name, value in data.items() if value is not None})
+
+    def to_json(self) -> dict[str, Any]:
+        """Only the fields set here, JSON-ready."""
+        out: dict[str, Any] = {}
+        for name in FIELD_NAMES:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
+        return out
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ChannelSettings))
+LIST_FIELDS = frozenset({"approvers", "approver_roles", "tools", "sources"})
+TEXT_FIELDS = frozenset({"agent_type", "model", "system_prompt"})
+
+
+def _checked(name: str, value: Any) -> Any:
+    if name in LIST_FIELDS:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) and item for item in value):
+            raise ChannelSettingsError(f"{name} must be a list of names")
+        return tuple(dict.fromkeys(value))
+    if name in TEXT_FIELDS:
+        if not isinstance(value, str) or not value.strip():
+            raise ChannelSettingsError(f"{name} must be a non-empty text")
+        return value.strip()
+    if name == "followups_need_mention":
+        if not isinstance(value, bool):
+            raise ChannelSettingsError("followups_need_mention must be true or false")
+        return value
+    if name == "tool_policy":
+        if not isinstance(value, Mapping):
+            raise ChannelSettingsError('tool_policy must be an object of tool → "always" | "never" | {"when": …}')
+        for tool, rule in value.items():
+            try:
+                parse_rule(str(tool), rule)
+            except ValueError as error:
+                raise ChannelSettingsError(str(error)) from None
+        return dict(value)
+    raise ChannelSettingsError(f"unknown channel setting {name!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelConfig:
+    """What one conversation runs with: every field decided, and where each value came from."""
+
+    agent_type: str
+    model: str
+    approvers: frozenset[str]
+    approver_roles: frozenset[str]
+    followups_need_mention: bool
+    system_prompt: str  # the added paragraph; "" for none
+    tools: tuple[str, ...] | None
+    tool_rules: Mapping[str, PolicyRule]
+    scope: SourceScope
+    origins: Mapping[str, str] = field(default_factory=dict)  # field → the scope that set it, or "settings"
+
+    def allows_tool(self, name: str) -> bool:
+        return self.tools is None or name in self.tools
+
+
+# ----- where a conversation's settings live ---------------------------------------------------------
+
+
+def channel_scope(key: ConversationKey) -> str:
+    """A channel's scope: `platform:workspace:channel` (a Discord thread's key already names its parent)."""
+    return f"{key.platform}:{key.workspace}:{key.channel}"
+
+
+def workspace_scope(key: ConversationKey) -> str:
+    return f"{key.platform}:{key.workspace}"
+
+
+def dm_audience(platform: str, workspace: str) -> str:
+    """Who a source is granted to for the DMs of a workspace (Discord DMs have the workspace `@dm`)."""
+    return f"{platform}:{workspace}:{DMS}"
+
+
+def audiences(key: ConversationKey) -> tuple[str, ...]:
+    """The grants this conversation's searches may use: its channel's, or (a DM) its workspace's DMs'.
+    A DM never counts as a channel, so a source granted to a channel is not seen there."""
+    return (dm_audience(key.platform, key.workspace),) if key.direct else (channel_scope(key),)
+
+
+def settings_defaults(settings: Settings, platform: str) -> ChannelSettings:
+    """The last level: what the settings say for every channel of a platform."""
+    follow = settings.discord_message_content_intent if platform == "discord" else settings.slack_thread_followups
+    return ChannelSettings(
+        agent_type=settings.agent_type,
+        model=settings.llm_model,
+        approvers=tuple(settings.approvers),
+        approver_roles=tuple(settings.approver_roles),
+        followups_need_mention=not follow,
+    )
+
+
+def resolve(
+    key: ConversationKey, *, channel: ChannelSettings | None, workspace: ChannelSettings | None, settings: Settings
+) -> ChannelConfig:
+    """Channel → workspace → settings, field by field."""
+    levels = [
+        (channel_scope(key), channel or ChannelSettings()),
+        (workspace_scope(key), workspace or ChannelSettings()),
+        (SETTINGS_ORIGIN, settings_defaults(settings, key.platform)),
+    ]
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in FIELD_NAMES:
+        for origin, level in levels:
+            value = getattr(level, name)
+            if value is not None:
+                values[name], origins[name] = value, origin
+                break
+    return ChannelConfig(
+        agent_type=values["agent_type"],
+        model=values["model"],
+        approvers=frozenset(values.get("approvers", ())),
+        approver_roles=frozenset(values.get("approver_roles", ())),
+        followups_need_mention=bool(values["followups_need_mention"]),
+        system_prompt=values.get("system_prompt", ""),
+        tools=values.get("tools"),
+        tool_rules=_rules(values.get("tool_policy") or {}),
+        scope=SourceScope(audiences=audiences(key), only=values.get("sources")),
+        origins=origins,
+    )
+
+
+def _rules(policy: Mapping[str, Any]) -> dict[str, PolicyRule]:
+    rules: dict[str, PolicyRule] = {}
+    for tool, raw in policy.items():
+        try:
+            rules[tool] = parse_rule(tool, raw)
+        except ValueError:
+            # Stored rules are checked when set; one that no longer parses asks for approval rather than none.
+            log.warning("channel rule for %s does not parse; asking for approval", tool)
+            rules[tool] = ALWAYS
+    return rules
+
+
+class ChannelSettingsSource(Protocol):
+    """Where the per-level settings are kept (core.store.channel_config.ChannelConfigStore)."""
+
+    async def settings_for(self, scopes: Sequence[str]) -> dict[str, ChannelSettings]: ...
+
+
+class ChannelResolver:
+    """Resolves a conversation's settings with one small query per question: a change made in any
+    process applies to the next question everywhere, with no cache to go stale."""
+
+    def __init__(self, *, settings: Settings, source: ChannelSettingsSource | None) -> None:
+        self._settings = settings
+        self._source = source
+
+    async def resolve(self, key: ConversationKey) -> ChannelConfig:
+        found: dict[str, ChannelSettings] = {}
+        if self._source is not None:
+            found = await self._source.settings_for([channel_scope(key), workspace_scope(key)])
+        return resolve(
+            key, channel=found.get(channel_scope(key)), workspace=found.get(workspace_scope(key)), settings=self._settings
+        )
+
+
+# ----- the approval-policy layer of a channel ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChannelPolicyLayer:
+    """The channel's tool rules, read from the call's context (resolved when the run was built)."""
+
+    source: str = "channel settings"
+
+    def rule_for(self, tool: str, ctx: ToolContext | None) -> PolicyRule | None:
+        rule = ctx.channel_tool_rules.get(tool) if ctx is not None else None
+        return rule if isinstance(rule, PolicyRule) else None
+
+    def named(self) -> Collection[str]:
+        return ()  # names differ per channel; `relaybot channels set` checks their rules' shape
+
+
+def channel_policy_layer() -> ChannelPolicyLayer:
+    """The layer core.tools.approval_policy.ToolApprovals consults first: a channel's rule for a tool wins."""
+    return ChannelPolicyLayer()
