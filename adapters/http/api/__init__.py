@@ -1,0 +1,1 @@
+"""The HTTP API: relaybot's engine over /api/answer and the OpenAI wire format at /v1."""

@@ -1,0 +1,54 @@
+"""Who is calling: the bearer key (401 without a live one), the day's quota taken (429 past it), and the key's sources."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from aiohttp import web
+
+from adapters.http.api.errors import ApiError
+from core.api_access import ApiKey, ApiKeys, QuotaRefusal
+from core.requests import Actor
+
+
+async def authenticate(request: web.Request, keys: ApiKeys) -> ApiKey:
+    scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+    key = await keys.authenticate(secret.strip()) if scheme.lower() == "bearer" and secret.strip() else None
+    if key is None:
+        raise ApiError(401, "A valid API key is required: send `Authorization: Bearer <key>`.", "invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+    return key
+
+
+async def take_quota(keys: ApiKeys, key: ApiKey) -> None:
+    """Count this request against the key's day, or refuse it with 429 (counted nowhere)."""
+    refusal = await keys.take_request(key)
+    if refusal is not None:
+        raise quota_error(refusal)
+
+
+def quota_error(refusal: QuotaRefusal) -> ApiError:
+    what = "requests" if refusal.limit == "requests_per_day" else "tokens"
+    resets = refusal.resets_at.astimezone(timezone.utc)
+    retry_after = max(1, int((resets - datetime.now(timezone.utc)).total_seconds()))
+    return ApiError(
+        429, f"This key has used its {refusal.allowed} {what} for today; the count starts again at "
+        f"{resets.strftime('%Y-%m-%d %H:%M')} UTC.", "quota_exceeded",
+        # The openai client retries a 429 unless told not to; waiting a few seconds would not help.
+        headers={"x-should-retry": "false", "Retry-After": str(retry_after)},
+        extra={"limit": refusal.limit, "allowed": refusal.allowed, "resets_at": resets.isoformat()},
+    )
+
+
+def actor_for(key: ApiKey) -> Actor:
+    """The key acts as the asker, so it may decide its own paused calls (the requester's right)."""
+    return Actor(id=f"api-key:{key.id}", name=key.name)
+
+
+def scoped_sources(key: ApiKey, requested: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The sources a request may use: the key's, narrowed by the request's (None: every source)."""
+    if key.sources is None:
+        return requested
+    if requested is None:
+        return key.sources
+    return tuple(name for name in requested if name in key.sources)

@@ -1,0 +1,93 @@
+"""What the HTTP API asks of storage: keys, quotas, its conversations and its event journal, as data and interfaces."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from core.requests import ConversationKey
+
+API_PLATFORM = "api"
+API_CHANNEL = "api"
+QuotaLimit = Literal["requests_per_day", "tokens_per_day"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiKey:
+    """One key as stored; the secret itself is never kept."""
+
+    id: int
+    name: str
+    prefix: str
+    sources: tuple[str, ...] | None  # None: every source
+    requests_per_day: int | None
+    tokens_per_day: int | None
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaRefusal:
+    """Why a request was refused: which limit, and when the day's counters start again (UTC midnight)."""
+
+    limit: QuotaLimit
+    allowed: int
+    resets_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalEvent:
+    """One SSE event of a stream: its number in the stream, its name and its JSON data."""
+
+    seq: int
+    event: str
+    data: dict[str, Any]
+
+
+def api_key_workspace(key_id: int) -> str:
+    return f"key:{key_id}"
+
+
+def api_conversation_key(key_id: int, conversation: str) -> ConversationKey:
+    """An API conversation lives under its key: another key (or a chat platform) cannot name it."""
+    return ConversationKey(platform=API_PLATFORM, workspace=api_key_workspace(key_id), channel=API_CHANNEL,
+                           thread=conversation)
+
+
+def api_key_audience(key_id: int) -> str:
+    """Whom a source is granted to for one key (core/channels.py's channel scope of every conversation of the key):
+    a restricted source granted here is seen by that key's answers only."""
+    return f"{API_PLATFORM}:{api_key_workspace(key_id)}:{API_CHANNEL}"
+
+
+class ApiKeys(Protocol):
+    """core.store.api_keys.ApiKeyStore."""
+
+    async def authenticate(self, secret: str) -> ApiKey | None: ...
+
+    async def take_request(self, key: ApiKey) -> QuotaRefusal | None: ...
+
+    async def give_back(self, key: ApiKey) -> None: ...
+
+    async def add_tokens(self, key: ApiKey, tokens: int) -> None: ...
+
+
+class ApiConversationLog(Protocol):
+    """core.store.api_conversations.ApiConversations."""
+
+    async def exists(self, key_id: int, conversation: str) -> bool: ...
+
+    async def latest_continuation(self, key_id: int, conversation: str) -> uuid.UUID | None: ...
+
+    async def conversation_of(self, key_id: int, continuation: uuid.UUID) -> str | None: ...
+
+
+class EventLog(Protocol):
+    """core.store.event_journal.EventJournal."""
+
+    async def append(self, stream_id: uuid.UUID, key_id: int, events: Sequence[JournalEvent]) -> None: ...
+
+    async def after(self, stream_id: uuid.UUID, key_id: int, seq: int) -> list[JournalEvent]: ...
