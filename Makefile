@@ -12,9 +12,11 @@ VENV_STAMP := $(VENV)/.created
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 LOCAL_STAMP := $(VENV)/.installed-local
 TEST_STAMP := $(VENV)/.installed-test
+MCP_STAMP := $(VENV)/.installed-mcp
 # The extras the settings need, read by core.config itself (environment first, then .env) so make and
 # the bot agree. A setting the bot would refuse yields none: `relaybot run` then says which one.
 NEEDED_EXTRAS = $(PY) -c 'from core.config import Settings; print("local" if Settings().embedding_provider == "local" else "")' 2>/dev/null
+NEEDED_MCP = $(PY) -c 'from core.config import Settings; print("mcp" if Settings().mcp_servers else "")' 2>/dev/null
 
 .PHONY: run install test bench clean
 
@@ -37,8 +39,14 @@ $(TEST_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
 	$(INSTALL) -e '.[local,test]'
 	touch $@ $(LOCAL_STAMP)
 
+# MCP servers' tools: the mcp SDK, only when MCP_SERVERS is set.
+$(MCP_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
+	$(INSTALL) -e '.[mcp]'
+	touch $@
+
 install: $(RUNTIME_STAMP)
 	@if [ "$$($(NEEDED_EXTRAS))" = local ] && ! $(MAKE) -q $(LOCAL_STAMP); then $(MAKE) --no-print-directory $(LOCAL_STAMP); fi
+	@if [ "$$($(NEEDED_MCP))" = mcp ] && ! $(MAKE) -q $(MCP_STAMP); then $(MAKE) --no-print-directory $(MCP_STAMP); fi
 
 run: install
 	$(VENV)/bin/relaybot run
@@ -48,6 +56,7 @@ test: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench.engine_overhead
+	HF_HUB_OFFLINE=1 $(PY) -m bench.api_overhead
 	HF_HUB_OFFLINE=1 $(PY) -m bench.slack_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.discord_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.retrieval

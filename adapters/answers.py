@@ -24,14 +24,17 @@ from adapters.streaming.splitter import close_open_fence
 from core import observe
 from core import wording as engine_wording
 from core.approvals import ApprovalView, ClickResult
+from core.citations import Citation, cite
 from core.events import (
     AnswerDelta,
     ApprovalRequired,
     Done,
     Event,
     Failed,
+    RunStarted,
     SourceItem,
     Sources,
+    Stopped,
     ToolCallFinished,
     ToolCallStarted,
 )
@@ -79,12 +82,36 @@ class Surface(MessageTransport, Protocol):
         """Posts the approval message and returns the reference expiry will need to edit it."""
         ...
 
-    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
-        """Called only when there are sources."""
+    async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
+        """The sources the answer cites, under its numbers (ascending); called only when it cites some."""
         ...
 
     async def show_notice(self, text: str) -> None:
         """A short message in the answer's place (thread, DM or channel)."""
+        ...
+
+
+class AnswerControls(Protocol):
+    """Optional on a Surface: the Stop button while an answer streams, and 👍/👎 under a final answer.
+
+    Slack puts Stop in a small message of its own in the thread (its answers are `markdown_text`, which takes no
+    blocks, and a natively streamed message takes none either), deleted when the answer ends; Discord puts it on
+    the answer's first message as a component, which the final edit drops."""
+
+    async def show_stop(self, run_id: str) -> None:
+        """The run is going: offer its Stop button (its custom id or value names `run_id`)."""
+        ...
+
+    async def end_stop(self) -> None:
+        """The final text is about to go: edits from now on drop the Stop button."""
+        ...
+
+    async def clear_stop(self) -> None:
+        """The answer ended: no Stop button is left anywhere (what the final edit did not drop)."""
+        ...
+
+    async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
+        """👍/👎 under the final answer of turn `run_id`."""
         ...
 
 
@@ -371,7 +398,9 @@ async def _play(
         await streamer.start()
         started = True
     sources: tuple[SourceItem, ...] = ()
+    written: list[str] = []
     wrote = False
+    run_id = ""
     try:
         async for event in events:
             if stopped():
@@ -379,9 +408,16 @@ async def _play(
             if not started:
                 await streamer.start()
                 started = True
+            if run_id and isinstance(event, (ApprovalRequired, Done, Failed)):
+                # The final edit (Discord) drops the Stop button; no click may stop a run that ended.
+                await _control(surface, "end_stop")
             match event:
+                case RunStarted():
+                    run_id = event.run_id
+                    await _control(surface, "show_stop", run_id)
                 case AnswerDelta():
                     wrote = wrote or bool(event.text.strip())
+                    written.append(event.text)
                     streamer.append(event.text)
                 case ToolCallStarted():
                     streamer.set_status(wording.tool_running(event.tool))
@@ -396,13 +432,23 @@ async def _play(
                     return
                 case Done():
                     # What this stream showed is its final text: a resumed run's message holds only
-                    # what came after the pause (the earlier part is in the message before).
-                    ids = await streamer.finish(None if wrote else event.answer)
-                    if sources:
+                    # what came after the pause (the earlier part is in the message before). A
+                    # citation that names no source goes (it may have been shown while streaming);
+                    # the sources reply lists what the whole answer cites, in its numbering.
+                    shown = cite("".join(written) if wrote else event.answer, sources)
+                    ids = await streamer.finish(shown.text)
+                    citations = cite(event.answer, sources).citations
+                    if citations:
                         try:
-                            await surface.show_sources(sources, ids)
+                            await surface.show_sources(citations, ids)
                         except Exception:
                             log.exception("could not post the sources of an answer")
+                    if run_id:
+                        await _control(surface, "show_feedback", run_id, ids)
+                    return
+                case Stopped():
+                    # What the user already read stays, with who stopped it under it.
+                    await streamer.interrupt(event.message)
                     return
                 case Failed():
                     if wrote:
@@ -418,9 +464,22 @@ async def _play(
         close = getattr(events, "aclose", None)
         if close is not None:
             await close()
+        if run_id:
+            await asyncio.shield(_control(surface, "clear_stop"))
     if not stopped():
         # The run ended without saying how: show what was written.
         await streamer.finish()
+
+
+async def _control(surface: Surface, name: str, *args: Any) -> None:
+    """One of the surface's AnswerControls, when it has them; a failure costs the button, never the answer."""
+    method = getattr(surface, name, None)
+    if method is None:
+        return
+    try:
+        await method(*args)
+    except Exception:
+        log.exception("could not %s", name.replace("_", " "))
 
 
 async def _show_approval(event: ApprovalRequired, surface: Surface, approvals: ApprovalMessages) -> None:

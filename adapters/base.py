@@ -7,6 +7,7 @@ from typing import Protocol
 
 from core.notifier import Notifier
 from core.ports import AppState, EventDedup, FinalOutbox, KnownConversations, LiveAnswerLog
+from core.tools.context import ConversationReader
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +26,7 @@ class PlatformAdapter(Protocol):
 
     platform: str
     notifier: Notifier
+    reader: ConversationReader  # what the read_conversation tool reads this platform's conversations through
 
     async def start(self) -> None:
         """Connect, repair answers a crash left unfinished, and begin taking events."""

@@ -71,6 +71,12 @@ def more_sources(count: int) -> str:
     return f"…and {count} more"
 
 
+def citations_removed(numbers: tuple[int, ...]) -> str:
+    """Where a surface cannot take back streamed text (a terminal): the citations dropped from the answer."""
+    cited = ", ".join(f"[{n}]" for n in numbers)
+    return f"(left out {cited}: the answer cited no such source)"
+
+
 def default_thread_name() -> str:
     return "Answer"
 
@@ -135,3 +141,97 @@ def membership_unknown() -> str:
 def full_arguments_attached(count: int) -> str:
     calls = "the call" if count == 1 else f"all {count} calls"
     return f"**{full_arguments_label()}** of {calls}, in the order the model wrote them, are in the attached file."
+
+
+def ask_usage() -> str:
+    return "Ask a question after the command, e.g. `/ask when is the next deploy window?`"
+
+
+def ask_not_a_member() -> str:
+    return ("I'm not a member of this channel, so I can't answer here. Invite me first "
+            "(`/invite` me, or mention me and choose to add me), then ask again.")
+
+
+def asked(who: str, question: str) -> str:
+    """The question of a slash command, shown where everyone sees it; `who` is formatted by the platform."""
+    return f"{who} asked: {question}"
+
+
+def assistant_thinking() -> str:
+    return "is thinking…"
+
+
+def assistant_prompts() -> list[tuple[str, str]]:
+    """Suggested prompts when an assistant thread starts: (title, message)."""
+    return [
+        ("What can you do?", "What can you help me with, and which documents and tools can you use?"),
+        ("Search our documents", "Search our documents for "),
+        ("Summarise a thread", "Summarise the discussion in this thread: "),
+    ]
+
+
+def assistant_prompts_title() -> str:
+    return "Try asking:"
+
+
+def home_title() -> str:
+    return "relaybot"
+
+
+def home_how_to() -> str:
+    return ("**How to ask me**\n"
+            "• Mention me in a channel: I answer in the thread, and follow-ups there need no mention.\n"
+            "• Send me a direct message, or open a thread with me in the AI-app pane.\n"
+            "• Type `/ask` and your question in a channel I'm in.\n"
+            "Tools with side effects wait for an approval; the ones waiting for you are listed below.")
+
+
+def home_no_approvals() -> str:
+    return "Nothing is waiting for your approval."
+
+
+def home_approvals_heading(count: int) -> str:
+    return "**Waiting for your approval**" if count == 1 else f"**Waiting for your approval ({count})**"
+
+
+def home_more_approvals(count: int) -> str:
+    return f"…and {count} more: open their threads to decide."
+
+
+def home_approval_where(where: str) -> str:
+    """`where` is already formatted by the platform (a channel link)."""
+    return f"Asked in {where}."
+
+
+def ask_not_allowed() -> str:
+    return "I only answer people of the workspaces I serve."
+
+
+# ----- changing a channel's settings from chat (adapters/slack/admin.py, adapters/discord/admin.py) -----
+
+
+def settings_only_admins(who: str) -> str:
+    """`who` names the platform's admins, e.g. "workspace admins and owners"."""
+    return f"Only {who} can change relaybot's settings here. Nothing was changed."
+
+
+def settings_in_a_channel() -> str:
+    return "Channel settings are changed in the channel: run this command there, not in a DM."
+
+
+def settings_saved(changes: list[str]) -> str:
+    if not changes:
+        return "Nothing changed: the settings were already so."
+    return "Saved this channel's settings:\n" + "\n".join(f"• {line}" for line in changes)
+
+
+def settings_invalid(reason: str) -> str:
+    return f"That setting was not saved: {reason}."
+
+
+def settings_failed() -> str:
+    return "I could not read or save this channel's settings just now; nothing was changed. Please try again."
+
+
+def settings_no_history() -> str:
+    return "No change to this channel's settings has been recorded."

@@ -6,7 +6,9 @@ Text is drawn from a Zipf-distributed synthetic vocabulary, so a few words occur
 and most words in very few, as in real prose. Embeddings are clustered the way real ones are
 (cluster centres plus noise, normalised): uniformly random vectors have no near neighbours and
 make HNSW recall meaningless. Ingestion throughput goes through the real ingest path with the
-real local model.
+real local model. Source scoping: the chunks are spread over 20 restricted sources, and the hybrid
+figures are repeated for a channel granted 1% of them and one granted about half, with recall@10
+against exact search over the granted chunks only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from core.retrieval.retriever import SourceScope  # noqa: E402
 from core.retrieval.search import EF_SEARCH, PgRetriever, vector_statement  # noqa: E402
 from core.retrieval.store import ensure_vector_index  # noqa: E402
 from core.store.db import Database  # noqa: E402
@@ -53,6 +56,14 @@ EF_SWEEP = (40, 64, 100, 150)
 SELECTIVE_MAX_SHARE = 0.01
 UNSELECTIVE_MIN_SHARE = 0.5
 INGEST_SAMPLE_CHUNKS = 500
+# Source scoping: the chunks spread over SOURCES restricted sources; one channel is granted the first
+# (1% of the chunks), another the first BIG_GRANT (about half). Unscoped figures search every source.
+SOURCES = 20
+SMALL_SHARE = 0.01
+BIG_GRANT = 10
+SMALL_CHANNEL = "bench:T:small"
+BIG_CHANNEL = "bench:T:big"
+EVERY_SOURCE = SourceScope(every_restricted=True)
 INDEX_BUILD_MEMORY = "1GB"
 SEED = 7
 
@@ -95,14 +106,36 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
+def source_of_document(doc: int) -> int:
+    """Source 1 holds the first 1% of the documents; the rest are dealt round the other sources."""
+    documents = CHUNKS // CHUNKS_PER_DOCUMENT
+    if doc <= int(documents * SMALL_SHARE):
+        return 1
+    return 2 + doc % (SOURCES - 1)
+
+
+def source_of_chunk(index: int) -> int:
+    return source_of_document(index // CHUNKS_PER_DOCUMENT + 1)
+
+
 async def load(db: Database, texts: list[str], vectors: np.ndarray) -> tuple[float, float, float]:
     """COPY documents, chunks and embeddings in; returns seconds for chunk COPY, GIN build, vector COPY."""
     documents = CHUNKS // CHUNKS_PER_DOCUMENT
     async with db.connection() as conn:
-        await conn.execute("INSERT INTO sources (id, name, exposure) VALUES (1, 'bench', 'prefetch')")
+        for source in range(1, SOURCES + 1):
+            await conn.execute(
+                "INSERT INTO sources (id, name, exposure, restricted) VALUES (%s, %s, 'prefetch', true)",
+                (source, f"bench{source}"),
+            )
+            audiences = [BIG_CHANNEL] + ([SMALL_CHANNEL] if source == 1 else [])
+            for audience in audiences if source <= BIG_GRANT else []:
+                await conn.execute(
+                    "INSERT INTO source_grants (source_id, audience, granted_by) VALUES (%s, %s, 'bench')",
+                    (source, audience),
+                )
         async with conn.cursor().copy("COPY documents (id, source_id, uri, title, content_hash) FROM STDIN") as copy:
             for doc in range(1, documents + 1):
-                await copy.write_row((doc, 1, f"bench://doc/{doc}", f"Document {doc}", f"hash{doc}"))
+                await copy.write_row((doc, source_of_document(doc), f"bench://doc/{doc}", f"Document {doc}", f"hash{doc}"))
         # Building the GIN index once after the load is much faster than maintaining it row by row.
         await conn.execute("DROP INDEX chunks_tsv_idx")
     started = time.perf_counter()
@@ -113,7 +146,9 @@ async def load(db: Database, texts: list[str], vectors: np.ndarray) -> tuple[flo
             for index, text in enumerate(texts):
                 doc = index // CHUNKS_PER_DOCUMENT + 1
                 ord_ = index % CHUNKS_PER_DOCUMENT
-                await copy.write_row((index + 1, doc, 1, ord_, text, [f"Part {ord_}"], f"Document {doc}", 180))
+                await copy.write_row(
+                    (index + 1, doc, source_of_document(doc), ord_, text, [f"Part {ord_}"], f"Document {doc}", 180)
+                )
     copy_chunks_s = time.perf_counter() - started
     started = time.perf_counter()
     async with db.connection() as conn:
@@ -127,10 +162,10 @@ async def load(db: Database, texts: list[str], vectors: np.ndarray) -> tuple[flo
         ) as copy:
             copy.set_types(["int8", "text", "int8", "vector"])
             for index in range(len(texts)):
-                await copy.write_row((index + 1, MODEL, 1, Vector(vectors[index])))
+                await copy.write_row((index + 1, MODEL, source_of_chunk(index), Vector(vectors[index])))
         await conn.execute("SELECT setval('chunks_id_seq', %s)", (len(texts),))
         await conn.execute("SELECT setval('documents_id_seq', %s)", (documents,))
-        await conn.execute("SELECT setval('sources_id_seq', 1)")
+        await conn.execute("SELECT setval('sources_id_seq', %s)", (SOURCES,))
     copy_vectors_s = time.perf_counter() - started
     return copy_chunks_s, gin_s, copy_vectors_s
 
@@ -156,23 +191,25 @@ def pick_terms(word_ids: np.ndarray, vocabulary: list[str]) -> tuple[list[str], 
 
 
 async def latency(
-    retriever: PgRetriever, queries: list[tuple[str, np.ndarray]]
+    retriever: PgRetriever, queries: list[tuple[str, np.ndarray]], scope: SourceScope = EVERY_SOURCE
 ) -> tuple[float, float, float, float]:
-    """Hybrid p50/p95 and full-text-only p50/p95, in ms."""
+    """Hybrid p50/p95 and full-text-only p50/p95, in ms, searching the sources `scope` may see."""
     for text, vector in queries[:WARMUP_QUERIES]:
-        await retriever.search_chunks(text, limit=RESULTS, token_budget=TOKEN_BUDGET, query_vector=list(vector))
+        await retriever.search_chunks(
+            text, limit=RESULTS, token_budget=TOKEN_BUDGET, query_vector=list(vector), scope=scope
+        )
     hybrid: list[float] = []
     words: list[float] = []
     lexical = PgRetriever(retriever.db, None)
     for text, vector in queries:
         started = time.perf_counter()
         hits = await retriever.search_chunks(
-            text, limit=RESULTS, token_budget=TOKEN_BUDGET, exposure="prefetch", query_vector=list(vector)
+            text, limit=RESULTS, token_budget=TOKEN_BUDGET, exposure="prefetch", query_vector=list(vector), scope=scope
         )
         hybrid.append((time.perf_counter() - started) * 1000)
         assert hits, f"no hits for {text!r}"
         started = time.perf_counter()
-        await lexical.search_chunks(text, limit=RESULTS, token_budget=TOKEN_BUDGET, exposure="prefetch")
+        await lexical.search_chunks(text, limit=RESULTS, token_budget=TOKEN_BUDGET, exposure="prefetch", scope=scope)
         words.append((time.perf_counter() - started) * 1000)
     return (
         statistics.median(hybrid),
@@ -193,6 +230,27 @@ async def recall(db: Database, vectors: np.ndarray, queries: np.ndarray, ef_sear
             cursor = await conn.execute(statement, {"v": Vector(query), "k": RECALL_AT, "ids": None})
             found += len({row[0] for row in await cursor.fetchall()} & set(truth.tolist()))
     return found / (len(queries) * RECALL_AT)
+
+
+async def scoped_recall(retriever: PgRetriever, vectors: np.ndarray, queries: np.ndarray, granted: int) -> float:
+    """recall@10 of the bot's vector branch (exact for a small scope, else the HNSW iterative scan) for a
+    channel granted the first `granted` sources, against exact search over those sources' chunks only."""
+    sources = np.array([source_of_chunk(i) for i in range(len(vectors))])
+    allowed = np.flatnonzero(sources <= granted)
+    scores = queries @ vectors[allowed].T
+    exact = allowed[np.argsort(-scores, axis=1)[:, :RECALL_AT]] + 1
+    found = 0
+    for query, truth in zip(queries, exact):
+        ranked = await retriever.nearest_chunks(list(query), k=RECALL_AT, source_ids=list(range(1, granted + 1)))
+        found += len(set(ranked) & set(truth.tolist()))
+    return found / (len(queries) * RECALL_AT)
+
+
+async def pgvector_version(db: Database) -> str:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = await cursor.fetchone()
+    return str(row[0]) if row else "none"
 
 
 async def ingest_throughput(db: Database, rng: np.random.Generator, vocabulary: list[str], root: Path) -> str:
@@ -273,6 +331,22 @@ async def main() -> None:
                 f"hybrid latency, {label}, {len(terms)} candidate terms: p50 {p50:.1f} ms, p95 {p95:.1f} ms "
                 f"(full-text branch alone: p50 {w50:.1f} ms, p95 {w95:.1f} ms)"
             )
+        print(f"source scoping: {SOURCES} restricted sources, pgvector {await pgvector_version(db)}")
+        for channel, granted, share in ((SMALL_CHANNEL, 1, SMALL_SHARE), (BIG_CHANNEL, BIG_GRANT, None)):
+            scope = SourceScope(audiences=(channel,))
+            chunks = sum(1 for i in range(CHUNKS) if source_of_chunk(i) <= granted)
+            for label, terms in (("selective", selective), ("unselective", unselective)):
+                queries = [
+                    (f"{terms[a % len(terms)]} {terms[b % len(terms)]}", query_vectors[i])
+                    for i, (a, b) in enumerate(picks)
+                ]
+                p50, p95, w50, w95 = await latency(retriever, queries, scope)
+                print(
+                    f"scoped hybrid latency, channel granted {chunks / CHUNKS:.1%} of the chunks, {label} terms: "
+                    f"p50 {p50:.1f} ms, p95 {p95:.1f} ms (full-text branch alone: p50 {w50:.1f} ms, p95 {w95:.1f} ms)"
+                )
+            value = await scoped_recall(retriever, vectors, query_vectors[:QUERIES], granted)
+            print(f"scoped recall@{RECALL_AT} vs exact filtered search, channel granted {chunks / CHUNKS:.1%}: {value:.3f}")
         for ef in EF_SWEEP:
             marker = "  <- the bot's EF_SEARCH" if ef == EF_SEARCH else ""
             value = await recall(db, vectors, query_vectors[:QUERIES], ef)

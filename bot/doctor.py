@@ -20,11 +20,26 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
         async with db.connection() as conn:
             cursor = await conn.execute("SELECT count(*) FROM schema_migrations")
             row = await cursor.fetchone()
-        return True, f"ok — {db.description}, {row[0] if row else 0} migrations applied"
+            cursor = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            vector = await cursor.fetchone()
+        note = pgvector_note(str(vector[0]) if vector else "")
+        return True, f"ok — {db.description}, {row[0] if row else 0} migrations applied{note}"
     except (DatabaseError, MigrationError) as error:
         return False, f"FAILED — {error}"
     finally:
         await db.close()
+
+
+def pgvector_note(version: str) -> str:
+    """A warning for pgvector before 0.8: without iterative index scans, a search scoped to a channel's few
+    sources filters after the HNSW scan and may find fewer passages than asked for."""
+    parts = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if not parts or parts >= (0, 8):
+        return ""
+    return (
+        f"; warning: pgvector {version} has no iterative index scans, so a channel that sees few sources may "
+        "get fewer passages — upgrade to 0.8 or later"
+    )
 
 
 async def check_llm(settings: Settings) -> tuple[bool, str]:

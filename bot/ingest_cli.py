@@ -1,10 +1,11 @@
-"""`relaybot ingest` and `relaybot sources`: load documents into sources, list and remove them."""
+"""`relaybot ingest` and `relaybot sources`: load documents into sources; list, sync and remove them; set their links."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,11 +14,15 @@ from typing import TextIO
 from tqdm import tqdm
 
 from core.config import Settings
-from bot.retrieval import close_provider, embedding_provider
-from core.retrieval.ingest import IngestProgress, IngestSummary, ingest as ingest_targets, is_url
+from bot.retrieval import close_provider, embedding_provider, fetch_policy
+from core.retrieval.crawl import DEFAULT_DEPTH, DEFAULT_MAX_BYTES, DEFAULT_MAX_PAGES, CrawlOptions
+from core.retrieval.ingest import KEEP_INTERVAL, IngestProgress, IngestSummary, ingest as ingest_targets, is_url
 from core.retrieval.loaders import _dir_excluded, _matches
 from core.retrieval.embeddings import EmbeddingsUnavailable
-from core.retrieval.store import EXPOSURES, SourceExposure, SourceRow, list_sources, remove_source
+from core.retrieval.links import LinkBaseError, check_link_base
+from core.retrieval.source_lease import SourceBusy
+from core.retrieval.store import EXPOSURES, SourceExposure, SourceRow, list_sources, remove_source, set_link_base
+from core.retrieval.sync import SourceSyncer, SyncResult, SyncState, source_ids, sync_states
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
 
@@ -27,12 +32,51 @@ EXIT_USAGE = 2
 DEFAULT_SOURCE = "docs"
 PROGRESS_INTERVAL_S = 0.1
 CURRENT_URI_CHARS = 60
+# A new source is synced this often unless --sync-every says otherwise.
+DEFAULT_SYNC_EVERY_S = 24 * 3600
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]?)b?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds from "90", "90s", "15m", "1h", "2d" or "1w"; 0 means never."""
+    match = _DURATION_RE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30m, 1h, 24h, 7d, or 0 for never")
+    return int(match[1]) * _DURATION_UNITS[match[2].lower()]
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "5000000", "500k", "20MB" or "1G" (powers of 1000)."""
+    match = _SIZE_RE.match(text)
+    if match is None or int(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 500k, 20MB or 1G")
+    return int(match[1]) * _SIZE_UNITS[match[2].lower()]
+
+
+def positive(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def format_duration(seconds: int | None) -> str:
+    if not seconds:
+        return "never"
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def add_ingest_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `ingest` and `sources` to the CLI's subcommands."""
     ingest = subparsers.add_parser("ingest", help="load files, folders or URLs into a document source")
-    ingest.add_argument("targets", nargs="+", metavar="PATH|URL", help="files, folders (recursive) or http(s) URLs")
+    ingest.add_argument(
+        "targets", nargs="*", metavar="PATH|URL", help="files, folders (recursive) or http(s) URLs"
+    )
     ingest.add_argument("--source", default=DEFAULT_SOURCE, help=f"the source's name (default: {DEFAULT_SOURCE})")
     ingest.add_argument(
         "--exposure",
@@ -47,11 +91,54 @@ def add_ingest_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     ingest.add_argument(
         "--allow-private", action="store_true", help="allow URLs on loopback, link-local and private networks"
     )
-    sources = subparsers.add_parser("sources", help="list or remove document sources")
+    ingest.add_argument(
+        "--link-base",
+        metavar="URL",
+        help="where the files are read on the web (e.g. https://github.com/org/repo/blob/main/docs/): citations "
+        "link to URL + each file's path under the ingested folder (default: unchanged; none for a new source)",
+    )
+    ingest.add_argument(
+        "--crawl", action="store_true", help="crawl each URL's site: follow its links on the same scheme and host"
+    )
+    ingest.add_argument(
+        "--sitemap", action="append", default=[], metavar="URL",
+        help="ingest the same-site pages a sitemap lists (repeatable; links from them are followed to --depth)",
+    )
+    ingest.add_argument(
+        "--depth", type=positive, default=None, metavar="N",
+        help=f"links followed away from the start page (default {DEFAULT_DEPTH}) or from a sitemap's pages (default 0)",
+    )
+    ingest.add_argument(
+        "--max-pages", type=positive, default=DEFAULT_MAX_PAGES, metavar="N",
+        help=f"pages one crawl fetches at most (default {DEFAULT_MAX_PAGES})",
+    )
+    ingest.add_argument(
+        "--max-bytes", type=parse_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+        help=f"bytes one crawl downloads at most, e.g. 20MB (default {DEFAULT_MAX_BYTES // 1_000_000}MB)",
+    )
+    ingest.add_argument(
+        "--sync-every", type=parse_duration, default=None, metavar="DURATION",
+        help="how often the bot syncs the source again, e.g. 1h or 7d; 0 = never "
+        f"(default: unchanged; {format_duration(DEFAULT_SYNC_EVERY_S)} for a new source)",
+    )
+    sources = subparsers.add_parser("sources", help="list or remove document sources, or set where they link")
     actions = sources.add_subparsers(dest="sources_command", required=True)
-    actions.add_parser("list", help="list sources with their document and chunk counts")
+    actions.add_parser("list", help="list sources with their document and chunk counts, and how their syncs went")
+    sync = actions.add_parser("sync", help="sync a source (or every source) now from what it was ingested from")
+    sync.add_argument("name", nargs="?", help="the source (default: every source that remembers its targets)")
     remove = actions.add_parser("remove", help="remove a source with all its documents")
     remove.add_argument("name")
+    link = actions.add_parser(
+        "set-link-base", help="set where a source's files are read on the web (an empty URL removes it)"
+    )
+    link.add_argument("name")
+    link.add_argument("url", metavar="URL")
+    link.add_argument(
+        "--root", metavar="DIR", help="the folder the files' paths are taken relative to (default: the ingested one)"
+    )
+    from bot.channels_cli import add_source_access_commands
+
+    add_source_access_commands(actions)
 
 
 def count_documents(targets: Sequence[str], *, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> int:
@@ -156,6 +243,22 @@ def format_summary(summary: IngestSummary, *, source: str, exposure: str) -> str
 
 async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot ingest PATH|URL…`: ingest into a source, with progress on stderr and a summary on stdout."""
+    if not args.targets and not args.sitemap:
+        print("relaybot: name a file, folder or URL to ingest, or a --sitemap URL.", file=sys.stderr)
+        return EXIT_USAGE
+    if args.crawl and not any(is_url(target) for target in args.targets):
+        print("relaybot: --crawl starts from a URL; name one (http:// or https://).", file=sys.stderr)
+        return EXIT_USAGE
+    if any(not is_url(sitemap) for sitemap in args.sitemap):
+        print("relaybot: --sitemap takes the sitemap's http(s) URL.", file=sys.stderr)
+        return EXIT_USAGE
+    crawl = sitemap_options = None
+    if args.crawl:
+        crawl = CrawlOptions(
+            depth=DEFAULT_DEPTH if args.depth is None else args.depth, max_pages=args.max_pages, max_bytes=args.max_bytes
+        )
+    if args.sitemap:
+        sitemap_options = CrawlOptions(depth=args.depth or 0, max_pages=args.max_pages, max_bytes=args.max_bytes)
     try:
         provider = embedding_provider(settings)
     except EmbeddingsUnavailable as error:
@@ -165,11 +268,14 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr)
     try:
         await db.open()
-        exposure: SourceExposure = args.exposure or next(
-            (row.exposure for row in await list_sources(db) if row.name == args.source), "prefetch"
-        )
+        existing = next((row for row in await list_sources(db) if row.name == args.source), None)
+        exposure: SourceExposure = args.exposure or (existing.exposure if existing else "prefetch")  # type: ignore[assignment]
+        if args.sync_every is not None:
+            sync_every = args.sync_every
+        else:
+            sync_every = KEEP_INTERVAL if existing else DEFAULT_SYNC_EVERY_S
         progress.start(
-            total=await asyncio.to_thread(
+            total=len(args.sitemap) + await asyncio.to_thread(
                 count_documents, args.targets, include=tuple(args.include), exclude=tuple(args.exclude)
             )
         )
@@ -186,7 +292,20 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
             allowed_networks=settings.ingest_allowed_networks,
             max_url_bytes=settings.ingest_max_url_bytes,
             progress=progress,
+            link_base=args.link_base,
+            crawl=crawl,
+            sitemaps=tuple(args.sitemap),
+            sitemap_options=sitemap_options,
+            sync_interval_s=sync_every,
         )
+    except SourceBusy as error:
+        progress.finish()
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except LinkBaseError as error:
+        progress.finish()
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (DatabaseError, MigrationError, EmbeddingsUnavailable) as error:
         progress.finish()
         print(f"relaybot: {error}", file=sys.stderr)
@@ -199,11 +318,20 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_sources(rows: list[SourceRow]) -> str:
-    """The `sources list` table."""
+def _sync_status(state: SyncState | None) -> str:
+    if state is None:
+        return "-"
+    if state.syncing_by:
+        return "syncing"
+    return state.status or "-"
+
+
+def format_sources(rows: list[SourceRow], states: dict[str, SyncState] | None = None) -> str:
+    """The `sources list` table, then the last sync error of each source whose last sync failed."""
     if not rows:
         return "No sources yet; add one with `relaybot ingest PATH|URL --source NAME`."
-    header = ("NAME", "EXPOSURE", "KIND", "DOCUMENTS", "CHUNKS", "LAST SYNCED", "FROM")
+    states = states or {}
+    header = ("NAME", "EXPOSURE", "KIND", "DOCUMENTS", "CHUNKS", "LAST SYNCED", "STATUS", "EVERY", "LINKS TO", "FROM")
     table = [header] + [
         (
             row.name,
@@ -212,29 +340,107 @@ def format_sources(rows: list[SourceRow]) -> str:
             str(row.documents),
             str(row.chunks),
             row.last_synced_at.strftime("%Y-%m-%d %H:%M") if row.last_synced_at else "never",
+            _sync_status(states.get(row.name)),
+            format_duration(row.sync_interval_s),
+            row.link_base or "-",
             row.uri,
         )
         for row in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
-    return "\n".join(
+    lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + "  " + line[-1] for line in table
-    )
+    ]
+    errors = [(row.name, state.error) for row in rows if (state := states.get(row.name)) and state.status == "error"]
+    if errors:
+        lines.append("")
+        lines.extend(f"{name}: last sync failed: {error}" for name, error in errors)
+    return "\n".join(lines)
+
+
+def format_sync(result: SyncResult) -> str:
+    """One source's sync, as `sources sync` prints it."""
+    lines = []
+    if result.summary is not None:
+        summary = result.summary
+        lines.append(
+            f'Source "{result.source}" synced: added {summary.added}, updated {summary.updated}, '
+            f"unchanged {summary.unchanged}, removed {summary.removed}, skipped {len(summary.skipped)}."
+        )
+        lines.extend(f"  {uri}: {reason}" for uri, reason in summary.skipped)
+    if result.error:
+        lines.append(f'Source "{result.source}" is marked error, nothing was pruned: {result.error}')
+    return "\n".join(lines)
+
+
+async def sync_sources(settings: Settings, db: Database, name: str | None) -> int:
+    """`relaybot sources sync [NAME]`: sync the named source, or every source that remembers its targets, now."""
+    ids = await source_ids(db, name)
+    if name is not None and not ids:
+        print(f'relaybot: there is no source named "{name}"; `relaybot sources list` shows them.', file=sys.stderr)
+        return EXIT_FAILURE
+    if not ids:
+        print("No source remembers what it was ingested from yet; ingest one with `relaybot ingest`.")
+        return EXIT_OK
+    try:
+        provider = embedding_provider(settings)
+    except EmbeddingsUnavailable as error:
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    syncer = SourceSyncer(db, embedder=provider, policy=fetch_policy(settings))
+    code = EXIT_OK
+    try:
+        for source, source_id in ids.items():
+            try:
+                result = await syncer.sync(source_id)
+            except SourceBusy as error:
+                print(f"relaybot: {error}", file=sys.stderr)
+                code = EXIT_FAILURE
+                continue
+            print(format_sync(result))
+            if result.status == "error":
+                code = EXIT_FAILURE
+    finally:
+        await close_provider(provider)
+    return code
 
 
 async def sources(settings: Settings, args: argparse.Namespace) -> int:
-    """`relaybot sources list | remove NAME`."""
+    """`relaybot sources list | sync [NAME] | remove NAME | set-link-base NAME URL`; who may read one: bot/channels_cli.py."""
+    from bot.channels_cli import ACCESS_COMMANDS, source_access
+
+    if args.sources_command in ACCESS_COMMANDS:
+        return await source_access(settings, args)
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
+        if args.sources_command == "set-link-base":
+            # Checked before the database opens: a typo costs nothing.
+            base = check_link_base(args.url) if args.url.strip() else None
+            root = str(Path(args.root).expanduser().resolve()) if args.root else None
         await db.open()
         if args.sources_command == "list":
-            print(format_sources(await list_sources(db)))
+            print(format_sources(await list_sources(db), await sync_states(db)))
+            return EXIT_OK
+        if args.sources_command == "sync":
+            return await sync_sources(settings, db, args.name)
+        if args.sources_command == "set-link-base":
+            row = await set_link_base(db, args.name, base, root=root)
+            if row is None:
+                print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
+                return EXIT_FAILURE
+            if row.link_base:
+                print(f'Source "{row.name}" now links its files to {row.link_base} (paths under {row.link_root}).')
+            else:
+                print(f'Source "{row.name}" no longer links its files; they are cited by title.')
             return EXIT_OK
         if await remove_source(db, args.name):
             print(f'Removed source "{args.name}" with its documents.')
             return EXIT_OK
         print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
         return EXIT_FAILURE
+    except LinkBaseError as error:
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_FAILURE

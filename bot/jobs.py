@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from core.approvals import ApprovalService
 from core.notifier import Notifier
+from core.retrieval.sync import SourceSyncer
 
 log = logging.getLogger(__name__)
 
@@ -23,3 +24,13 @@ async def expire_approvals(approvals: ApprovalService, notifiers: Mapping[str, N
         except Exception:
             log.exception("could not mark approval %s as expired on %s", approval.view.continuation_id, approval.platform)
     return len(expired)
+
+
+async def sync_sources(syncer: SourceSyncer) -> int:
+    """Sync every source whose interval has passed; the source lease keeps each to one process. How many ran."""
+    try:
+        return len(await syncer.run_due())
+    except Exception:
+        # The database may be briefly gone; the next check tries again.
+        log.exception("could not look for sources due for a sync")
+        return 0

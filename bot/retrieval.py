@@ -14,6 +14,8 @@ from core.retrieval.embeddings import (
     EmbeddingsUnavailable,
     make_embedding_provider,
 )
+from core.retrieval.crawl import FetchPolicy
+from core.retrieval.ingest import URL_TIMEOUT_S
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 
@@ -57,3 +59,13 @@ def describe_embeddings(settings: Settings) -> str:
 async def build_retriever(settings: Settings, db: Database) -> PgRetriever:
     """The runtime's retriever over the open database; raises EmbeddingsUnavailable with a sentence."""
     return PgRetriever(db, embedding_provider(settings))
+
+
+def fetch_policy(settings: Settings) -> FetchPolicy:
+    """What ingestion's fetches may reach, from the INGEST_* settings."""
+    return FetchPolicy(
+        allow_private=settings.ingest_allow_private,
+        allowed_networks=settings.ingest_allowed_networks,
+        max_url_bytes=settings.ingest_max_url_bytes,
+        timeout_s=URL_TIMEOUT_S,
+    )

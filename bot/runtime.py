@@ -12,22 +12,30 @@ from psycopg_pool import AsyncConnectionPool
 
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
-from bot.jobs import expire_approvals
+from bot.jobs import expire_approvals, sync_sources
 from core import metrics
 from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
 from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
+from core.store.api_conversations import ApiConversations
+from core.store.api_keys import ApiKeyStore
 from core.store.app_state import AppStateStore
+from core.store.event_journal import EventJournal
 from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
+from core.tokens import get_token_counter
 from core.tools import ToolRegistry, ToolServices, builtin_registry
+from core.tools.mcp.tools import McpTools
 from core.tools.reminders import CREATE_REMINDER
+from core.tools.sql_query import SqlQueryConfig, sql_query_tool
+from core.tools.read_conversation import PlatformReaders, read_conversation_tool
+from core.tools.read_url import ReadUrlConfig, read_url_tool
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,11 @@ PRUNE_EVENTS_INTERVAL_S = 3600
 EXPIRE_APPROVALS_INTERVAL_S = 60
 REVERT_STUCK_INTERVAL_S = 300
 STUCK_RESUMING_AFTER_S = 900
+PRUNE_JOURNAL_INTERVAL_S = 300
+# How long a stream's events can be read back with Last-Event-ID.
+API_JOURNAL_KEEP_S = 15 * 60
+# How long startup waits for each MCP server's first connection attempt (they go on connecting after).
+MCP_STARTUP_WAIT_S = 10.0
 # /readyz's database check: a connection from the pool and `SELECT 1` within this (a probe waits less).
 READY_DB_TIMEOUT_S = 2.0
 
@@ -48,11 +61,33 @@ def build_llm(settings: Settings) -> LLMClient:
     )
 
 
-def build_registry() -> ToolRegistry:
+def build_registry(settings: Settings | None = None) -> ToolRegistry:
     # internal_search is the engine's own: it registers it when there is a retriever.
     registry = builtin_registry()
     registry.register(CREATE_REMINDER)
+    registry.register(read_conversation_tool() if settings is None else read_conversation_tool(
+        max_tokens=settings.read_conversation_max_tokens, counter=get_token_counter(settings.llm_model)
+    ))
+    registry.register(read_url_tool(ReadUrlConfig() if settings is None else ReadUrlConfig.from_settings(settings)))
     return registry
+
+
+async def add_sql_query(registry: ToolRegistry, settings: Settings) -> ToolRegistry:
+    """sql_query joins the tools only when SQL_QUERY_DSN is set; the database's schema is read now, once."""
+    config = SqlQueryConfig.from_settings(settings)
+    if config is not None:
+        registry.register(await sql_query_tool(config, counter=get_token_counter(settings.llm_model)))
+    return registry
+
+
+def build_api(settings: Settings, engine: Engine, db: Database) -> Any:
+    """The HTTP API adapter over this engine and database (its routes are added to a server by the caller)."""
+    from adapters.http.api.adapter import ApiAdapter
+
+    return ApiAdapter(
+        engine=engine, keys=ApiKeyStore(db), conversations=ApiConversations(db), journal=EventJournal(db),
+        max_body_bytes=settings.api_max_body_bytes,
+    )
 
 
 class Runtime:
@@ -69,9 +104,14 @@ class Runtime:
         self.owner = process_identity()
         self.heartbeats = Heartbeats(self.db, owner=self.owner)
         self.reminders: ReminderService | None = None
+        self.api: Any = None  # adapters.http.api.adapter.ApiAdapter when API_ENABLED
+        # Lent to tools with the engine; each adapter's reader is registered once the adapters are built.
+        self.readers = PlatformReaders()
         self._llm: LLMClient | None = None
         self._warm_up: asyncio.Task[None] | None = None
         self._db_open = False
+        self.syncer: Any = None  # core.retrieval.sync.SourceSyncer, sharing the retriever's embedder
+        self.mcp: McpTools | None = None  # when MCP_SERVERS is set
 
     async def open_engine(self) -> Engine:
         """Database, model client, retriever and engine (enough for `chat`)."""
@@ -83,16 +123,27 @@ class Runtime:
         from bot.retrieval import build_retriever
 
         retriever = await build_retriever(self.settings, self.db)
+        from bot.retrieval import fetch_policy
+        from core.retrieval.sync import SourceSyncer
+
+        self.syncer = SourceSyncer(self.db, embedder=retriever.embedder, policy=fetch_policy(self.settings))
         # Loaded in the background, and only when stored vectors need it: no question waits for it otherwise.
         self._warm_up = asyncio.create_task(_warm_up(retriever), name="embedding-warm-up")
+        registry = await add_sql_query(build_registry(self.settings), self.settings)
+        if self.settings.mcp_servers:
+            # Connected now; a server that is down leaves its tools out (and says so) until it reconnects.
+            self.mcp = McpTools.from_settings(self.settings)
+            await self.mcp.start(wait_s=MCP_STARTUP_WAIT_S)
+            registry.add_provider(self.mcp)
         self.engine = Engine(
             settings=self.settings,
             db=self.db,
             llm=self._llm,
-            registry=build_registry(),
+            registry=registry,
+            approval_layers=self.mcp.approval_layers() if self.mcp is not None else (),
             retriever=retriever,
             # The tool only writes the row; the ReminderService of a process serving the platform delivers it.
-            tool_services=ToolServices(reminders=ReminderBook(self.db)),
+            tool_services=ToolServices(reminders=ReminderBook(self.db), conversations=self.readers),
         )
         return self.engine
 
@@ -100,6 +151,8 @@ class Runtime:
         engine = await self.open_engine()
         await self.heartbeats.beat()
         self.adapters = self._build_adapters(engine)
+        for adapter in self.adapters:
+            self.readers.register(adapter.platform, adapter.reader)
         notifiers: dict[str, Notifier] = {adapter.platform: adapter.notifier for adapter in self.adapters}
         self.reminders = ReminderService(self.db, self.scheduler, notifiers)
         self._schedule_jobs(engine, self.reminders, notifiers)
@@ -107,6 +160,9 @@ class Runtime:
         await self.reminders.rearm_all()
         # Ready: the database answers and every configured platform is connected.
         self.http.add_readiness_check("database", self.database_readiness)
+        if self.settings.api_enabled:
+            self.api = build_api(self.settings, engine, self.db)
+            self.api.add_to(self.http.app)
         for adapter in self.adapters:
             self.http.add_readiness_check(adapter.platform, adapter.readiness)
         await self.http.start()
@@ -114,6 +170,12 @@ class Runtime:
             await adapter.start()
         if not self.adapters:
             log.warning("neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: only the HTTP health check is served")
+
+    async def _sync_sources(self) -> None:
+        await sync_sources(self.syncer)
+
+    async def _prune_journal(self) -> None:
+        await EventJournal(self.db).prune(older_than_s=API_JOURNAL_KEEP_S)
 
     async def database_readiness(self) -> str | None:
         """None when a pooled connection answers `SELECT 1` in time; otherwise why not."""
@@ -161,7 +223,10 @@ class Runtime:
             (expire, EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
             (revert_stuck, REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
             (reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
+            (self._prune_journal, PRUNE_JOURNAL_INTERVAL_S, "prune-api-journal"),
         ]
+        if self.settings.source_sync_enabled:
+            jobs.append((self._sync_sources, self.settings.source_sync_check_s, "sync-sources"))
         jobs += [
             (adapter.maintain, HEARTBEAT_INTERVAL_S, f"maintain-{adapter.platform}") for adapter in self.adapters
         ]
@@ -173,12 +238,16 @@ class Runtime:
         self.http.mark_stopping()
         for adapter in self.adapters:
             await _quietly(adapter.stop_accepting(), "stop accepting")
+        if self.api is not None:
+            self.api.stop_accepting()
         if self.engine is not None and not await self.engine.drain(self.settings.shutdown_grace_s):
             log.warning("%d answers still running after the grace period; marking them interrupted", self.engine.active_runs)
             for adapter in self.adapters:
                 await _quietly(adapter.interrupt_inflight(), "interrupt answers")
         for adapter in self.adapters:
             await _quietly(adapter.close(), "close adapter")
+        if self.api is not None:
+            await _quietly(self.api.close(), "close the API")
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if self.adapters:
@@ -187,6 +256,8 @@ class Runtime:
         await self.http.stop()
         if self._warm_up is not None and not self._warm_up.done():
             self._warm_up.cancel()
+        if self.mcp is not None:
+            await _quietly(self.mcp.close(), "close the MCP connections")
         if self._llm is not None:
             await self._llm.aclose()
         self._db_open = False

@@ -15,13 +15,15 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from core import metrics, wording
-from core.events import ApprovalRequired, Event, Failed
-from core.requests import Actor
+from core.events import ApprovalRequired, Event, Failed, Usage
+from core.requests import Actor, ConversationKey
+from core.channels import ChannelResolver
 from core.runs import Runs
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
 
 __all__ = [
     "ApprovalService", "ApprovalView", "CallView", "ClickResult", "Decision", "DecisionView", "ExpiredApproval",
+    "PendingApproval",
     "expired_sentence", "failed_click",
 ]
 from core.tools import ApprovalPolicy
@@ -47,6 +49,7 @@ class CallView:
     tool: str
     arguments: dict[str, Any]
     description: str = ""
+    client: bool = False  # a client-executed tool: its answer is a result (the API's), not a click
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,8 @@ class ApprovalView:
     state: ViewState = "open"
     # Calls that had started (a crash can leave a run reverted to pending, or expired, after that).
     started: tuple[str, ...] = ()
+    # Tokens the turn had used when it paused (what a resumed run's count starts from).
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def undecided(self) -> tuple[CallView, ...]:
@@ -83,7 +88,7 @@ class ApprovalView:
     @classmethod
     def from_event(cls, event: ApprovalRequired) -> ApprovalView:
         calls = tuple(
-            CallView(call_id=c.call_id, tool=c.tool, arguments=dict(c.arguments), description=c.description)
+            CallView(call_id=c.call_id, tool=c.tool, arguments=dict(c.arguments), description=c.description, client=c.client)
             for c in event.calls
         )
         return cls(
@@ -93,7 +98,8 @@ class ApprovalView:
     @classmethod
     def from_row(cls, row: ContinuationRow) -> ApprovalView:
         calls = tuple(
-            CallView(call_id=c.call_id, tool=c.tool, arguments=_arguments(c.arguments), description=c.description)
+            CallView(call_id=c.call_id, tool=c.tool, arguments=_arguments(c.arguments), description=c.description,
+                     client=c.client)
             for c in row.calls
         )
         state: ViewState = "expired" if row.status == "expired" else "open" if row.status == "pending" else "closed"
@@ -105,6 +111,7 @@ class ApprovalView:
             decisions={cid: DecisionView(approved=d.approved, actor=d.actor) for cid, d in row.decisions.items()},
             state=state,
             started=row.started_calls,
+            usage=_usage(row.state),
         )
 
 
@@ -129,13 +136,25 @@ class ExpiredApproval:
     message_refs: list[dict[str, Any]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PendingApproval:
+    """An approval still open that someone may decide, and the platform messages that show it."""
+
+    view: ApprovalView
+    message_refs: list[dict[str, Any]]
+
+
 class ApprovalService:
     """Owns decide / claim / resume / withdraw / expire / revert-stuck; every change is one conditional UPDATE."""
 
-    def __init__(self, *, continuations: ContinuationStore, runs: Runs, policy: ApprovalPolicy) -> None:
+    def __init__(
+        self, *, continuations: ContinuationStore, runs: Runs, policy: ApprovalPolicy, channels: ChannelResolver | None = None
+    ) -> None:
         self._continuations = continuations
         self._runs = runs
         self.policy = policy
+        # Approvers per channel (core/channels.py), read at every click; `policy` when there is none.
+        self._channels = channels
 
     async def click(
         self,
@@ -206,7 +225,7 @@ class ApprovalService:
                 row = None
         if row is None:
             return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
-        refused = self._policy_refusal(row, actor, mention, admins=admins)
+        refused = await self._policy_refusal(row, actor, mention, admins=admins)
         if refused is not None:
             return refused
         return await self._record(
@@ -224,7 +243,7 @@ class ApprovalService:
             for call_id, decision in decisions.items():
                 _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=result)
             return result
-        refused = self._policy_refusal(row, actor, _as_is, admins=True)
+        refused = await self._policy_refusal(row, actor, _as_is, admins=True)
         if refused is not None:
             for call_id, decision in decisions.items():
                 _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=refused)
@@ -232,7 +251,10 @@ class ApprovalService:
         for call_id, decision in decisions.items():
             approved = _approved(decision)
             comment = decision.comment if isinstance(decision, Decision) else ""
-            result = await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment)
+            # A client-executed tool's result (from the API) is kept with the decision until the run resumes.
+            output = decision.result if isinstance(decision, Decision) else None
+            result = await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment,
+                                        result=output)
             _audit(continuation_id, actor=actor, approved=approved, call_id=call_id, result=result)
             if result.outcome not in ("recorded", "ready") and result.reason != "already_decided":
                 return result
@@ -253,6 +275,24 @@ class ApprovalService:
         """Close a paused run whose approval request could not be shown; nothing of it will run."""
         key = _parse_uuid(continuation_id)
         return key is not None and await self._continuations.withdraw(key)
+
+    async def pending_for(
+        self, actor: Actor, *, platform: str, workspace: str, limit: int = 20, scan: int = 200
+    ) -> list[PendingApproval]:
+        """The open approvals of one workspace that `actor` may decide (by the same policy a click is checked
+        with), newest first: the `scan` newest open rows of the platform are looked at, `limit` returned."""
+        found: list[PendingApproval] = []
+        for row in await self._continuations.pending(platform=platform, limit=scan):
+            conversation = row.state.get("conversation") if isinstance(row.state, dict) else None
+            if not isinstance(conversation, dict) or conversation.get("workspace") != workspace:
+                continue
+            policy = await self._policy_of(row)
+            if policy.may_decide(actor=actor.id, requested_by=row.requested_by, actor_roles=actor.roles,
+                                 actor_is_admin=actor.is_admin):
+                found.append(PendingApproval(view=ApprovalView.from_row(row), message_refs=row.message_refs))
+                if len(found) >= limit:
+                    break
+        return found
 
     async def expire_due(self, *, platforms: tuple[str, ...] | None = None) -> list[ExpiredApproval]:
         """Close approvals past their expiry (of `platforms` only, when given: a process expires what it can
@@ -278,27 +318,40 @@ class ApprovalService:
         key = _parse_uuid(continuation_id)
         return await self._continuations.get(key) if key else None
 
-    def _policy_refusal(
+    async def _policy_of(self, row: ContinuationRow) -> ApprovalPolicy:
+        """Who may decide in the paused run's channel, as its settings say now."""
+        conversation = row.state.get("conversation") if isinstance(row.state, dict) else None
+        if self._channels is None or not isinstance(conversation, dict):
+            return self.policy
+        try:
+            key = ConversationKey(**conversation)
+        except TypeError:
+            return self.policy
+        channel = await self._channels.resolve(key)
+        return ApprovalPolicy(approvers=channel.approvers, approver_roles=channel.approver_roles)
+
+    async def _policy_refusal(
         self, row: ContinuationRow, actor: Actor, mention: Callable[[str], str], *, admins: bool
     ) -> ClickResult | None:
         # Checked on every click: posting the buttons decided nothing about who may press them.
-        if self.policy.may_decide(
+        policy = await self._policy_of(row)
+        if policy.may_decide(
             actor=actor.id, requested_by=row.requested_by, actor_roles=actor.roles, actor_is_admin=actor.is_admin
         ):
             return None
         return ClickResult(
-            outcome="refused", message=self.policy.describe(row.requested_by, mention=mention, admins=admins),
+            outcome="refused", message=policy.describe(row.requested_by, mention=mention, admins=admins),
             view=ApprovalView.from_row(row), reason="not_allowed",
         )
 
     async def _record(
         self, row: ContinuationRow, *, call_id: str | None, approved: bool, actor: Actor, comment: str,
-        among: tuple[str, ...] | None = None,
+        among: tuple[str, ...] | None = None, result: str | None = None,
     ) -> ClickResult:
         closed = _closed(row)
         if closed is not None:
             return closed
-        decision = Decision(approved=approved, actor=actor.display, comment=comment)
+        decision = Decision(approved=approved, actor=actor.display, comment=comment, result=result)
         updated = await self._continuations.record_decision(row.id, call_id=call_id, decision=decision, among=among)
         if updated is not None:
             if updated.undecided:
@@ -417,6 +470,14 @@ def _arguments(raw: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"raw": raw}
     return value if isinstance(value, dict) else {"value": value}
+
+
+def _usage(state: Any) -> Usage:
+    raw = state.get("usage") if isinstance(state, dict) else None
+    try:
+        return Usage(**raw) if isinstance(raw, dict) else Usage()
+    except TypeError:
+        return Usage()
 
 
 def _parse_uuid(value: str) -> uuid.UUID | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from pathlib import Path
@@ -22,6 +23,9 @@ EmbeddingProviderName = Literal["local", "openai", "none"]
 # What to tell a user for each setting when its value is missing or malformed.
 HINTS: dict[str, str] = {
     "DATABASE_URL": "a postgresql:// URL, or leave it unset to use the embedded database",
+    "SQL_QUERY_DSN": "a postgresql:// URL of the database sql_query reads (as a read-only role), or leave it unset",
+    "SQL_QUERY_MAX_ROWS": "a number of rows between 1 and 10000, e.g. 100",
+    "SQL_QUERY_TIMEOUT_S": "a number of seconds, e.g. 5",
     "LLM_BASE_URL": "the base URL of an OpenAI-compatible API, e.g. https://api.openai.com/v1",
     "EMBEDDING_BASE_URL": "the base URL of an OpenAI-compatible embeddings API, or leave it unset to use LLM_BASE_URL",
     "SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/",
@@ -31,12 +35,30 @@ HINTS: dict[str, str] = {
     "LLM_IDLE_TIMEOUT_S": "a number of seconds, e.g. 30",
     "LLM_MODEL_OVERRIDES": 'a JSON object, e.g. {"context_limit": 32000, "supports_vision": false}',
     "HTTP_PORT": "a TCP port number between 0 and 65535",
+    "API_ENABLED": "true or false",
+    "API_MAX_BODY_BYTES": "a number of bytes of at least 1024, e.g. 1000000",
     "EMBEDDING_PROVIDER": "one of local, openai, none",
     "AGENT_TYPE": "one of classic, react, agentic, research",
     "TOOL_APPROVAL_OVERRIDES": 'a JSON object of tool name to true/false, e.g. {"create_reminder": false}',
+    "TOOL_APPROVAL_POLICY": (
+        'a JSON object of tool name to "always", "never" or {"when": {argument: value or "/regex/"}}, '
+        'e.g. {"deploy": {"when": {"target": "/prod/"}}}'
+    ),
+    "MCP_SERVERS": (
+        'a JSON object of server name to {"command": "...", "args": [...], "env": {...}} (stdio) '
+        'or {"url": "https://...", "headers": {...}} (streamable HTTP)'
+    ),
+    "MCP_SAFE_TOOLS": 'a JSON list of MCP tool names (server__tool) that run without approval, e.g. ["docs__search"]',
+    "MCP_CALL_TIMEOUT_S": "a number of seconds, e.g. 30",
+    "MCP_TRUST_READ_ONLY_HINT": "true or false",
     "DIRECT_MESSAGES": "one of members, open, closed",
+    "STREAM_PLACEHOLDER_AFTER_S": "a number of seconds, e.g. 1 (0 posts the placeholder at once)",
+    "READ_CONVERSATION_MAX_TOKENS": "a number of tokens between 100 and 2000, e.g. 1500",
     "LOG_LEVEL": "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
     "LOG_FORMAT": "one of text, json",
+    "READ_URL_ALLOWED_NETWORKS": "comma-separated CIDRs such as 10.1.0.0/16, or leave it unset",
+    "SOURCE_SYNC_ENABLED": "true or false",
+    "SOURCE_SYNC_CHECK_S": "a number of seconds, e.g. 300",
 }
 
 # Who may DM the bot: `members` of an allowed workspace/guild (everyone when no allowlist is set),
@@ -119,10 +141,18 @@ class Settings(BaseSettings):
     agent_loop_limit: int = Field(default=8, ge=1)
     approvers: CommaList = ()
     approver_roles: CommaList = ()
+    # Who may change a channel's settings from chat (Slack's /relaybot, Discord's /relaybot config) besides
+    # Slack's workspace admins and owners and Discord's Manage Server: user ids, Discord role ids.
+    channel_admins: CommaList = ()
+    channel_admin_roles: CommaList = ()
     approval_expiry_s: float = Field(default=24 * 3600, gt=0)
     tool_approval_overrides: Annotated[dict[str, bool], NoDecode] = Field(default_factory=dict)
+    # Admin rules per tool (core/tools/approval_policy.py); they win over TOOL_APPROVAL_OVERRIDES.
+    tool_approval_policy: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
     retrieval_chunks: int = Field(default=6, ge=0)
     retrieval_doc_tokens: int = Field(default=2000, ge=0)
+    # Tokens read_conversation may return (newest messages kept); the agent caps any tool result at 2000.
+    read_conversation_max_tokens: int = Field(default=1500, ge=100, le=2000)
 
     # Embeddings
     embedding_provider: EmbeddingProviderName = "local"
@@ -135,6 +165,32 @@ class Settings(BaseSettings):
     ingest_allow_private: bool = False
     ingest_allowed_networks: CommaList = ()
     ingest_max_url_bytes: int = 5_000_000
+    # Fresh sources: every `relaybot run` process looks this often for sources whose sync interval has
+    # passed (set per source with `relaybot ingest --sync-every`); a lease lets one process sync each.
+    source_sync_enabled: bool = True
+    source_sync_check_s: float = Field(default=300.0, gt=0)
+
+    # The read_url tool: its own network allowance, as anyone in a chat may name a URL (ingesting is for operators).
+    read_url_allowed_networks: CommaList = ()
+    read_url_max_bytes: int = Field(default=2_000_000, ge=1)
+    read_url_timeout_s: float = Field(default=15.0, gt=0)
+
+    # The sql_query tool (registered only when SQL_QUERY_DSN is set): read-only SQL on a separate database.
+    sql_query_dsn: str | None = Field(default=None, repr=False)  # may hold a password
+    sql_query_allow_superuser: bool = False  # a superuser can get around the read-only checks
+    sql_query_max_rows: int = Field(default=100, ge=1, le=10_000)
+    sql_query_timeout_s: float = Field(default=5.0, gt=0)
+    sql_query_schema_tokens: int = Field(default=1500, ge=0)
+
+    # MCP servers whose tools the model may call (the `mcp` extra); their tools need approval unless trusted here.
+    mcp_servers: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict, repr=False)  # may hold tokens
+    mcp_safe_tools: Annotated[tuple[str, ...], NoDecode] = ()
+    mcp_trust_read_only_hint: bool = False
+    mcp_call_timeout_s: float = Field(default=30.0, gt=0)
+
+    # Streaming answers (both platforms): an answer whose first text comes within this many seconds is
+    # posted with it; later, a placeholder (or the running tool's line) shows meanwhile.
+    stream_placeholder_after_s: float = Field(default=1.0, ge=0, le=60)
 
     # Slack
     slack_bot_token: str | None = Field(default=None, repr=False)
@@ -147,6 +203,11 @@ class Settings(BaseSettings):
     # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
     # either way the bot learns it from 429s.
     slack_workspace_posts_per_minute: int | None = Field(default=None, ge=1)
+    # Slack's native streaming (chat.startStream…): "auto" streams an answer natively when the workspace
+    # offers it and a start is within its budget, else with post+update; "off" always posts and updates.
+    slack_native_streaming: Literal["auto", "off"] = "auto"
+    # Slack's AI-app pane (Agents & AI Apps): suggested prompts, thread titles, "is thinking…" status.
+    slack_assistant: bool = True
 
     # Discord
     discord_token: str | None = Field(default=None, repr=False)
@@ -164,6 +225,10 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
 
+    # HTTP API (/api/answer, /v1/chat/completions): off unless enabled; keys from `relaybot keys create`.
+    api_enabled: bool = False
+    api_max_body_bytes: int = Field(default=1_000_000, ge=1024)
+
     # Shutdown
     shutdown_grace_s: float = Field(default=10.0, ge=0)
 
@@ -174,7 +239,9 @@ class Settings(BaseSettings):
     metrics_token: str | None = Field(default=None, repr=False)
 
     @field_validator(
-        "approvers", "approver_roles", "slack_team_ids", "discord_guild_ids", "ingest_allowed_networks", mode="before"
+        "approvers", "approver_roles", "channel_admins", "channel_admin_roles",
+        "slack_team_ids", "discord_guild_ids", "ingest_allowed_networks",
+        "read_url_allowed_networks", mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:
@@ -193,7 +260,7 @@ class Settings(BaseSettings):
     def _lower_case(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("database_url", mode="after")
+    @field_validator("database_url", "sql_query_dsn", mode="after")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
         # Empty means unset: the embedded database.
@@ -203,6 +270,16 @@ class Settings(BaseSettings):
     @classmethod
     def _check_http_url(cls, value: str | None) -> str | None:
         return check_url(value.strip(), schemes=HTTP_SCHEMES) if value and value.strip() else None
+
+    @field_validator("read_url_allowed_networks", mode="after")
+    @classmethod
+    def _check_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a network") from None
+        return value
 
     @field_validator("discord_gateway_url", mode="after")
     @classmethod
@@ -219,16 +296,50 @@ class Settings(BaseSettings):
             )
             if value
         ]
-        for url in (self.database_url, self.llm_base_url, self.embedding_base_url, self.slack_api_url,
-                    self.discord_api_base, self.discord_gateway_url):
+        for url in (self.database_url, self.sql_query_dsn, self.llm_base_url, self.embedding_base_url,
+                    self.slack_api_url, self.discord_api_base, self.discord_gateway_url):
             values.extend(url_secrets(url))
-        if self.database_url:
-            # libpq's own reading also catches passwords given as query parameters and percent-encoded ones.
-            options = conninfo.conninfo_to_dict(self.database_url)
-            values.extend(str(options[key]) for key in ("password", "sslpassword") if options.get(key))
+        for dsn in (self.database_url, self.sql_query_dsn):
+            if dsn:
+                # libpq's own reading also catches passwords given as query parameters and percent-encoded ones.
+                options = conninfo.conninfo_to_dict(dsn)
+                values.extend(str(options[key]) for key in ("password", "sslpassword") if options.get(key))
+        # MCP servers are handed API keys as headers and environment variables, and sometimes in the URL.
+        for server in self.mcp_servers.values():
+            if isinstance(server, dict):
+                values.extend(url_secrets(server.get("url") if isinstance(server.get("url"), str) else None))
+                for key in ("headers", "env"):
+                    if isinstance(server.get(key), dict):
+                        values.extend(str(value) for value in server[key].values() if value)
         return tuple(values)
 
-    @field_validator("llm_model_overrides", "tool_approval_overrides", mode="before")
+    @field_validator("tool_approval_policy", mode="after")
+    @classmethod
+    def _check_approval_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from core.tools.approval_policy import parse_policy
+
+        parse_policy(value)  # a ValueError names the malformed rule
+        return value
+
+    @field_validator("mcp_servers", mode="after")
+    @classmethod
+    def _check_mcp_servers(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from core.tools.mcp.config import parse_servers
+
+        parse_servers(value)  # a ValueError names the server and what is wrong, never a header or env value
+        return value
+
+    @field_validator("mcp_safe_tools", mode="before")
+    @classmethod
+    def _parse_json_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            parsed = json.loads(value) if value.strip() else []
+            if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+                raise ValueError("it is not a JSON list of tool names")
+            return tuple(parsed)
+        return value
+
+    @field_validator("llm_model_overrides", "tool_approval_overrides", "tool_approval_policy", "mcp_servers", mode="before")
     @classmethod
     def _parse_json_object(cls, value: object) -> object:
         if isinstance(value, str):

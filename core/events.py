@@ -50,12 +50,13 @@ class ToolRun:
 
 @dataclass(frozen=True, kw_only=True)
 class PendingCall:
-    """One tool call waiting for a human decision."""
+    """One tool call waiting for a human decision, or (`client`) for the result of a tool the client runs."""
 
     call_id: str
     tool: str
     arguments: dict[str, Any]
     description: str = ""
+    client: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +67,8 @@ class ApprovalRequired:
     calls: tuple[PendingCall, ...]
     requested_by: str
     expires_at: float  # unix seconds
+    # Tokens the turn used up to the pause (like Done's, a resumed run's count includes them).
+    usage: Usage = field(default_factory=lambda: Usage())
     kind: Literal["approval_required"] = "approval_required"
 
 
@@ -115,4 +118,22 @@ class Failed:
     kind: Literal["failed"] = "failed"
 
 
-Event = Union[AnswerDelta, ToolCallStarted, ToolCallFinished, ApprovalRequired, Sources, Done, Failed]
+@dataclass(frozen=True, kw_only=True)
+class Stopped(Failed):
+    """The run was stopped by a person (a Stop button); `message` goes under the text shown so far.
+    A Failed, so a consumer that knows nothing of Stop still ends the answer with the sentence."""
+
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted:
+    """The run began (under its conversation's lease): its id, the turn id, is what a Stop button names.
+    Consumers that offer no Stop ignore it."""
+
+    run_id: str
+    asked_by: str
+    kind: Literal["run_started"] = "run_started"
+
+
+Event = Union[RunStarted, AnswerDelta, ToolCallStarted, ToolCallFinished, ApprovalRequired, Sources, Done, Failed]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,6 +15,9 @@ class ConversationKey:
     workspace: str
     channel: str
     thread: str = ""
+    # A direct message (said by the adapter): it sees only sources granted to its workspace's DMs. Not
+    # part of the identity: a key rebuilt from stored columns names the same conversation.
+    direct: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,12 +32,13 @@ class Attachment:
 
 @dataclass(frozen=True, kw_only=True)
 class PriorMessage:
-    """A message the platform holds from before the bot joined a thread (e.g. earlier thread replies)."""
+    """A message the platform holds: earlier thread replies as context, or what read_conversation reads."""
 
     author: str
     text: str
     is_bot: bool = False  # any bot, app or webhook
     is_self: bool = False  # this bot's own message: only these become assistant turns
+    at: datetime | None = None  # when it was written, as the platform says (UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +56,16 @@ class Actor:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClientTool:
+    """A tool the asker's client runs itself (an API request declares it): offered to the model like a built-in
+    one, but a call to it pauses the run until the client sends its result (core/tools/client_tools.py)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Request:
     """One question for the engine."""
 
@@ -61,3 +77,9 @@ class Request:
     agent_type: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    # Only these sources (e.g. an API key's), within what the channel may see; None: no narrowing.
+    sources: tuple[str, ...] | None = None
+    # Tools the client runs (API only); their calls pause the run like approvals, answered with results.
+    client_tools: tuple[ClientTool, ...] = ()
+    # Structured output for the answer (OpenAI's json_object / json_schema), used where the model supports it.
+    response_format: dict[str, Any] | None = None

@@ -7,8 +7,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing
-from dataclasses import dataclass
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, assert_never
 
@@ -19,15 +19,24 @@ from core import metrics, observe, wording
 from core.agents import AgentConfig, AgentDeps, AgentOutput, BaseAgent, Finished, Paused, RunContext, UnknownAgentType, agent_class
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
+from core.channels import ChannelConfig, ChannelResolver
+from core.citations import cite
 from core.config import Settings
-from core.events import ApprovalRequired, Done, Event, Failed, SourceItem, Sources, Usage
+from core.events import (
+    AnswerDelta, ApprovalRequired, Done, Event, Failed, RunStarted, SourceItem, Sources, Stopped, ToolCallFinished,
+    ToolCallStarted, Usage,
+)
 from core.history import TurnHistory, content_text
+from core.llm import ModelInfo, resolve_model
 from core.observe import RunTrace
-from core.requests import Actor, ConversationKey, Request
+from core.requests import Actor, ClientTool, ConversationKey, Request
 from core.store.continuations import ContinuationRow, ContinuationStore, StoredCall
 from core.store.conversations import ConversationStore
 from core.store.locks import ConversationLocks
 from core.store.usage import TurnUsage, UsageLog
+from core.stops import RunStops, StopResult, StopSignal
+from core.tools import ToolExecutor
+from core.tools.client_tools import client_tools_from_json, with_client_tools
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +67,30 @@ class Runs:
         settings: Settings,
         deps: AgentDeps,
         system_prompt: str,
-        base_tools: tuple[str, ...],
+        base_tools: Callable[[], tuple[str, ...]],
         conversations: ConversationStore,
         continuations: ContinuationStore,
         history: TurnHistory,
         locks: ConversationLocks,
         usage: UsageLog | None = None,
+        channels: ChannelResolver | None = None,
+        stops: RunStops | None = None,
     ) -> None:
         self._settings = settings
+        # Each run reads its channel's settings afresh (core/channels.py); without a resolver, the settings alone.
+        self._channels = channels or ChannelResolver(settings=settings, source=None)
+        self._models: dict[str, ModelInfo] = {deps.model.name: deps.model}
         self._deps = deps
         self._system_prompt = system_prompt
+        # Read at the start of each run: MCP tools come and go with their servers.
         self._base_tools = base_tools
         self._conversations = conversations
         self._continuations = continuations
         self._history = history
         self._locks = locks
         self._usage = usage
+        # Stop buttons: each run is registered while it goes and cancelled when someone asks (core/stops.py).
+        self.stops = stops
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -100,8 +117,17 @@ class Runs:
 
     async def _ask(self, request: Request) -> AsyncIterator[Event]:
         try:
-            cls = agent_class(request.agent_type or self._settings.agent_type)
-        except UnknownAgentType as error:
+            channel = await self._channels.resolve(request.conversation)
+        except (psycopg.Error, PoolTimeout):
+            log.exception("could not read the channel's settings")
+            _report_unstarted(request.conversation.platform, "the database is unavailable")
+            yield Failed(message=wording.database_unavailable(), retryable=True)
+            return
+        try:
+            cls = agent_class(request.agent_type or channel.agent_type)
+            # The engine's tools plus the client's own for this run (a name taken or malformed refuses it).
+            executor = with_client_tools(self._deps.executor, request.client_tools)
+        except (UnknownAgentType, ValueError) as error:
             _report_unstarted(request.conversation.platform, str(error))
             yield Failed(message=str(error), retryable=False)
             return
@@ -123,7 +149,10 @@ class Runs:
                 context = RunContext(
                     conversation_id=conversation_id, conversation=request.conversation, user=request.user, turn_id=turn_id
                 )
-                agent = cls(deps=self._deps, config=self.config(cls.agent_type, request), context=context)
+                agent = cls(
+                    deps=self._deps_for(channel.model, executor), config=self.config(cls.agent_type, request, channel=channel),
+                    context=context,
+                )
                 outputs = agent.gen(query, history=history, extra_parts=attachments.parts)
                 return RunPlan(agent=agent, outputs=outputs, author=request.user.display, question=query)
 
@@ -143,7 +172,9 @@ class Runs:
             try:
                 state = RunState.from_json(row.state)
                 cls = agent_class(state.agent_type)
-            except (RunStateError, UnknownAgentType) as error:
+                client_tools = client_tools_from_json(state.client_tools)
+                executor = with_client_tools(self._deps.executor, client_tools)
+            except (RunStateError, UnknownAgentType, ValueError, KeyError) as error:
                 log.error("cannot resume %s: %s", row.id, error)
                 _report_unstarted(row.platform, str(error))
                 yield Failed(message=str(error), retryable=False)
@@ -155,8 +186,14 @@ class Runs:
                 user=Actor(id=state.user_id, name=state.user_name),
                 turn_id=state.turn_id,
             )
-            config = self.config(state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens)
-            agent = cls(deps=self._deps, config=config, context=context)
+            # The channel's settings as they are now (scope, tools, rules); the model the run began with.
+            channel = await self._channels.resolve(state.conversation)
+            config = self.config(
+                state.agent_type, None, temperature=state.temperature, max_tokens=state.max_tokens, channel=channel,
+                client_tools=client_tools, response_format=state.response_format,
+                sources=tuple(state.request_sources) if state.request_sources is not None else None,
+            )
+            agent = cls(deps=self._deps_for(state.model, executor), config=config, context=context)
 
             async def mark_started(call_id: str) -> bool:
                 return await self._continuations.mark_started(row.id, call_id)
@@ -177,22 +214,46 @@ class Runs:
                     yield event
 
     def config(
-        self, agent_type: str, request: Request | None, *, temperature: float | None = None, max_tokens: int | None = None
+        self, agent_type: str, request: Request | None, *, temperature: float | None = None, max_tokens: int | None = None,
+        channel: ChannelConfig | None = None, client_tools: tuple[ClientTool, ...] = (),
+        response_format: dict[str, Any] | None = None, sources: tuple[str, ...] | None = None,
     ) -> AgentConfig:
         settings = self._settings
         if request is not None:
+            client_tools, response_format, sources = request.client_tools, request.response_format, request.sources
             temperature = request.temperature if request.temperature is not None else settings.llm_temperature
             max_tokens = request.max_tokens if request.max_tokens is not None else settings.llm_max_tokens
+        scope = channel.scope if channel is not None else None
+        if scope is not None and sources is not None:
+            # A request may narrow the channel's sources (an API key's), never widen them.
+            only = sources if scope.only is None else tuple(n for n in scope.only if n in sources)
+            scope = replace(scope, only=only)
         return AgentConfig(
             agent_type=agent_type,
-            system_prompt=self._system_prompt,
+            system_prompt=self._system_prompt + (f"\n\n{channel.system_prompt}" if channel and channel.system_prompt else ""),
             loop_limit=settings.agent_loop_limit,
             retrieval_chunks=settings.retrieval_chunks,
             retrieval_doc_tokens=settings.retrieval_doc_tokens,
             temperature=temperature,
             max_tokens=max_tokens if max_tokens and max_tokens > 0 else None,
-            base_tools=self._base_tools,
+            base_tools=tuple(name for name in self._base_tools() if channel is None or channel.allows_tool(name)),
+            source_scope=scope,
+            tool_rules=channel.tool_rules if channel is not None else {},
+            client_tools=client_tools,
+            response_format=response_format,
+            request_sources=sources,
         )
+
+    def _deps_for(self, model: str, executor: ToolExecutor | None = None) -> AgentDeps:
+        """The engine's dependencies with this model (a channel may name its own) and, for a run with client
+        tools, its own executor."""
+        deps = self._deps if executor is None or executor is self._deps.executor else replace(self._deps, executor=executor)
+        if model == deps.model.name:
+            return deps
+        info = self._models.get(model)
+        if info is None:
+            info = self._models[model] = resolve_model(model, overrides=self._settings.llm_model_overrides)
+        return replace(deps, model=info)
 
     # ----- internals ------------------------------------------------------------------------------
 
@@ -232,9 +293,21 @@ class Runs:
                 )
                 ended = False
                 try:
-                    async with aclosing(plan.outputs) as outputs:
-                        async for output in outputs:
+                    async with self._registered(plan) as signal, aclosing(plan.outputs) as outputs:
+                        if signal is not None:
+                            context = plan.agent.context
+                            yield RunStarted(run_id=context.turn_id, asked_by=context.user.id)
+                        # The text shown since the last tool call: what a stopped run's stored turn keeps
+                        # (the text of earlier rounds is already in their assistant messages).
+                        since_tools: list[str] = []
+                        while (output := await _next_or_stop(outputs, signal)) is not _ENDED:
                             match output:
+                                case None:
+                                    assert signal is not None
+                                    ended = True
+                                    ending.extend(await asyncio.shield(self._end_stopped(plan, "".join(since_tools), signal.by)))
+                                    outcome = "stopped"
+                                    break
                                 case Finished() | Paused() | Failed():
                                     ended = True
                                     usage = output.usage if isinstance(output, Finished) else (
@@ -243,7 +316,13 @@ class Runs:
                                     # Shielded: a shutdown arriving now must not cut the turn's storing short.
                                     ending.extend(await asyncio.shield(self._end(plan, output)))
                                     outcome = _outcome(ending)
+                                    if signal is not None:
+                                        signal.outcome = outcome
                                 case _:
+                                    if isinstance(output, AnswerDelta):
+                                        since_tools.append(output.text)
+                                    elif isinstance(output, (ToolCallStarted, ToolCallFinished)):
+                                        since_tools.clear()
                                     trace.see(output)
                                     yield output
                 finally:
@@ -258,6 +337,47 @@ class Runs:
                 await asyncio.shield(self._report(plan, trace, outcome, usage))
         for event in ending:
             yield event
+
+    async def stop(self, run_id: str, *, actor: Actor, mention: Callable[[str], str] = str, admins: bool = True) -> StopResult:
+        """A Stop click on run `run_id` (its turn id), from any process: the asker, an approver or an admin."""
+        if self.stops is None:
+            return StopResult(outcome="not_found", message=wording.stop_not_found())
+        return await self.stops.request(run_id, actor=actor, mention=mention, admins=admins)
+
+    @asynccontextmanager
+    async def _registered(self, plan: RunPlan) -> AsyncIterator[StopSignal | None]:
+        """The run registered for Stop while it goes; without a registry (or its row) it runs without a Stop."""
+        if self.stops is None:
+            yield None
+            return
+        context = plan.agent.context
+        try:
+            registration = self.stops.running(context.turn_id, context.conversation, asked_by=context.user.id)
+            signal = await registration.__aenter__()
+        except (psycopg.Error, PoolTimeout):
+            log.warning("could not register run %s for Stop; it runs without one", context.turn_id, exc_info=True)
+            yield None
+            return
+        try:
+            yield signal
+        finally:
+            await registration.__aexit__(None, None, None)
+
+    async def _end_stopped(self, plan: RunPlan, shown: str, by: str) -> list[Event]:
+        """A run someone stopped: its turn as far as it went (every tool round complete, calls not started marked
+        so), then the text shown since the last tool call with the stop sentence — the assistant's last message,
+        marked stopped by that sentence. Its row in run_stops says `stopped` and by whom."""
+        progress = plan.agent.progress()
+        note = wording.stopped_by(by)
+        messages = list(progress.turn_messages) or [{"role": "user", "content": plan.question}]
+        text = shown.strip()
+        messages.append({"role": "assistant", "content": f"{text}\n\n{note}" if text else note})
+        try:
+            await self._store(plan, messages, sources=progress.sources)
+        except (psycopg.Error, PoolTimeout):
+            log.exception("could not store stopped turn %s", plan.agent.context.turn_id)
+        message = wording.stopped_after_tools_ran(progress.ran, by) if progress.ran else note
+        return [Stopped(message=message, by=by)]
 
     async def _report(self, plan: RunPlan, trace: RunTrace, outcome: str, usage: Usage | None) -> None:
         """The answer line, the answer metrics, and the turn's tokens in the usage table."""
@@ -317,9 +437,19 @@ class Runs:
             return [Failed(message=message, retryable=False)]
 
     async def _store_finished(self, plan: RunPlan, finished: Finished) -> list[Event]:
-        await self._store(plan, finished.turn_messages, sources=finished.sources)
+        # A citation that names no source is dropped from what is stored and from Done; the surfaces
+        # clean what they streamed with the same function, so every copy of the answer agrees.
+        cited = cite(finished.answer, finished.sources)
+        if cited.removed:
+            log.info(
+                "removed citations of no source from the answer: %s (%d sources)",
+                ", ".join(f"[{n}]" for n in cited.removed), len(finished.sources),
+                extra={"event": "citations_removed", "removed": list(cited.removed), "sources": len(finished.sources)},
+            )
+        turn_messages = [_cleaned(message, finished.sources) for message in finished.turn_messages]
+        await self._store(plan, turn_messages, sources=finished.sources)
         sources: list[Event] = [Sources(items=tuple(finished.sources))] if finished.sources else []
-        return [*sources, Done(answer=finished.answer, usage=finished.usage)]
+        return [*sources, Done(answer=cited.text, usage=finished.usage)]
 
     async def _store_failed(self, plan: RunPlan, failed: Failed) -> Failed:
         """The question alone when nothing was approved and run; otherwise the turn so far, and a
@@ -370,13 +500,15 @@ class Runs:
         """The pause is committed before ApprovalRequired is yielded, so a click always finds it."""
         state = paused.state
         descriptions = {call.call_id: call.description for call in paused.calls}
+        client_calls = {call.call_id for call in paused.calls if call.client}
         expires = datetime.now(timezone.utc).timestamp() + self._settings.approval_expiry_s
         continuation_id = await self._continuations.save(
             conversation_id=state.conversation_id,
             schema_version=state.schema_version,
             state=state.to_json(),
             calls=tuple(
-                StoredCall(call_id=call.call_id, tool=call.tool, arguments=call.arguments, description=descriptions.get(call.call_id, ""))
+                StoredCall(call_id=call.call_id, tool=call.tool, arguments=call.arguments, description=descriptions.get(call.call_id, ""),
+                           client=call.call_id in client_calls)
                 for call in state.pending
             ),
             requested_by=state.user_id,
@@ -384,15 +516,63 @@ class Runs:
             platform=state.conversation.platform,
         )
         return ApprovalRequired(
-            continuation_id=str(continuation_id), calls=paused.calls, requested_by=state.user_id, expires_at=expires
+            continuation_id=str(continuation_id), calls=paused.calls, requested_by=state.user_id, expires_at=expires,
+            usage=state.usage,
         )
+
+
+_ENDED = object()
+
+
+async def _next_or_stop(outputs: AsyncIterator[AgentOutput], signal: StopSignal | None) -> Any:
+    """The agent's next output; None when a stop came first (the step is cancelled: the model's stream
+    closes, a tool call in progress is cut off and one not started never starts); `_ENDED` at the end."""
+    if signal is None:
+        try:
+            return await anext(outputs)
+        except StopAsyncIteration:
+            return _ENDED
+    if signal.is_set():
+        return None
+    step = asyncio.ensure_future(anext(outputs))
+    stopped = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({step, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        # Cancelled from outside (shutdown): the step goes too, and is over before the agent is closed.
+        step.cancel()
+        await asyncio.wait({step})
+        raise
+    finally:
+        stopped.cancel()
+    if not step.done():
+        step.cancel()
+        await asyncio.wait({step})
+    if step.cancelled():
+        return None
+    try:
+        output = step.result()
+    except StopAsyncIteration:
+        return _ENDED
+    # A step that ended the run as the stop came in: the run ended on its own.
+    return output if isinstance(output, (Finished, Paused, Failed)) or not signal.is_set() else None
 
 
 def _label(key: ConversationKey) -> str:
     return observe.conversation_label(platform=key.platform, workspace=key.workspace, channel=key.channel, thread=key.thread)
 
 
+def _cleaned(message: dict[str, Any], sources: Sequence[SourceItem]) -> dict[str, Any]:
+    """An assistant message of the turn as stored: without citations that name no source."""
+    content = message.get("content")
+    if message.get("role") != "assistant" or not isinstance(content, str):
+        return message
+    return {**message, "content": cite(content, sources).text}
+
+
 def _outcome(ending: Sequence[Event]) -> str:
+    if any(isinstance(event, Stopped) for event in ending):
+        return "stopped"
     if any(isinstance(event, Failed) for event in ending):
         return "failed"
     return "approval" if any(isinstance(event, ApprovalRequired) for event in ending) else "answered"

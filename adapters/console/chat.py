@@ -9,9 +9,21 @@ import sys
 import uuid
 from typing import AsyncIterator, Awaitable, Callable, TextIO
 
+from adapters import wording
 from core.approvals import Decision, failed_click
+from core.citations import cite
 from core.engine import Engine
-from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed, Sources, ToolCallFinished, ToolCallStarted
+from core.events import (
+    AnswerDelta,
+    ApprovalRequired,
+    Done,
+    Event,
+    Failed,
+    SourceItem,
+    Sources,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from core.requests import Actor, ConversationKey, Request
 
 PROMPT = "you> "
@@ -55,11 +67,14 @@ class ConsoleChat:
     async def show(self, events: AsyncIterator[Event]) -> None:
         """Print one run's events; an approval prompt continues the same run."""
         self._write("bot> ")
+        sources: tuple[SourceItem, ...] = ()
+        printed: list[str] = []
         while True:
             approval: ApprovalRequired | None = None
             async for event in events:
                 match event:
                     case AnswerDelta():
+                        printed.append(event.text)
                         self._write(event.text)
                     case ToolCallStarted():
                         self._write(f"\n  🔧 {event.tool}({json.dumps(event.arguments, ensure_ascii=False)})…")
@@ -68,12 +83,19 @@ class ConsoleChat:
                     case ApprovalRequired():
                         approval = event
                     case Sources():
-                        self._write("\n\nSources:\n")
-                        for number, item in enumerate(event.items, start=1):
-                            where = f" — {item.uri}" if item.uri else ""
-                            self._write(f"  [{number}] {item.title}{where}\n")
+                        sources = event.items
                     case Done():
+                        # A terminal cannot take back what it printed: a citation of no source is named instead.
+                        left_out = cite("".join(printed), sources).removed
+                        cited = cite(event.answer, sources)
                         self._write("\n")
+                        if left_out:
+                            self._write(wording.citations_removed(left_out) + "\n")
+                        if cited.citations:
+                            self._write(f"\n{wording.sources_title()}:\n")
+                        for citation in cited.citations:
+                            where = f" — {citation.item.uri}" if citation.item.uri else ""
+                            self._write(f"  [{citation.number}] {citation.item.title}{where}\n")
                     case Failed():
                         self._write(f"\n⚠️  {event.message}\n")
             if approval is None:

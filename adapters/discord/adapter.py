@@ -30,10 +30,13 @@ from core.redact import redact_url
 from core.engine import Engine
 
 from . import render
+from .admin import DiscordAdmin, command_group
 from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
-from .inbound import DirectMessageRule, DiscordInbound
+from .controls import DiscordStops, StopButton
+from .inbound import DirectMessageRule, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
+from .reader import DiscordReader
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from .transport import DISCORD_WINDOW_S, ChannelBudgets, watch_global_lock
 
@@ -165,7 +168,7 @@ class RelayClient(discord.Client):
 
     async def setup_hook(self) -> None:
         # Registered at every start, so buttons posted before a restart still work.
-        self.add_dynamic_items(DecisionButton, ArgumentsButton)
+        self.add_dynamic_items(DecisionButton, ArgumentsButton, StopButton)
         await self._sync_commands()
 
     async def _sync_commands(self) -> None:
@@ -228,7 +231,10 @@ class DiscordAdapter:
             dedup=ports.dedup,
         )
         self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
-        limits = render.stream_limits(min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s)
+        limits = render.stream_limits(
+            min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s,
+            placeholder_after_s=settings.stream_placeholder_after_s,
+        )
         surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock)
         self.direct_messages = DirectMessageRule(
             policy=settings.direct_messages, guild_ids=settings.discord_guild_ids, is_member=self._is_member
@@ -248,7 +254,13 @@ class DiscordAdapter:
             watch=self.watch,
             state=ports.state,
         )
+        # Stop clicks (adapters/discord/controls.py), looked up on the client by the StopButton.
+        self.client.stops = DiscordStops(runs=engine.runs, gate=self.gate, actor_of=actor_of)
+        # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
+        self.client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
+        # What the read_conversation tool reads through (thread context uses the same reading function).
+        self.reader = DiscordReader(client=lambda: self.client, message_content=settings.discord_message_content_intent)
         self._connection: asyncio.Task[None] | None = None
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:

@@ -21,6 +21,7 @@ from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
 from . import render
+from .reader import history
 from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
 from .transport import NO_PINGS, ChannelTransport
 
@@ -166,11 +167,14 @@ class DiscordInbound:
             # Where the answer goes, and whether to answer at all
             thread_context: tuple[PriorMessage, ...] = ()
             if guild_id is None:
-                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel.id))
+                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel.id), direct=True)
             elif isinstance(channel, discord.Thread):
                 key = _thread_key(guild_id, channel)
                 known = await self._conversations.exists(key)
-                if not mentioned and not (self._follow_unmentioned and known and channel.owner_id == me.id):
+                if not mentioned and not (
+                    self._follow_unmentioned and known and channel.owner_id == me.id
+                    and not (await self._engine.channel(key)).followups_need_mention
+                ):
                     return
                 if not known:
                     thread_context = await _thread_context(channel, before=message, me=me)
@@ -244,7 +248,7 @@ class DiscordInbound:
                 if refusal is not None:
                     await _refuse_ask(interaction, refusal)
                     return
-                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel_id))
+                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel_id), direct=True)
             elif isinstance(channel, discord.Thread):
                 key = _thread_key(interaction.guild_id, channel)
             else:
@@ -269,21 +273,12 @@ def _thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:
 async def _thread_context(
     thread: discord.Thread, *, before: discord.Message, me: discord.ClientUser
 ) -> tuple[PriorMessage, ...]:
-    """The thread's earlier messages, oldest first; the engine trims them to its history budget.
-
-    Only this bot's own messages are its words; other bots and webhooks are quoted like people.
-    """
-    prior: list[PriorMessage] = []
+    """The thread's earlier messages, oldest first; the engine trims them to its history budget."""
     try:
-        async for earlier in thread.history(limit=THREAD_CONTEXT_MAX_MESSAGES, before=before):
-            text = render.clean_question(earlier.content)
-            if text:
-                is_self = earlier.author.id == me.id
-                is_bot = earlier.author.bot or earlier.webhook_id is not None
-                prior.append(PriorMessage(author=earlier.author.display_name, text=text, is_bot=is_bot, is_self=is_self))
+        return tuple(await history(thread, limit=THREAD_CONTEXT_MAX_MESSAGES, me=me, before=before))
     except discord.HTTPException:
         log.warning("could not read the earlier messages of thread %s", thread.id)
-    return tuple(reversed(prior))
+        return ()
 
 
 async def _attachments(attachments: list[discord.Attachment]) -> tuple[Attachment, ...]:

@@ -14,6 +14,7 @@ import discord
 from adapters import wording
 from adapters.streaming import StreamLimits
 from core.approvals import ApprovalView, CallView
+from core.citations import Citation
 from core.events import SourceItem
 
 from .wording import mention, time_at
@@ -46,10 +47,13 @@ EMBED_COLOUR = 0x5865F2
 _MENTION = re.compile(r"<@!?\d+>")
 
 
-def stream_limits(*, min_edit_interval_s: float, backoff_base_s: float) -> StreamLimits:
+def stream_limits(
+    *, min_edit_interval_s: float, backoff_base_s: float, placeholder_after_s: float = 1.0
+) -> StreamLimits:
     """Answers are plain message content, bounded by Discord's 2,000 chars."""
     return StreamLimits(
-        max_chars=MAX_CONTENT_CHARS, min_edit_interval_s=min_edit_interval_s, backoff_base_s=backoff_base_s
+        max_chars=MAX_CONTENT_CHARS, min_edit_interval_s=min_edit_interval_s, backoff_base_s=backoff_base_s,
+        placeholder_after_s=placeholder_after_s,
     )
 
 
@@ -214,16 +218,17 @@ def _bounded(text: str) -> str:
 # ----- sources --------------------------------------------------------------------------------------
 
 
-def sources_embed(items: Sequence[SourceItem]) -> discord.Embed | None:
-    """None when there is nothing to cite; otherwise an embed whose description fits 4,096 chars."""
-    if not items:
+def sources_embed(citations: Sequence[Citation]) -> discord.Embed | None:
+    """None when nothing is cited; otherwise an embed listing each cited source under its number, titles as
+    masked links where the source is on the web, whose description fits 4,096 chars."""
+    if not citations:
         return None
     lines: list[str] = []
     used = 0
-    for number, item in enumerate(items, start=1):
-        line = _source_line(item, number)
+    for index, citation in enumerate(citations):
+        line = _source_line(citation.item, citation.number)
         if used + len(line) + 1 > EMBED_DESCRIPTION_MAX_CHARS - MORE_SOURCES_RESERVE_CHARS:
-            lines.append(wording.more_sources(len(items) - number + 1))
+            lines.append(wording.more_sources(len(citations) - index))
             break
         lines.append(line)
         used += len(line) + 1

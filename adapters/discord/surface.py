@@ -11,10 +11,11 @@ import discord
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Clock, MessageTransport, RateBudget, StreamLimits
 from core.approvals import ApprovalView
-from core.events import SourceItem
+from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
 
 from . import buttons, render
+from .controls import stop_view
 from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,21 @@ class DiscordSurface:
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
 
+    # AnswerControls (adapters/answers.py): Stop rides the answer's first message as a component.
+    async def show_stop(self, run_id: str) -> None:
+        if hasattr(self._transport, "controls"):
+            self._transport.controls = stop_view(run_id)
+
+    async def end_stop(self) -> None:
+        if hasattr(self._transport, "controls"):
+            self._transport.controls = None
+
+    async def clear_stop(self) -> None:
+        """Messages the final edit did not touch (an earlier part of a long answer) lose the button here."""
+        transport: Any = self._transport
+        for message_id in list(getattr(transport, "controlled", ())):
+            await send_reliably(self._budget, lambda: transport.edit(message_id, None), clock=self._clock)
+
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
         """One message per part of the calls, each with its own buttons, so every call is shown where it
         is decided; the reference names them all (`parts` beyond the first) for expiry to edit."""
@@ -104,8 +120,8 @@ class DiscordSurface:
             ]
         return ref
 
-    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
-        embed = render.sources_embed(items)
+    async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
+        embed = render.sources_embed(citations)
         if embed is None:
             return
         reference = None

@@ -159,6 +159,10 @@ class ChannelTransport:
     def __init__(self, channel: discord.abc.Messageable, *, reply_to: int | None = None) -> None:
         self._channel = channel
         self._reply_to = reply_to
+        # The Stop button (adapters/discord/controls.py): on the first message posted while set; an edit
+        # after it is unset drops it from the messages that carry it.
+        self.controls: discord.ui.View | None = None
+        self.controlled: set[str] = set()
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         reference = None
@@ -168,15 +172,24 @@ class ChannelTransport:
                 message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False  # type: ignore[arg-type]
             )
         # With a nonce discord.py sets enforce_nonce: a second post of the part returns the first message.
+        view = self.controls if self.controls is not None and not self.controlled else None
         message = await guarded(self._channel.send(
             text, reference=reference, allowed_mentions=NO_PINGS, nonce=part_nonce(key) if key else None,  # type: ignore[arg-type]
+            **({"view": view} if view is not None else {}),
         ))
         self._reply_to = message.id
+        if view is not None:
+            self.controlled.add(str(message.id))
         return str(message.id)
 
-    async def edit(self, message_id: str, text: str) -> None:
+    async def edit(self, message_id: str, text: str | None) -> None:
+        """`text` None: only the Stop button is dropped (the message keeps its text)."""
         partial = _partial_message(self._channel, int(message_id))
-        await guarded(partial.edit(content=text, allowed_mentions=NO_PINGS))
+        drop = self.controls is None and message_id in self.controlled
+        content = {} if text is None else {"content": text}
+        await guarded(partial.edit(**content, allowed_mentions=NO_PINGS, **({"view": None} if drop else {})))
+        if drop:
+            self.controlled.discard(message_id)
 
 
 def _partial_message(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
@@ -205,13 +218,19 @@ class InteractionTransport:
     def __init__(self, interaction: discord.Interaction) -> None:
         self._interaction = interaction
         self._original_id: str | None = None
+        # The Stop button, on the original response (as ChannelTransport.controls).
+        self.controls: discord.ui.View | None = None
+        self.controlled: set[str] = set()
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         if self._original_id is None:
-            message = await guarded(
-                self._interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
-            )
+            view = self.controls
+            message = await guarded(self._interaction.edit_original_response(
+                content=text, allowed_mentions=NO_PINGS, **({"view": view} if view is not None else {})
+            ))
             self._original_id = str(message.id)
+            if view is not None:
+                self.controlled.add(self._original_id)
             return self._original_id
         try:
             followup = await guarded(self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS))
@@ -224,10 +243,17 @@ class InteractionTransport:
             followup = await guarded(channel.send(text, allowed_mentions=NO_PINGS))  # type: ignore[union-attr, arg-type]
         return str(followup.id)
 
-    async def edit(self, message_id: str, text: str) -> None:
+    async def edit(self, message_id: str, text: str | None) -> None:
+        """`text` None: only the Stop button is dropped."""
+        drop = self.controls is None and message_id in self.controlled
         try:
             if message_id == self._original_id:
-                await guarded(self._interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS))
+                await guarded(self._interaction.edit_original_response(
+                    **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS,
+                    **({"view": None} if drop else {}),
+                ))
+                if drop:
+                    self.controlled.discard(message_id)
             else:
                 await guarded(
                     self._interaction.followup.edit_message(int(message_id), content=text, allowed_mentions=NO_PINGS)
@@ -238,4 +264,8 @@ class InteractionTransport:
                 raise
             log.info("interaction token no longer valid; editing message %s directly", message_id)
             channel = self._interaction.channel
-            await guarded(_partial_message(channel, int(message_id)).edit(content=text, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
+            await guarded(_partial_message(channel, int(message_id)).edit(  # type: ignore[arg-type]
+                **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS, **({"view": None} if drop else {}),
+            ))
+            if drop:
+                self.controlled.discard(message_id)

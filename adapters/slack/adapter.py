@@ -33,11 +33,18 @@ from core.config import Settings
 from core.redact import redact_url
 from core.engine import Engine
 
+from .assistant import SlackAssistant
 from .buttons import ACTION_ARGUMENTS, ACTION_PATTERN
+from .admin import CALLBACK_ID as SETTINGS_VIEW, COMMAND as SETTINGS_COMMAND, SlackAdmin
+from .commands import COMMAND, SlackCommands
+from .home import HOME_ACTION, SlackHome
+from .native_stream import NativeSlackSurfaces, NativeStreaming
 from .clicks import SlackClicks
-from .inbound import BotIdentity, SlackInbound
+from .controls import STOP_ACTION, SlackStops
+from .inbound import SlackInbound
 from .notifier import SlackNotifier
-from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages, SlackSurfaces
+from .reader import BotIdentity, SlackReader
+from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
 from .transport import ScaledClock, SlackBudgets
 
 logger = logging.getLogger(__name__)
@@ -80,32 +87,59 @@ class SlackAdapter:
         )
         self._auth_problem: str | None = "auth.test has not run yet"
         self._auth_checked_at: float | None = None
-        self.surfaces = SlackSurfaces(
-            client=self.client, budgets=SlackBudgets(
+        # Answers stream natively where Slack offers it (SLACK_NATIVE_STREAMING), else with post+update.
+        self.native = NativeStreaming(setting=settings.slack_native_streaming, clock=clock, share=settings.slack_rate_share)
+        self.surfaces = NativeSlackSurfaces(
+            native=self.native, client=self.client, budgets=SlackBudgets(
                 clock=clock, share=settings.slack_rate_share,
                 workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
-            ), clock=clock
+            ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
         )
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
         self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
+        # Who the bot is, for reads outside an event (read_conversation); auth.test fills it in.
+        self.identity = BotIdentity(user_id="")
+        # Thread context and the read_conversation tool read through this one reader.
+        self.reader = SlackReader(
+            client=self.client, budgets=self.surfaces.budgets, clock=clock, identity=lambda: self.identity
+        )
         self.inbound = SlackInbound(
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
-            conversations=ports.conversations,
+            conversations=ports.conversations, reader=self.reader,
         )
         self.clicks = SlackClicks(
             approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
         )
+        self.stops = SlackStops(runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access)
         self.notifier = SlackNotifier(self.surfaces)
+        self.commands = SlackCommands(
+            engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
+        )
+        self.home = SlackHome(
+            approvals=engine.approvals, surfaces=self.surfaces, clicks=self.clicks, gate=self.gate, access=self.inbound.access
+        )
         self.app = AsyncApp(
             client=self.client, signing_secret=settings.slack_signing_secret or "",
             process_before_response=False, request_verification_enabled=not socket_mode,
         )
         self.app.middleware(self._gate_middleware)
+        if settings.slack_assistant:
+            # Messages in assistant threads stop at this middleware: never answered twice by `message`.
+            assistant = SlackAssistant(inbound=self.inbound, conversations=ports.conversations, bot=_bot)
+            self.app.assistant(assistant.middleware())
+        self.app.event("app_home_opened")(self.home.on_home_opened)
+        self.app.command(COMMAND)(self.commands.on_ask)
+        # /relaybot: the channel's settings in a modal, for workspace admins and owners (or CHANNEL_ADMINS).
+        self.admin = SlackAdmin(admin=engine.channel_admin, client=self.client, gate=self.gate)
+        self.app.command(SETTINGS_COMMAND)(self.admin.on_command)
+        self.app.view(SETTINGS_VIEW)(self.admin.on_submit)
+        self.app.action(HOME_ACTION)(self.home.on_click)
         self.app.event("app_mention")(self._on_app_mention)
         self.app.event("message")(self._on_message)
         # Registered as is, so a click goes from Bolt straight to the click handler.
         self.app.action(ACTION_PATTERN)(self.clicks.on_click)
         self.app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
+        self.app.action(STOP_ACTION)(self.stops.on_stop)
         if not socket_mode and http is not None:
             http.app.router.add_post(EVENTS_PATH, self._handle_http)
 
@@ -160,6 +194,7 @@ class SlackAdapter:
             self._auth_problem = f"auth.test failed ({type(exc).__name__})"
         else:
             self._auth_problem = None
+            self.identity = BotIdentity(user_id=str(auth.get("user_id") or ""), bot_id=str(auth.get("bot_id") or ""))
             return auth
         logger.warning("Slack %s", self._auth_problem)
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -23,6 +23,7 @@ from core.engine import Engine
 from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
+from .reader import BotIdentity, SlackReader
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
 
 logger = logging.getLogger(__name__)
@@ -78,9 +79,10 @@ class SlackInbound:
 
     def __init__(
         self, *, settings: Settings, engine: Engine, gate: Gate, runner: AnswerRunner, surfaces: SlackSurfaces,
-        conversations: KnownConversations,
+        conversations: KnownConversations, reader: SlackReader,
     ) -> None:
         self._settings = settings
+        self._reader = reader
         self._engine = engine
         self._gate = gate
         self._runner = runner
@@ -112,7 +114,7 @@ class SlackInbound:
             team_id = _team(body, event)
             context: tuple[PriorMessage, ...] = ()
             if thread_ts != ts:
-                context = await self._thread_context(str(event["channel"]), thread_ts, before_ts=ts, bot=bot)
+                context = await self._thread_context(team_id, str(event["channel"]), thread_ts, before_ts=ts, bot=bot)
             key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=str(event["channel"]), thread=thread_ts)
             await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=key.channel, thread_ts=thread_ts),
                                bot_user_id=bot.user_id, context=context)
@@ -129,7 +131,9 @@ class SlackInbound:
                 # Top-level DMs are one rolling conversation; a thread in a DM is its own.
                 if not await self._gate.first_time(str(body.get("event_id") or "")):
                     return
-                key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""))
+                key = ConversationKey(
+                    platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""), direct=True
+                )
                 target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
                 if access != "allowed":
                     # The same DM rule, and the same sentences, as on every platform.
@@ -139,8 +143,9 @@ class SlackInbound:
                 await self._answer(event, key=key, target=target, bot_user_id=bot.user_id)
                 return
             # A channel message: only follow-ups in threads the bot already answers, without a mention
-            # (a mention arrives as app_mention too and is answered there).
-            if not self._settings.slack_thread_followups or not thread_ts or thread_ts == event.get("ts"):
+            # (a mention arrives as app_mention too and is answered there), where the channel's settings
+            # (SLACK_THREAD_FOLLOWUPS unless `relaybot channels set` says otherwise) let them in.
+            if not thread_ts or thread_ts == event.get("ts"):
                 return
             if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
                 return
@@ -148,6 +153,8 @@ class SlackInbound:
                 return
             key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts))
             if not await self._conversations.exists(key) or not self._may_ask(body, event):
+                return
+            if (await self._engine.channel(key)).followups_need_mention:
                 return
             await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts)),
                                bot_user_id=bot.user_id)
@@ -163,7 +170,10 @@ class SlackInbound:
         text = str(event.get("text", ""))
         question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
         attachments = await self._files(list(event.get("files") or []))
-        surface = self._surfaces.at(target)
+        # The asker is the recipient of a native stream in a channel (Slack needs them and their own team).
+        asker = str(event.get("user", ""))
+        surface = self._surfaces.at(replace(target, recipient_user=asker or None,
+                                            recipient_team=(asker_teams(event) or (target.team_id,))[0] or None))
         if not question and not attachments:
             await surface.show_notice(wording.empty_question())
             return
@@ -174,21 +184,16 @@ class SlackInbound:
         await self._runner.play(self._engine.ask(request), surface)
 
     async def _thread_context(
-        self, channel: str, thread_ts: str, *, before_ts: str, bot: BotIdentity
+        self, team_id: str, channel: str, thread_ts: str, *, before_ts: str, bot: BotIdentity
     ) -> tuple[PriorMessage, ...]:
+        """The thread's messages before the mention; the engine trims them to its history budget."""
         try:
-            response = await self.client.conversations_replies(
-                channel=channel, ts=thread_ts, limit=THREAD_CONTEXT_MAX_MESSAGES
-            )
+            return tuple(await self._reader.thread(
+                team_id, channel, thread_ts, limit=THREAD_CONTEXT_MAX_MESSAGES, bot=bot, before_ts=before_ts
+            ))
         except Exception:
             logger.exception("could not read thread %s in %s; answering without it", thread_ts, channel)
             return ()
-        prior = []
-        for message in response.get("messages", []):
-            if float(message.get("ts", 0)) >= float(before_ts) or not str(message.get("text", "")).strip():
-                continue
-            prior.append(bot.prior(message))
-        return tuple(prior)
 
     async def _files(self, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
         """The message's files by the shared rules; the bot token goes only to Slack's own hosts
@@ -236,31 +241,6 @@ def _trusted(url: str, trusted_hosts: set[str]) -> bool:
     parts = urlsplit(url)
     host = parts.netloc.lower()
     return host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class BotIdentity:
-    """This app's bot in the workspace (from Bolt's context): its user id and its bot id."""
-
-    user_id: str
-    bot_id: str = ""
-
-    def wrote(self, message: dict[str, Any]) -> bool:
-        return bool(
-            (self.bot_id and message.get("bot_id") == self.bot_id) or (self.user_id and message.get("user") == self.user_id)
-        )
-
-    def prior(self, message: dict[str, Any]) -> PriorMessage:
-        """A thread message as context: only this bot's own words become assistant turns; other bots,
-        apps and webhooks are quoted like people, so what they say cannot pass for the bot's."""
-        text = str(message.get("text", ""))
-        if self.wrote(message):
-            return PriorMessage(author=self.user_id or self.bot_id, text=text, is_bot=True, is_self=True)
-        profile = message.get("bot_profile")
-        is_bot = bool(message.get("bot_id") or message.get("app_id") or profile or message.get("subtype") == "bot_message")
-        name = message.get("username") or (profile.get("name") if isinstance(profile, dict) else None)
-        author = str(message.get("user") or name or message.get("bot_id") or "someone")
-        return PriorMessage(author=author, text=text, is_bot=is_bot)
 
 
 def _not_from_a_person(event: dict[str, Any]) -> bool:

@@ -9,7 +9,7 @@ from core.approvals import ApprovalView
 from core.requests import ConversationKey
 
 from .buttons import approval_blocks, approval_text
-from .render import message_text
+from .render import markdown_text
 from .surface import ReplyTarget, SlackSurfaces
 
 logger = logging.getLogger(__name__)
@@ -40,4 +40,4 @@ class SlackNotifier:
 
     async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
         target = ReplyTarget(team_id=conversation.workspace, channel=conversation.channel, thread_ts=conversation.thread or None)
-        await self._surfaces.post_paced(target, text=message_text(text))
+        await self._surfaces.post_paced(target, markdown_text=markdown_text(text))

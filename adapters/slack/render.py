@@ -1,31 +1,26 @@
-"""Slack text: the model's Markdown as mrkdwn (formatting converted, pings neutralised, sizes bounded), shared
+"""Slack text: the model's Markdown for Slack's own Markdown rendering (pings neutralised, sizes bounded), shared
 sentences formatted, and the sources reply."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from adapters import wording
+from core.citations import Citation
 from core.events import SourceItem
 
-# chat.update answers msg_too_long beyond this many characters of text.
+# An answer's message stays within this many characters: chat.update's limit for `text`, well inside the
+# 12,000 Slack allows `markdown_text`.
 MAX_MESSAGE_TEXT_CHARS = 4000
 SECTION_TEXT_MAX_CHARS = 3000
 ELLIPSIS = "…"
 ZERO_WIDTH_SPACE = "\u200b"
 
-_FENCED = re.compile(r"```[^\n`]*\n?(.*?)(?:```|\Z)", re.S)
-_INLINE_CODE = re.compile(r"`[^`\n]+`")
-_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s)]+|mailto:[^\s)]+)\)")
 _BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC_STAR = re.compile(r"(?<![*\w])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![*\w])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
-_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
-_QUOTE = re.compile(r"^(\s*)&gt;", re.M)
 _PING = re.compile(r"@(channel|here|everyone)\b", re.I)
-_BOLD_MARK = "\x01"
+# Slack's mention syntax: <!channel>, <!here>, <!everyone>, <!subteam^…>, <@U…> (also written escaped).
+_MENTION_SYNTAX = re.compile(r"(<|&lt;)(?=[!@])", re.I)
 
 SNIPPET_MAX_CHARS = 160
 TITLE_MAX_CHARS = 120
@@ -43,32 +38,11 @@ def neutralise_pings(text: str) -> str:
     return _PING.sub(lambda m: "@" + ZERO_WIDTH_SPACE + m.group(1), text)
 
 
-def to_mrkdwn(markdown: str) -> str:
-    """Converts Markdown (bold, italics, strike, code, links, headings, lists, quotes) to mrkdwn."""
-    protected: list[str] = []
-
-    def protect(rendered: str) -> str:
-        protected.append(rendered)
-        return f"\x00{len(protected) - 1}\x00"
-
-    def code_block(match: re.Match[str]) -> str:
-        # Slack shows a language tag as code, so it is dropped.
-        body = match.group(1)
-        return protect("```\n" + neutralise_pings(escape(body.rstrip("\n"))) + "\n```")
-
-    text = _FENCED.sub(code_block, markdown)
-    text = _INLINE_CODE.sub(lambda m: protect(neutralise_pings(escape(m.group(0)))), text)
-    text = escape(text)
-    text = _LINK.sub(lambda m: protect(f"<{m.group(2)}|{_link_label(m.group(1))}>"), text)
-    text = _HEADING.sub(lambda m: _BOLD_MARK + _strip_bold(m.group(1)) + _BOLD_MARK, text)
-    text = _BOLD.sub(lambda m: _BOLD_MARK + m.group(2) + _BOLD_MARK, text)
-    text = _ITALIC_STAR.sub(lambda m: "_" + m.group(1) + "_", text)
-    text = _STRIKE.sub(lambda m: "~" + m.group(1) + "~", text)
-    text = text.replace(_BOLD_MARK, "*")
-    text = _BULLET.sub(lambda m: m.group(1) + "• ", text)
-    text = _QUOTE.sub(lambda m: m.group(1) + ">", text)
-    text = neutralise_pings(text)
-    return _PLACEHOLDER.sub(lambda m: protected[int(m.group(1))], text)
+def safe_markdown(markdown: str) -> str:
+    """The model's Markdown as Slack's `markdown_text` renders it, unconverted, but unable to notify anyone:
+    Slack's mention syntax (`<!channel>`, `<!here>`, `<@U…>`, `<!subteam^…>`) and `@channel`, `@here`,
+    `@everyone` stay readable with a zero-width space that breaks them, in code too."""
+    return neutralise_pings(_MENTION_SYNTAX.sub(lambda m: m.group(1) + ZERO_WIDTH_SPACE, markdown))
 
 
 def fit(text: str, max_chars: int) -> str:
@@ -81,14 +55,14 @@ def fit(text: str, max_chars: int) -> str:
     return cut + ELLIPSIS
 
 
-def message_text(markdown: str) -> str:
-    """The mrkdwn text of one message, bounded by what chat.update accepts."""
-    return fit(to_mrkdwn(markdown), MAX_MESSAGE_TEXT_CHARS)
+def markdown_text(markdown: str) -> str:
+    """The `markdown_text` of one message (chat.postMessage, chat.update): pings neutralised, size bounded."""
+    return fit(safe_markdown(markdown), MAX_MESSAGE_TEXT_CHARS)
 
 
 def rendered_length(markdown: str) -> int:
-    """How long Slack finds `markdown` once rendered (escapes count): the streamer's measure."""
-    return len(to_mrkdwn(markdown))
+    """How long Slack finds `markdown` as sent (the characters that neutralise pings count): the streamer's measure."""
+    return len(safe_markdown(markdown))
 
 
 def sentence(markdown: str) -> str:
@@ -99,14 +73,6 @@ def sentence(markdown: str) -> str:
 def plain(text: str) -> str:
     """Untrusted text shown as-is inside mrkdwn (titles, snippets, tool names): escaped, no pings."""
     return neutralise_pings(escape(text))
-
-
-def _link_label(label: str) -> str:
-    return label.replace("|", "¦").replace("*", "")
-
-
-def _strip_bold(text: str) -> str:
-    return text.replace("**", "").replace("__", "")
 
 
 def source_line(number: int, item: SourceItem) -> str:
@@ -120,14 +86,15 @@ def source_line(number: int, item: SourceItem) -> str:
     return line
 
 
-def sources_messages(items: tuple[SourceItem, ...]) -> list[str]:
-    """The mrkdwn texts of the sources reply (usually one; more only for very many sources)."""
-    if not items:
+def sources_messages(citations: Sequence[Citation]) -> list[str]:
+    """The mrkdwn texts of the sources reply, each cited source under its number (usually one message;
+    more only for very many sources)."""
+    if not citations:
         return []
     texts: list[str] = []
     current = f"*{wording.sources_title()}*"
-    for number, item in enumerate(items, start=1):
-        line = source_line(number, item)
+    for citation in citations:
+        line = source_line(citation.number, citation.item)
         if len(current) + 1 + len(line) > SOURCES_MESSAGE_MAX_CHARS:
             texts.append(current)
             current = line

@@ -11,11 +11,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import StreamLimits
 from core.approvals import ApprovalView
-from core.events import SourceItem
+from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
 
 from .buttons import approval_blocks, approval_text, page_starts
-from .render import MAX_MESSAGE_TEXT_CHARS, message_text, rendered_length, sources_messages
+from .controls import StopMessage
+from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
 from .transport import ScaledClock, SlackBudgets, SlackTransport, is_part, send_paced
 
 PLATFORM = "slack"
@@ -29,21 +30,32 @@ SEARCH_MESSAGES = 200
 
 @dataclass(frozen=True, kw_only=True)
 class ReplyTarget:
-    """Where a run's messages go; thread_ts None means top level (a DM's rolling conversation)."""
+    """Where a run's messages go; thread_ts None means top level (a DM's rolling conversation).
+
+    `recipient_user` / `recipient_team`: who asked, and their own team (Slack's native streams in a
+    channel are addressed to them); None where unknown (notices, clicks)."""
 
     team_id: str
     channel: str
     thread_ts: str | None
+    recipient_user: str | None = None
+    recipient_team: str | None = None
 
 
 class SlackSurfaces:
     """Makes the surface of each answer; one per adapter, sharing its client, budgets and clock."""
 
-    def __init__(self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock) -> None:
+    def __init__(
+        self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, placeholder_after_s: float = 1.0
+    ) -> None:
         self.client = client
         self.budgets = budgets
         self.clock = clock
-        self.limits = StreamLimits(max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S, measure=rendered_length)
+        # The wait for a first text is about the model, which runs on real time: real seconds on Slack's clock.
+        self.limits = StreamLimits(
+            max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S, measure=rendered_length,
+            placeholder_after_s=placeholder_after_s / clock.time_scale,
+        )
 
     def at(self, target: ReplyTarget) -> SlackSurface:
         return SlackSurface(self, target)
@@ -82,9 +94,20 @@ class SlackSurface:
             post_budget=surfaces.budgets.post(target.team_id, target.channel),
             clock=surfaces.clock,
         )
+        self._stop_button = StopMessage(surfaces, target)
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         return await self._transport.post(text, key=key)
+
+    # AnswerControls (adapters/answers.py): Stop is a message of its own in the thread (see controls.py).
+    async def show_stop(self, run_id: str) -> None:
+        await self._stop_button.show(run_id)
+
+    async def end_stop(self) -> None:
+        return None
+
+    async def clear_stop(self) -> None:
+        await self._stop_button.clear()
 
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
@@ -110,16 +133,16 @@ class SlackSurface:
             ref["parts"] = posted[1:]
         return ref
 
-    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
+    async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
         # A DM answer at top level gets its sources in the answer's own thread.
         target = self.target if self.target.thread_ts or not answer_ids else ReplyTarget(
             team_id=self.target.team_id, channel=self.target.channel, thread_ts=answer_ids[0]
         )
-        for text in sources_messages(items):
+        for text in sources_messages(citations):
             await self._surfaces.post_paced(target, text=text, unfurl_links=False, unfurl_media=False)
 
     async def show_notice(self, text: str) -> None:
-        await self._surfaces.post_paced(self.target, text=message_text(text))
+        await self._surfaces.post_paced(self.target, markdown_text=markdown_text(text))
 
 
 class SlackShownMessages:
@@ -131,7 +154,7 @@ class SlackShownMessages:
         self._surfaces = surfaces
 
     def render(self, markdown: str) -> str:
-        return message_text(markdown)
+        return markdown_text(markdown)
 
     async def read_shown(self, message: LiveMessage) -> str | None:
         client = self._surfaces.client
@@ -146,7 +169,7 @@ class SlackShownMessages:
         return None
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
-        await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, text=text)
+        await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, markdown_text=text)
 
 
 class SlackFinalDelivery:
@@ -171,7 +194,7 @@ class SlackFinalDelivery:
         )
 
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
-        await self._surfaces.update_paced(final.workspace, final.channel, message_id, text=message_text(text))
+        await self._surfaces.update_paced(final.workspace, final.channel, message_id, markdown_text=markdown_text(text))
 
     async def _find(self, final: PendingFinal, key: str) -> str | None:
         """The part already posted (a process died between posting it and noting it), or None."""

@@ -15,7 +15,7 @@ from adapters.streaming import CONNECTION_ERRORS, Clock, RateBudget, TransientSe
 from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S, BudgetMap
 from adapters.streaming.send import send_paced as paced
 
-from .render import message_text
+from .render import markdown_text
 
 T = TypeVar("T")
 # Slack's own words for "try again": its 5xx-like errors arrive as 200 with ok=false.
@@ -27,8 +27,14 @@ EDIT_BURST_CALLS = 10.0
 # chat.postMessage: about one a second per channel, with a small burst.
 POST_CALLS_PER_S = 1.0
 POST_BURST_CALLS = 2.0
+# conversations.replies and conversations.history (reading a thread or channel): Tier 3, about 50 calls
+# a minute each, per workspace.
+READ_CALLS_PER_MINUTE = 50.0
 # Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset; 429s teach it the real limit.
 UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 600
+# An unknown limit is probed with a small burst: a burst of answers then costs a few 429s, not dozens
+# sent together before the first one comes back.
+UNKNOWN_WORKSPACE_POSTS_BURST = 10.0
 ANSWER_PART_EVENT = "relaybot_answer_part"
 # A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
 # it is dropped, and the maps stay as small as the channels in use.
@@ -63,6 +69,7 @@ class SlackBudgets:
         self._edits: BudgetMap[str] = BudgetMap(self._new_edit, keep_idle_s=IDLE_BUDGET_S)
         self._posts: BudgetMap[tuple[str, str]] = BudgetMap(self._new_post, keep_idle_s=IDLE_BUDGET_S)
         self._workspace_posts: BudgetMap[str] = BudgetMap(self._new_workspace_posts, keep_idle_s=IDLE_BUDGET_S)
+        self._reads: BudgetMap[tuple[str, str]] = BudgetMap(self._new_read, keep_idle_s=IDLE_BUDGET_S)
 
     def edit(self, team_id: str) -> RateBudget:
         return self._edits(team_id)
@@ -74,6 +81,17 @@ class SlackBudgets:
     def workspace_posts(self, team_id: str) -> RateBudget:
         """The workspace-wide chat.postMessage limit: configured when known, and learnt from 429s either way."""
         return self._workspace_posts(team_id)
+
+    def read(self, team_id: str, method: str) -> RateBudget:
+        """A reading method (conversations.replies, conversations.history) in one workspace."""
+        return self._reads((team_id, method))
+
+    def delete(self, team_id: str) -> RateBudget:
+        """chat.delete in one workspace: Tier 3 like the reads, and never held up by chat.update's 429s."""
+        return self._reads((team_id, "chat.delete"))
+
+    def _new_read(self, key: tuple[str, str]) -> RateBudget:
+        return RateBudget.per_minute(READ_CALLS_PER_MINUTE, share=self._share, clock=self._clock)
 
     def _new_edit(self, team_id: str) -> RateBudget:
         return RateBudget.per_minute(
@@ -92,8 +110,9 @@ class SlackBudgets:
         # A limit the operator told us is trusted at least half-way: 429s from other causes
         # (a busy Slack) must not talk the bot down to a trickle.
         floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
+        capacity = learning.capacity if self._workspace_posts_per_minute else min(learning.capacity, UNKNOWN_WORKSPACE_POSTS_BURST)
         return RateBudget(
-            capacity=learning.capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
+            capacity=capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
             learned_floor_per_s=floor,
         )
 
@@ -151,7 +170,8 @@ def is_part(message: dict[str, object], key: str) -> bool:
 
 
 class SlackTransport:
-    """Posts and edits the messages of one answer: in one channel, in one thread (or top level)."""
+    """Posts and edits the messages of one answer: in one channel, in one thread (or top level), as Markdown
+    Slack renders itself (`markdown_text`)."""
 
     def __init__(self, client: AsyncWebClient, *, channel: str, thread_ts: str | None, time_scale: float = 1.0) -> None:
         self._client = client
@@ -162,7 +182,7 @@ class SlackTransport:
     async def post(self, text: str, *, key: str | None = None) -> str:
         try:
             response = await self._client.chat_postMessage(
-                channel=self._channel, thread_ts=self._thread_ts, text=message_text(text),
+                channel=self._channel, thread_ts=self._thread_ts, markdown_text=markdown_text(text),
                 unfurl_links=False, unfurl_media=False, **({"metadata": part_metadata(key)} if key else {}),
             )
         except Exception as exc:
@@ -171,6 +191,6 @@ class SlackTransport:
 
     async def edit(self, message_id: str, text: str) -> None:
         try:
-            await self._client.chat_update(channel=self._channel, ts=message_id, text=message_text(text))
+            await self._client.chat_update(channel=self._channel, ts=message_id, markdown_text=markdown_text(text))
         except Exception as exc:
             raise translate_error(exc, time_scale=self._time_scale) from exc

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from .splitter import CLOSE_RESERVE_CHARS, MIN_SPLIT_CHARS
 
 MIN_EDIT_INTERVAL_S = 1.0
+# An answer whose first text comes sooner than this is posted with it; later, the placeholder (or the
+# status line) is posted meanwhile.
+PLACEHOLDER_AFTER_S = 1.0
 # Permanent failures (the message or channel is gone) before a final text is given up; 429s and
 # transient failures never count: they only mean "later".
 MAX_FINAL_ATTEMPTS = 8
@@ -22,10 +25,14 @@ MIN_MESSAGE_CHARS = 120
 @dataclass(frozen=True, kw_only=True)
 class StreamLimits:
     """`max_chars` bounds every text sent, cursor and status line included (Slack ≈ 3,900,
-    Discord 2,000); the streamer rolls over into a new message before it."""
+    Discord 2,000); the streamer rolls over into a new message before it.
+
+    `placeholder_after_s`: how long the streamer waits for the answer's first text before it posts the
+    placeholder (or status line) instead; 0 posts it at once."""
 
     max_chars: int
     min_edit_interval_s: float = MIN_EDIT_INTERVAL_S
+    placeholder_after_s: float = PLACEHOLDER_AFTER_S
     cursor: str = " ▌"
     placeholder: str = "_thinking…_"
     empty_text: str = "_(no answer)_"  # shown when an answer ends with no text at all
@@ -47,7 +54,7 @@ class StreamLimits:
             raise ValueError("cursor is too long for max_chars")
         if self.max_final_attempts < 1:
             raise ValueError("max_final_attempts must be at least 1")
-        if min(self.min_edit_interval_s, self.backoff_base_s) < 0 or self.call_timeout_s <= 0:
+        if min(self.min_edit_interval_s, self.backoff_base_s, self.placeholder_after_s) < 0 or self.call_timeout_s <= 0:
             raise ValueError("intervals must not be negative and call_timeout_s must be positive")
 
     @property

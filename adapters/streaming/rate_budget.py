@@ -53,6 +53,9 @@ LEARNING_WINDOW_S = SECONDS_PER_MINUTE
 LEARNING_MEMORY_S = 10 * SECONDS_PER_MINUTE
 LEARNED_RATE_RECOVERY = 1.25
 LEARNED_RATE_RECOVER_AFTER_S = 10.0
+# Intermediate edits leave this many calls in the bucket (less where the bucket is smaller), so an
+# answer that ends finds a call for its final text at once instead of waiting out the refill.
+FINAL_RESERVE_CALLS = 1.0
 
 
 class Priority(IntEnum):
@@ -83,7 +86,9 @@ class RateBudget:
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
     as tokens refill: every waiting FINAL first, then FIRST in arrival order, then INTERMEDIATE
-    round-robin across requester keys, so no answer starves. One bounded exception: a final that
+    round-robin across requester keys, so no answer starves. An intermediate edit is granted only while
+    `FINAL_RESERVE_CALLS` stay in the bucket after it, so a final never waits behind the streaming
+    edits that spent its call. One bounded exception: a final that
     replaces text already shown lets first texts (finals that are an answer's first text, and
     FIRST requests) requested up to `SHOWN_TEXT_FINAL_DEFER_S` after it go ahead, so a burst of
     answers shows every answer's first text before it polishes the ones already showing. A waiter can be promoted to FINAL while it waits (its answer ended).
@@ -200,7 +205,7 @@ class RateBudget:
     async def _acquire_own(
         self, priority: Priority, requester_key: Hashable, *, shows_text: bool, promote: asyncio.Event | None
     ) -> None:
-        if not self._has_waiters() and self._take():
+        if not self._has_waiters() and self._take(self._reserve_for(priority)):
             return
         waiter = _Waiter(
             future=asyncio.get_running_loop().create_future(),
@@ -214,7 +219,11 @@ class RateBudget:
             self._firsts.append(waiter)
         else:
             self._intermediates.setdefault(requester_key, deque()).append(waiter)
-        self._ensure_dispatcher()
+        if waiter.level is Priority.INTERMEDIATE:
+            self._ensure_dispatcher()
+        else:
+            # The dispatcher may be asleep until an intermediate's reserve refills: this one needs less.
+            self._restart_dispatcher()
         try:
             if promote is not None and waiter.level is not Priority.FINAL:
                 await self._wait_or_promote(waiter, promote)
@@ -226,14 +235,31 @@ class RateBudget:
                 waiter.future.cancel()
             raise
 
-    def try_acquire(self) -> bool:
-        """A token now or never, for calls worth making only when nothing else waits (a typing indicator)."""
-        if self._has_waiters() or not self._take():
+    def try_acquire(self, priority: Priority | None = None, *, shows_text: bool = False) -> bool:
+        """A token now or never. With no `priority`, only when nothing else waits (a typing indicator);
+        with one, when no waiter would go before a request of that priority (a final takes the call
+        intermediate edits leave in reserve, see `FINAL_RESERVE_CALLS`)."""
+        if self._waiters_ahead(priority, shows_text=shows_text) or not self._take(self._reserve_for(priority)):
             return False
-        if self._parent is not None and not self._parent.try_acquire():
+        if self._parent is not None and not self._parent.try_acquire(priority, shows_text=shows_text):
             self._release_own()
             return False
         return True
+
+    def _waiters_ahead(self, priority: Priority | None, *, shows_text: bool) -> bool:
+        if priority is None or priority is Priority.INTERMEDIATE:
+            return self._has_waiters()
+        self._drop_abandoned()
+        if self._finals:
+            return True
+        # A final over shown text lets first texts go first (see SHOWN_TEXT_FINAL_DEFER_S).
+        return bool(self._firsts) and (priority is Priority.FIRST or shows_text)
+
+    def _reserve_for(self, priority: Priority | None) -> float:
+        """Calls a grant at `priority` must leave in the bucket: intermediates keep one for a final."""
+        if priority is Priority.INTERMEDIATE:
+            return max(0.0, min(FINAL_RESERVE_CALLS, self._capacity - 1))
+        return 0.0
 
     def release(self) -> None:
         """Gives back a token that was granted but not spent (the parent's too)."""
@@ -246,9 +272,12 @@ class RateBudget:
         self._tokens = min(self._capacity, self._tokens + 1)
         if self._has_waiters():
             # A dispatcher asleep until the next refill would leave this token unused till then.
-            if self._dispatcher is not None and not self._dispatcher.done():
-                self._dispatcher.cancel()
-            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+            self._restart_dispatcher()
+
+    def _restart_dispatcher(self) -> None:
+        if self._dispatcher is not None and not self._dispatcher.done():
+            self._dispatcher.cancel()
+        self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
 
     def penalize(self, retry_after_s: float, *, wide: bool = True) -> None:
         """The platform said 429: send nothing until `retry_after_s` from now, then one call.
@@ -277,7 +306,7 @@ class RateBudget:
             promoted.cancel()
         if not waiter.future.done():
             self._queue_final(waiter)
-            self._ensure_dispatcher()
+            self._restart_dispatcher()
 
     def _queue_final(self, waiter: _Waiter) -> None:
         waiter.level = Priority.FINAL
@@ -332,9 +361,10 @@ class RateBudget:
             self._tokens = min(self._capacity, self._tokens + elapsed * self._refill_per_s)
             self._updated_at = now
 
-    def _take(self) -> bool:
+    def _take(self, reserve: float = 0.0) -> bool:
+        """One token, if `reserve` more stay in the bucket after it."""
         self._refill()
-        if self._clock.now() < self._paused_until or self._tokens < 1 - TOKEN_EPSILON:
+        if self._clock.now() < self._paused_until or self._tokens < 1 + reserve - TOKEN_EPSILON:
             return False
         self._tokens = max(0.0, self._tokens - 1)
         if self._learns:
@@ -361,10 +391,17 @@ class RateBudget:
         self._drop_abandoned()
         return bool(self._finals or self._firsts or self._intermediates)
 
-    def _next_waiter(self) -> _Waiter:
+    def _next_level(self) -> Priority:
+        """The queue the next grant goes to (the waiters are not dropped yet: call after _has_waiters)."""
         if self._finals and not self._final_yields_to_first_text():
+            return Priority.FINAL
+        return Priority.FIRST if self._firsts else Priority.INTERMEDIATE
+
+    def _next_waiter(self) -> _Waiter:
+        level = self._next_level()
+        if level is Priority.FINAL:
             return heapq.heappop(self._finals).waiter
-        if self._firsts:
+        if level is Priority.FIRST:
             return self._firsts.popleft()
         key = next(iter(self._intermediates))
         queue = self._intermediates[key]
@@ -390,14 +427,15 @@ class RateBudget:
     async def _dispatch(self) -> None:
         # One task per budget hands out tokens while anyone waits, then ends.
         while self._has_waiters():
-            if self._take():
+            reserve = self._reserve_for(self._next_level())
+            if self._take(reserve):
                 self._next_waiter().future.set_result(None)
                 continue
             now = self._clock.now()
             if now < self._paused_until:
                 await self._clock.sleep(self._paused_until - now)
             else:
-                await self._clock.sleep((1 - self._tokens) / self._refill_per_s)
+                await self._clock.sleep(max(0.0, 1 + reserve - self._tokens) / self._refill_per_s)
 
 
 def _gone(waiter: _Waiter, level: Priority) -> bool:

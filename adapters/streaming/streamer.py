@@ -15,7 +15,7 @@ from .rate_budget import Priority, RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts
-from .transport import MessageTransport, RateLimited, TransientSendError
+from .transport import LiveText, MessageTransport, RateLimited, TransientSendError
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class MessageStreamer:
         self._status: str | None = None
         self._slots: list[_Slot] = [_Slot()]
         self._changed = asyncio.Event()
+        self._wrote = asyncio.Event()  # answer text (not only whitespace) has been appended
         self._ending_requested = asyncio.Event()
         self._ending: _Ending | None = None
         self._delivered = False
@@ -109,7 +110,8 @@ class MessageStreamer:
         return [slot.message_id for slot in self._slots if slot.message_id is not None]
 
     async def start(self) -> None:
-        """Starts the editor task, which posts the placeholder at once; returns without waiting."""
+        """Starts the editor task, which posts the first text as soon as it comes, or the placeholder
+        if none came within `limits.placeholder_after_s`; returns without waiting."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -119,6 +121,8 @@ class MessageStreamer:
             raise RuntimeError("append() after the answer was ended")
         if text:
             self._pieces.append(text)
+            if not self._wrote.is_set() and text.strip():
+                self._wrote.set()
             self._changed.set()
 
     def set_status(self, line: str | None) -> None:
@@ -173,7 +177,11 @@ class MessageStreamer:
 
     async def _stream(self) -> None:
         failures = 0
-        due = True  # the placeholder goes out at once
+        # The first message goes out with the first text, or with the placeholder (and any status
+        # line) once the text is late: one call where a placeholder would have cost a post and an edit.
+        if not await self._unless_ending(self._first_text_or_late()):
+            return
+        due = True
         while not self._ending_requested.is_set():
             if not due and not await self._unless_ending(self._changed.wait()):
                 return
@@ -191,6 +199,18 @@ class MessageStreamer:
                     failures += 1
                     backoff_s = self._limits.backoff_s(failures)
                     self._slots[-1].next_send_at = self._clock.now() + backoff_s
+
+    async def _first_text_or_late(self) -> None:
+        delay_s = self._limits.placeholder_after_s
+        if self._wrote.is_set() or delay_s <= 0:
+            return
+        wrote = asyncio.ensure_future(self._wrote.wait())
+        late = asyncio.ensure_future(self._clock.sleep(delay_s))
+        try:
+            await asyncio.wait({wrote, late}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wrote.cancel()
+            late.cancel()
 
     async def _send_update(self) -> SendOutcome:
         """Sends the latest text to the current message once (rolling over first if needed)."""
@@ -326,7 +346,7 @@ class MessageStreamer:
                 self._prepaid = None
             else:
                 self._release_prepaid()
-                if not budget.try_acquire():
+                if not budget.try_acquire(Priority.FINAL, shows_text=shows_text):
                     # The final must wait (its budget is spent or paused by a 429): keep it safe meanwhile.
                     await self._final_pending()
                     with metrics.waiting_for_budget(observe.current_platform()):
@@ -415,7 +435,12 @@ class MessageStreamer:
             return True
         return self._limits.measure(reopen + text[self._base :]) > room
 
-    def _live_text(self, text: str) -> str:
+    def _live_text(self, text: str) -> LiveText:
+        body = text[self._base :]
+        shown_body = (("" if self._fence is None else fence_reopener(self._fence)) + body) if body.strip() else ""
+        return LiveText(self._decorated(text), body=shown_body, status=self._status)
+
+    def _decorated(self, text: str) -> str:
         body = text[self._base :]
         if body.strip():
             live = ("" if self._fence is None else fence_reopener(self._fence)) + body

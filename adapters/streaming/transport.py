@@ -47,6 +47,21 @@ def parse_retry_after(raw: object) -> float | None:
         return None
 
 
+class LiveText(str):
+    """A streaming update as shown (the str: text, cursor and status line) that also says what it is made
+    of, for a transport that sends only what is new (Slack's native streams append text and show the
+    status as a task). Final texts are plain str: a transport tells them apart by this type."""
+
+    body: str  # the message's answer text so far, without cursor or status ("" while only the placeholder shows)
+    status: str | None
+
+    def __new__(cls, shown: str, *, body: str, status: str | None) -> LiveText:
+        text = super().__new__(cls, shown)
+        text.body = body
+        text.status = status
+        return text
+
+
 class MessageTransport(Protocol):
     """Creates and edits one platform's messages; renders and escapes the plain text it is given.
 

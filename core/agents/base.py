@@ -24,11 +24,13 @@ from core.events import (
     Usage,
 )
 from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
-from core.requests import Actor, ConversationKey
-from core.retrieval.retriever import Retriever
+from core.requests import Actor, ClientTool, ConversationKey
+from core.retrieval.retriever import Retriever, SourceScope
 from core.store.continuations import Decision
 from core.tokens import TokenCounter
-from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult, ToolServices
+from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult, ToolServices, truncate_middle
+from core.tools.approval_policy import PolicyRule
+from core.tools.client_tools import client_tool_json
 from core.tools.internal_search import INTERNAL_SEARCH as INTERNAL_SEARCH_TOOL
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,15 @@ class AgentConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     base_tools: tuple[str, ...] = ()
+    # From the channel's settings (core/channels.py): the sources its searches may see (None: open ones
+    # only), and its approval rules, which the tools' context carries to the channel's policy layer.
+    source_scope: SourceScope | None = None
+    tool_rules: Mapping[str, PolicyRule] = field(default_factory=dict)
+    # Tools the asker's client runs (an API request's): offered with the others; a call to one pauses the run.
+    client_tools: tuple[ClientTool, ...] = ()
+    response_format: dict[str, Any] | None = None  # the request's structured output, where the model supports it
+    # The request's own narrowing of the sources (an API key's), kept with a pause so a resumed run keeps it.
+    request_sources: tuple[str, ...] | None = None
 
 
 @dataclass(kw_only=True)
@@ -219,7 +230,7 @@ class BaseAgent(ABC):
         tools = [name for name in self.config.base_tools if name != INTERNAL_SEARCH]
         if internal_search and self.deps.retriever is not None and INTERNAL_SEARCH in self.deps.executor.registry:
             tools.append(INTERNAL_SEARCH)
-        return tools
+        return tools + [tool.name for tool in self.config.client_tools]
 
     def build(self, *, system_prompt: str, query: str, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]) -> BuiltMessages:
         return build_messages(
@@ -246,6 +257,7 @@ class BaseAgent(ABC):
             limit=self.config.retrieval_chunks,
             token_budget=self.document_budget if token_budget is None else token_budget,
             exposure=exposure,  # type: ignore[arg-type]
+            scope=self.config.source_scope,
         )
 
     def new_state(self, built: BuiltMessages, *, offered_tools: list[str]) -> RunState:
@@ -263,6 +275,9 @@ class BaseAgent(ABC):
             offered_tools=offered_tools,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,
+            client_tools=[client_tool_json(tool) for tool in self.config.client_tools],
+            response_format=self.config.response_format,
+            request_sources=list(self.config.request_sources) if self.config.request_sources is not None else None,
         )
 
     async def llm_gen(
@@ -275,7 +290,10 @@ class BaseAgent(ABC):
     ) -> AsyncIterator[TextPiece | Completion]:
         """One streamed model call; tools only when the model takes them, structured output only when supported."""
         model = model or self.deps.model
-        tool_specs = self.deps.executor.registry.openai_tools(tools) if tools and model.supports_tools else None
+        registry = self.deps.executor.registry
+        # Only what is available now: a tool offered earlier in the run may have gone with its MCP server.
+        tools = [name for name in tools if name in registry]
+        tool_specs = registry.openai_tools(tools) if tools and model.supports_tools else None
         async for piece in self.deps.llm.stream(
             model=model,
             messages=messages,
@@ -294,7 +312,7 @@ class BaseAgent(ABC):
         while state.rounds_used < self.config.loop_limit:
             state.rounds_used += 1
             completion: Completion | None = None
-            async for piece in self.llm_gen(state.messages, tools=state.offered_tools):
+            async for piece in self.llm_gen(state.messages, tools=state.offered_tools, response_format=state.response_format):
                 if isinstance(piece, TextPiece):
                     state.answer_so_far += piece.text
                     yield AnswerDelta(text=piece.text)
@@ -323,7 +341,8 @@ class BaseAgent(ABC):
                 if isinstance(parsed, ToolResult):
                     yield ToolCallFinished(call_id=parsed.call_id, tool=parsed.tool, status="error", output_preview=_preview(parsed.output))
                     results.append(parsed)
-                elif self.deps.executor.needs_approval(parsed, self._tool_context()):
+                elif parsed.spec.client_side or self.deps.executor.needs_approval(parsed, self._tool_context()):
+                    # A client's tool always waits for its result, whatever an approval rule says.
                     pending.append(PendingToolCall(call_id=parsed.id, tool=parsed.name, arguments=parsed.call.arguments))
                 else:
                     async for event in self._run_tool(parsed, results):
@@ -341,9 +360,16 @@ class BaseAgent(ABC):
         self._state = state
         results: list[ToolResult] = []
         self._round = results
+        client_tools = {tool["name"] for tool in state.client_tools}
         for pending in state.pending:
             call = ToolCallRequest(id=pending.call_id, name=pending.tool, arguments=pending.arguments)
             decision = decisions.get(pending.call_id)
+            if pending.tool in client_tools:
+                # Nothing runs here: the client ran it (or declined to), and its answer is the result.
+                result = self._client_result(call, decision)
+                results.append(result)
+                yield ToolCallFinished(call_id=call.id, tool=call.name, status=result.status, output_preview=_preview(result.output))
+                continue
             if decision is None or not decision.approved:
                 result = self.deps.executor.rejected(call, decision.comment if decision else None)
                 results.append(result)
@@ -375,6 +401,17 @@ class BaseAgent(ABC):
         results.append(result)
         yield ToolCallFinished(call_id=result.call_id, tool=result.tool, status=result.status, output_preview=_preview(result.output))
 
+    def _client_result(self, call: ToolCallRequest, decision: Decision | None) -> ToolResult:
+        """A client-executed call's result as sent, or the declined / missing answer the model reads instead."""
+        if decision is None or not decision.approved:
+            return self.deps.executor.rejected(call, decision.comment if decision else None)
+        if decision.result is None:
+            return ToolResult(call_id=call.id, tool=call.name, status="error", output=wording.client_tool_no_result(),
+                              arguments={})
+        spec = self.deps.executor.registry.get(call.name)
+        output = truncate_middle(decision.result, spec.max_output_chars if spec else len(decision.result) or 1)
+        return ToolResult(call_id=call.id, tool=call.name, status="ok", output=output, arguments={})
+
     def _tool_context(self) -> ToolContext:
         return ToolContext(
             user=self.context.user.id,
@@ -385,6 +422,8 @@ class BaseAgent(ABC):
             retriever=self.deps.retriever,
             sources=self.sources,
             search_exposure=self.search_exposure,
+            source_scope=self.config.source_scope,
+            channel_tool_rules=self.config.tool_rules,
             retrieval_chunks=self.config.retrieval_chunks,
             question=self._question(),
         )
@@ -431,6 +470,7 @@ class BaseAgent(ABC):
                 tool=call.tool,
                 arguments=_loads_or_raw(call.arguments),
                 description=(registry.get(call.tool).description if registry.get(call.tool) else ""),
+                client=any(tool.name == call.tool for tool in self.config.client_tools),
             )
             for call in pending
         )

@@ -17,7 +17,7 @@ class ClassicAgent(BaseAgent):
     ) -> AsyncIterator[AgentOutput]:
         documents = await self.prefetch(query, exposure="prefetch")
         retriever = self.deps.retriever
-        mixed = retriever is not None and await retriever.has_sources("agentic_tool")
+        mixed = retriever is not None and await retriever.has_sources("agentic_tool", scope=self.config.source_scope)
         built = self.build(system_prompt=self.system_prompt(documents), query=query, history=history, extra_parts=extra_parts)
         state = self.new_state(built, offered_tools=self.offered_tools(internal_search=mixed))
         async for event in self.run_loop(state):

@@ -46,6 +46,10 @@ class RunState:
     temperature: float | None = None
     max_tokens: int | None = None
     usage: Usage = field(default_factory=Usage)
+    # Tools the client runs (core/tools/client_tools.py), as {name, description, parameters}: offered again on resume.
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    response_format: dict[str, Any] | None = None
+    request_sources: list[str] | None = None  # the request's narrowing of the channel's sources (an API key's)
     schema_version: int = RUN_STATE_SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Turn HTML into readable text, keeping headings as Markdown `#` lines so chunking can cut there."""
+"""Whole-page HTML to text, headings as `#` lines: main_content's fallback for pages too small to extract from."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -13,8 +13,12 @@ from pgvector import Vector
 
 from core.retrieval.chunking import Chunk, chunk_document
 from core.retrieval.embeddings import EmbeddingError, EmbeddingProvider
+from core.retrieval.links import LinkBaseError, check_link_base, link_root
+from core.retrieval.crawl import CrawlOptions, CrawlRootError, CrawlSkip, FetchPolicy, crawl as crawl_site
 from core.retrieval.loaders import LoadedDocument, Skipped, iter_path, load_url
-from core.retrieval.store import SourceExposure, SourceKind, ensure_vector_index, mark_synced, upsert_source
+from core.retrieval.source_lease import SourceLease
+from core.retrieval.store import SourceExposure, SourceKind, ensure_vector_index, upsert_source
+from core.retrieval.targets import SourceTarget, build_targets, is_url, remember_targets
 from core.retrieval.url_guard import FetchError
 from core.store.db import Database
 
@@ -53,6 +57,8 @@ class IngestSummary:
     removed: int
     chunks: int
     embeddings: int
+    # Targets whose root (folder, URL, start page, sitemap) could not be reached, with why: nothing was pruned.
+    unreachable: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +78,6 @@ class _Pending:
     chunks: list[Chunk] = field(default_factory=list)
     chunk_ids: list[int] = field(default_factory=list)
     action: Literal["added", "updated", "reembedded"] = "added"
-
-
-def is_url(target: str) -> bool:
-    return target.lower().startswith(("http://", "https://"))
 
 
 def _source_kind(targets: Sequence[str]) -> SourceKind:
@@ -106,6 +108,7 @@ class _Ingestion:
         self.added = self.updated = self.unchanged = self.removed = self.chunks = self.embeddings = 0
         self.documents = 0
         self.skipped: list[tuple[str, str]] = []
+        self.unreachable: list[tuple[str, str]] = []
 
     async def load_known(self) -> None:
         async with self.db.connection() as conn:
@@ -289,9 +292,17 @@ class _Ingestion:
             removed=self.removed,
             chunks=self.chunks,
             embeddings=self.embeddings,
+            unreachable=tuple(self.unreachable),
         )
 
 
+
+
+class KeepInterval:
+    """The default of ingest's sync_interval_s: leave the source's interval as it is."""
+
+
+KEEP_INTERVAL = KeepInterval()
 
 
 async def ingest(
@@ -308,64 +319,152 @@ async def ingest(
     allowed_networks: Sequence[str] = (),
     max_url_bytes: int = 5_000_000,
     progress: ProgressCallback | None = None,
+    link_base: str | None = None,
+    crawl: CrawlOptions | None = None,
+    sitemaps: Sequence[str] = (),
+    sitemap_options: CrawlOptions | None = None,
+    sync_interval_s: int | None | KeepInterval = KEEP_INTERVAL,
 ) -> IngestSummary:
     """Ingest every target (file, folder or http(s) URL) into the named source.
 
     Unchanged documents cost nothing; a changed one has its chunks and vectors replaced in one
     transaction; a file that cannot be read is skipped with a reason and the run goes on. With
-    prune, documents of the source that no target produced any more are deleted.
+    prune, documents of the source that no target produced any more are deleted. With link_base, files
+    are cited at link_base + their path under the targets' folder (core/retrieval/links.py). With crawl,
+    URL targets are crawled on their site; sitemaps are crawled from the pages they list.
+
+    The targets are remembered on the source (added to earlier ones; with prune, replacing them) for
+    core/retrieval/sync.py; sync_interval_s sets how often it syncs (None: never; default: unchanged,
+    or never for a new source). Raises SourceBusy while another process ingests or syncs the source.
     """
     if not source.strip():
         raise ValueError("A source needs a name.")
+    if not targets and not sitemaps:
+        raise ValueError("Nothing to ingest: name a file, folder, URL or sitemap.")
+    if link_base is not None:
+        link_base = check_link_base(link_base)
+    root = link_root(targets)
+    if link_base is not None and root is None:
+        raise LinkBaseError("a link base maps files to web addresses, and no target is a file or folder")
+    specs = build_targets(
+        targets, include=include, exclude=exclude, crawl=crawl, sitemaps=sitemaps,
+        sitemap_options=sitemap_options, allow_private=allow_private,
+    )
+    all_targets = [*targets, *sitemaps]
     async with db.connection() as conn:
         source_id = await upsert_source(
-            conn, name=source, kind=_source_kind(targets), uri=" ".join(targets), exposure=exposure
+            conn, name=source, kind=_source_kind(all_targets), uri=" ".join(all_targets), exposure=exposure,
+            link_base=link_base, link_root=root,
         )
+    async with await SourceLease.take(db, source_id) as lease:
+        async with db.connection() as conn:
+            await remember_targets(conn, source_id, specs, replace=prune)
+            if not isinstance(sync_interval_s, KeepInterval):
+                await conn.execute(
+                    "UPDATE sources SET sync_interval_s = %s WHERE id = %s", (sync_interval_s or None, source_id)
+                )
+        policy = FetchPolicy(allowed_networks=allowed_networks, max_url_bytes=max_url_bytes, timeout_s=URL_TIMEOUT_S)
+        summary = await read_targets(
+            db, source_id, specs, embedder=embedder, policy=policy, prune=prune, progress=progress
+        )
+        await lease.finish(error=unreachable_error(summary))
+    return summary
+
+
+def unreachable_error(summary: IngestSummary) -> str | None:
+    """The sync's error when a root could not be reached, in one line for `sources list`."""
+    if not summary.unreachable:
+        return None
+    return "; ".join(f"{target}: {reason}" for target, reason in summary.unreachable)
+
+
+async def read_targets(
+    db: Database,
+    source_id: int,
+    specs: Sequence[SourceTarget],
+    *,
+    embedder: EmbeddingProvider | None,
+    policy: FetchPolicy,
+    prune: bool,
+    progress: ProgressCallback | None = None,
+) -> IngestSummary:
+    """Read every target into the source (the caller holds its lease); with prune, delete documents no target
+    produced, unless a target's root (folder, URL, start page, sitemap, robots.txt) could not be reached."""
     run = _Ingestion(db, source_id=source_id, embedder=embedder, progress=progress)
     await run.load_known()
-    complete = True  # every target was reachable, so an absent document really is gone
-    for target in targets:
-        if is_url(target):
-            try:
-                document = await load_url(
-                    target,
-                    allow_private=allow_private,
-                    allowed_networks=allowed_networks,
-                    max_bytes=max_url_bytes,
-                    timeout_s=URL_TIMEOUT_S,
-                )
-            except FetchError as error:
-                run.seen.add(target)  # a URL that fails today keeps yesterday's copy
-                run.skip(target, str(error))
-                continue
-            await run.take(document)
-            continue
-        path = Path(target).expanduser()
-        if not path.exists():
-            complete = False
-            run.skip(target, "there is no such file or folder")
-            continue
-        documents = iter_path(path, include=include, exclude=exclude)
-        while True:
-            try:
-                loaded = await asyncio.to_thread(next, documents, None)
-            except OSError as error:  # the folder itself became unreadable mid-walk
-                complete = False
-                run.skip(target, f"the folder could not be read ({error})")
-                break
-            if loaded is None:
-                break
-            if isinstance(loaded, Skipped):
-                run.seen.add(loaded.uri)
-                run.skip(loaded.uri, loaded.reason)
-            else:
-                await run.take(loaded)
+    for spec in specs:
+        if spec.crawl is not None or spec.sitemap:
+            await _read_crawl(run, spec, policy)
+        elif is_url(spec.target):
+            await _read_url(run, spec, policy)
+        else:
+            await _read_path(run, spec)
     await run.flush()
     if prune:
-        if complete:
+        if not run.unreachable:
             await run.prune()
         else:
             run.skipped.append(("--prune", "nothing was removed because a target could not be found"))
-    await mark_synced(db, source_id)
     run.report()
     return run.summary()
+
+
+def _policy_for(spec: SourceTarget, policy: FetchPolicy) -> FetchPolicy:
+    return replace(policy, allow_private=True) if spec.allow_private else policy
+
+
+async def _read_url(run: _Ingestion, spec: SourceTarget, policy: FetchPolicy) -> None:
+    policy = _policy_for(spec, policy)
+    try:
+        document = await load_url(
+            spec.target,
+            allow_private=policy.allow_private,
+            allowed_networks=policy.allowed_networks,
+            max_bytes=policy.max_url_bytes,
+            timeout_s=policy.timeout_s,
+        )
+    except FetchError as error:
+        run.seen.add(spec.target)  # a URL that fails today keeps yesterday's copy
+        run.skip(spec.target, str(error))
+        run.unreachable.append((spec.target, str(error)))
+        return
+    await run.take(document)
+
+
+async def _read_crawl(run: _Ingestion, spec: SourceTarget, policy: FetchPolicy) -> None:
+    try:
+        async for item in crawl_site(
+            spec.target, sitemap=spec.sitemap, options=spec.crawl or CrawlOptions(), policy=_policy_for(spec, policy)
+        ):
+            if isinstance(item, CrawlSkip):
+                if item.keep:
+                    run.seen.add(item.uri)  # it may still exist: keep yesterday's copy
+                run.skip(item.uri, item.reason)
+            else:
+                await run.take(item)
+    except CrawlRootError as error:
+        run.skip(spec.target, str(error))
+        run.unreachable.append((spec.target, str(error)))
+
+
+async def _read_path(run: _Ingestion, spec: SourceTarget) -> None:
+    path = Path(spec.target).expanduser()
+    if not path.exists():
+        run.skip(spec.target, "there is no such file or folder")
+        run.unreachable.append((spec.target, "there is no such file or folder"))
+        return
+    documents = iter_path(path, include=spec.include, exclude=spec.exclude)
+    while True:
+        try:
+            loaded = await asyncio.to_thread(next, documents, None)
+        except OSError as error:  # the folder itself became unreadable mid-walk
+            run.skip(spec.target, f"the folder could not be read ({error})")
+            run.unreachable.append((spec.target, f"the folder could not be read ({error})"))
+            return
+        if loaded is None:
+            return
+        if isinstance(loaded, Skipped):
+            run.seen.add(loaded.uri)
+            run.skip(loaded.uri, loaded.reason)
+        else:
+            await run.take(loaded)

@@ -1,4 +1,4 @@
-"""Load documents (Markdown, text, reStructuredText, HTML, PDF) from files, folders and URLs as text."""
+"""Load documents (Markdown, text, reST, HTML, PDF, Word, PowerPoint, Excel) from files, folders and URLs as text."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path, PurePosixPath
 
 from yarl import URL
 
-from core.retrieval.html_text import html_to_text, sniff_html_charset
+from core.retrieval.html_text import sniff_html_charset
+from core.retrieval.main_content import extract_main_content
+from core.retrieval.office import CONVERTERS as OFFICE_CONVERTERS
 from core.retrieval.url_guard import FetchedResource, FetchError, fetch_url
 
 MAX_FILE_BYTES = 50_000_000
@@ -23,6 +25,8 @@ BINARY_SNIFF_BYTES = 8192
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
 HTML_SUFFIXES = frozenset({".html", ".htm"})
 PDF_SUFFIXES = frozenset({".pdf"})
+OFFICE_SUFFIXES = {".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx"}
+OFFICE_NAMES = {"docx": "Word document", "pptx": "PowerPoint file", "xlsx": "Excel workbook"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,19 +140,30 @@ def _pdf_text(data: bytes, uri: str, fallback_title: str) -> LoadedDocument | Sk
     return _document(uri, meta_title or fallback_title, "\n\n".join(pages))
 
 
+def _office_text(data: bytes, uri: str, kind: str, fallback_title: str) -> LoadedDocument | Skipped:
+    try:
+        converted = OFFICE_CONVERTERS[kind](data)
+    except Exception as exc:  # noqa: BLE001 — a damaged or encrypted zip can fail in zipfile, lxml or the library
+        return Skipped(uri=uri, reason=f"the {OFFICE_NAMES[kind]} could not be read ({type(exc).__name__}: {exc})")
+    return _document(uri, converted.title or fallback_title, converted.text)
+
+
 def document_from_bytes(
     data: bytes, *, uri: str, kind: str, fallback_title: str, charset: str | None = None
 ) -> LoadedDocument | Skipped:
-    """Turn raw bytes of a given kind ("markdown", "text", "rst", "html", "pdf") into a document."""
+    """Turn raw bytes of a kind ("markdown", "text", "rst", "html", "pdf", "docx", "pptx", "xlsx") into a document."""
     if kind == "pdf":
         return _pdf_text(data, uri, fallback_title)
+    if kind in OFFICE_CONVERTERS:
+        return _office_text(data, uri, kind, fallback_title)
     if kind == "html":
         charset = charset or sniff_html_charset(data)
     text = _decode_text(data, charset)
     if text is None:
         return Skipped(uri=uri, reason="it looks like a binary file, not text")
     if kind == "html":
-        page = html_to_text(text)
+        # Main content only: navigation, banners, sidebars and footers are not the document.
+        page = extract_main_content(text, url=uri if uri.startswith(("http://", "https://")) else None)
         return _document(uri, page.title or fallback_title, page.text)
     if kind == "rst":
         text, title = rst_to_markdown_headings(text)
@@ -170,7 +185,7 @@ def _kind_for_suffix(suffix: str) -> str | None:
         return "html"
     if suffix in PDF_SUFFIXES:
         return "pdf"
-    return None
+    return OFFICE_SUFFIXES.get(suffix)
 
 
 def load_file(path: Path) -> LoadedDocument | Skipped:
@@ -256,6 +271,9 @@ _CONTENT_KINDS = {
     "text/prs.fallenstein.rst": "rst",
     "application/pdf": "pdf",
     "application/x-pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
 }
 
 
@@ -265,23 +283,36 @@ def _url_title(url: str) -> str:
     return name or parsed.host or url
 
 
+def _without_partial_character(data: bytes) -> bytes:
+    """A body cut at a byte cap may end inside a UTF-8 character; drop that piece so it still decodes
+    as UTF-8 (in a one-byte encoding this drops at most one character)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data  # an ASCII byte: nothing is cut in half
+        if byte >= 0xC0:  # the lead byte of a sequence this long
+            length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data[:-back] if length > back else data
+    return data
+
+
 def document_from_fetch(resource: FetchedResource) -> LoadedDocument:
     """Turn a fetched body into a document, or raise FetchError saying why it has no text."""
     kind = _CONTENT_KINDS.get(resource.content_type, "text")
     if kind == "text":
         # Markdown is often served as text/plain; the URL's suffix tells.
         kind = _kind_for_suffix(PurePosixPath(URL(resource.final_url).path).suffix) or "text"
-        if kind in ("html", "pdf"):
-            kind = "text"
+        if kind not in ("markdown", "rst", "text"):
+            kind = "text"  # a binary format served as text/plain is not that format
     result = document_from_bytes(
-        resource.body,
+        _without_partial_character(resource.body) if resource.truncated else resource.body,
         uri=resource.url,
         kind=kind,
         fallback_title=_url_title(resource.final_url),
         charset=resource.charset,
     )
     if isinstance(result, Skipped):
-        raise FetchError(f"{resource.url} was fetched but not ingested: {result.reason}.")
+        raise FetchError(f"{resource.url} was fetched but could not be read: {result.reason}.")
     return result
 
 

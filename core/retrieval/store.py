@@ -10,6 +10,7 @@ from typing import Literal
 
 from psycopg import AsyncConnection, sql
 
+from core.retrieval.links import LinkBaseError
 from core.store.db import Database
 
 SourceExposure = Literal["prefetch", "agentic_tool", "off"]
@@ -34,6 +35,8 @@ class SourceRow:
     last_synced_at: datetime | None
     documents: int
     chunks: int
+    link_base: str | None = None  # where its files are read on the web (core/retrieval/links.py)
+    link_root: str | None = None  # the folder their paths are taken relative to
 
 
 def vector_index_name(model: str, dimension: int) -> str:
@@ -78,25 +81,37 @@ async def ensure_vector_index(
 
 
 async def upsert_source(
-    conn: AsyncConnection, *, name: str, kind: SourceKind, uri: str, exposure: SourceExposure
+    conn: AsyncConnection,
+    *,
+    name: str,
+    kind: SourceKind,
+    uri: str,
+    exposure: SourceExposure,
+    link_base: str | None = None,
+    link_root: str | None = None,
 ) -> int:
-    """Create the source or update how it is exposed; returns its id."""
+    """Create the source or update how it is exposed; returns its id.
+
+    A link base given sets the base and its root together. Without one the base stays, and so does
+    its root: re-ingesting part of a folder must not move where the other files' links point. A
+    source with no base yet records the new root, for `sources set-link-base` to use later.
+    """
     cursor = await conn.execute(
-        "INSERT INTO sources (name, kind, uri, exposure) VALUES (%s, %s, %s, %s) "
+        "INSERT INTO sources (name, kind, uri, exposure, link_base, link_root) VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (name) DO UPDATE SET "
         " kind = CASE WHEN sources.kind = EXCLUDED.kind THEN sources.kind ELSE 'mixed' END,"
-        " uri = EXCLUDED.uri, exposure = EXCLUDED.exposure, updated_at = now() "
+        " uri = EXCLUDED.uri, exposure = EXCLUDED.exposure,"
+        " link_base = coalesce(EXCLUDED.link_base, sources.link_base),"
+        " link_root = CASE WHEN EXCLUDED.link_base IS NOT NULL THEN EXCLUDED.link_root"
+        "  WHEN sources.link_base IS NULL THEN coalesce(EXCLUDED.link_root, sources.link_root)"
+        "  ELSE sources.link_root END,"
+        " updated_at = now() "
         "RETURNING id",
-        (name, kind, uri, exposure),
+        (name, kind, uri, exposure, link_base, link_root),
     )
     row = await cursor.fetchone()
     assert row is not None
     return int(row[0])
-
-
-async def mark_synced(db: Database, source_id: int) -> None:
-    async with db.connection() as conn:
-        await conn.execute("UPDATE sources SET last_synced_at = now() WHERE id = %s", (source_id,))
 
 
 async def list_sources(db: Database) -> list[SourceRow]:
@@ -105,7 +120,7 @@ async def list_sources(db: Database) -> list[SourceRow]:
         cursor = await conn.execute(
             "SELECT s.id, s.name, s.kind, s.uri, s.exposure, s.sync_interval_s, s.last_synced_at,"
             " (SELECT count(*) FROM documents d WHERE d.source_id = s.id),"
-            " (SELECT count(*) FROM chunks c WHERE c.source_id = s.id) "
+            " (SELECT count(*) FROM chunks c WHERE c.source_id = s.id), s.link_base, s.link_root "
             "FROM sources s ORDER BY s.name"
         )
         rows = await cursor.fetchall()
@@ -120,9 +135,33 @@ async def list_sources(db: Database) -> list[SourceRow]:
             last_synced_at=row[6],
             documents=int(row[7]),
             chunks=int(row[8]),
+            link_base=row[9],
+            link_root=row[10],
         )
         for row in rows
     ]
+
+
+async def set_link_base(db: Database, name: str, link_base: str | None, *, root: str | None = None) -> SourceRow | None:
+    """Set (or, with None, clear) where a source's files are read on the web; `root` replaces the folder
+    their paths are taken relative to (default: the one recorded at ingest). None when there is no such
+    source; LinkBaseError when a base is set with no root known."""
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT link_root FROM sources WHERE name = %s FOR UPDATE", (name,))
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        root = root or row[0]
+        if link_base is not None and not root:
+            raise LinkBaseError(
+                f'source "{name}" was ingested before link bases existed; name the folder its files were '
+                "ingested from with --root"
+            )
+        await conn.execute(
+            "UPDATE sources SET link_base = %s, link_root = %s, updated_at = now() WHERE name = %s",
+            (link_base, root, name),
+        )
+    return next((source for source in await list_sources(db) if source.name == name), None)
 
 
 async def remove_source(db: Database, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""Fetch a URL for ingestion without letting it reach private networks (SSRF guard)."""
+"""Fetch a URL (for ingestion and read_url) without letting it reach private networks (SSRF guard)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from yarl import URL
 MAX_REDIRECTS = 5
 READ_CHUNK_BYTES = 64 * 1024
 ALLOWED_SCHEMES = frozenset({"http", "https"})
-# Content types ingestion can turn into text; anything else is refused before the body is read.
-ALLOWED_CONTENT_TYPES = frozenset(
+# Content types that can be cut short and still read: a page or text that is too long is read up to the cap.
+TEXT_CONTENT_TYPES = frozenset(
     {
         "text/html",
         "application/xhtml+xml",
@@ -26,11 +26,19 @@ ALLOWED_CONTENT_TYPES = frozenset(
         "text/x-markdown",
         "text/x-rst",
         "text/prs.fallenstein.rst",
-        "application/pdf",
-        "application/x-pdf",
     }
 )
-USER_AGENT = "relaybot-ingest/1.0"
+# Content types the loaders can turn into text; anything else is refused before the body is read.
+ALLOWED_CONTENT_TYPES = TEXT_CONTENT_TYPES | frozenset(
+    {
+        "application/pdf",
+        "application/x-pdf",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    }
+)
+USER_AGENT = "relaybot/1.0"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -38,6 +46,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class FetchError(Exception):
     """The URL could not be fetched; the message says why in a sentence a user can act on."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status when the server answered with an error (robots.txt reads it)
 
 
 class UrlRefused(FetchError):
@@ -53,6 +65,7 @@ class FetchedResource:
     content_type: str
     charset: str | None
     body: bytes
+    truncated: bool = False  # the body is the first max_bytes of a longer text (only when asked for)
 
 
 def _unwrap(ip: IPAddress) -> IPAddress:
@@ -160,7 +173,7 @@ async def vet_url(
 ) -> list[IPAddress]:
     """Check scheme and every address the host resolves to; raise UrlRefused on any bad one."""
     if url.scheme not in ALLOWED_SCHEMES:
-        raise UrlRefused(f"Only http and https URLs can be ingested, not {url.scheme or 'this'}: {url}.")
+        raise UrlRefused(f"Only http and https URLs can be fetched, not {url.scheme or 'this'}: {url}.")
     host = url.raw_host
     if not host:
         raise UrlRefused(f"The URL {url} has no host.")
@@ -182,16 +195,20 @@ async def vet_url(
     return addresses
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, url: URL, max_bytes: int) -> bytes:
+async def _read_capped(resp: aiohttp.ClientResponse, url: URL, max_bytes: int, *, cut: bool) -> tuple[bytes, bool]:
+    """The body and whether it was cut; over max_bytes it is cut (when `cut`) or refused."""
     declared = resp.content_length
-    if declared is not None and declared > max_bytes:
-        raise UrlRefused(f"{url} is {declared} bytes, over the {max_bytes}-byte limit for ingestion.")
+    if declared is not None and declared > max_bytes and not cut:
+        raise UrlRefused(f"{url} is {declared} bytes, over the {max_bytes}-byte limit.")
     body = bytearray()
     async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
         body.extend(chunk)
         if len(body) > max_bytes:
-            raise UrlRefused(f"{url} is larger than the {max_bytes}-byte limit for ingestion.")
-    return bytes(body)
+            if cut:
+                # Stop reading: the rest is never downloaded, and closing the response drops the connection.
+                return bytes(body[:max_bytes]), True
+            raise UrlRefused(f"{url} is larger than the {max_bytes}-byte limit.")
+    return bytes(body), False
 
 
 async def _fetch_hops(
@@ -202,6 +219,8 @@ async def _fetch_hops(
     allow_private: bool,
     allowed_networks: Sequence[IPNetwork],
     max_bytes: int,
+    cut_text: bool,
+    content_types: frozenset[str] = ALLOWED_CONTENT_TYPES,
 ) -> FetchedResource:
     url = start
     for _hop in range(MAX_REDIRECTS + 1):
@@ -214,18 +233,26 @@ async def _fetch_hops(
                 url = url.join(URL(location))
                 continue
             if resp.status >= 400:
-                raise FetchError(f"{url} answered HTTP {resp.status} {resp.reason or ''}".rstrip() + ".")
+                raise FetchError(
+                    f"{url} answered HTTP {resp.status} {resp.reason or ''}".rstrip() + ".", status=resp.status
+                )
             if resp.status != 200:
                 raise FetchError(f"{url} answered HTTP {resp.status}, which is not a document.")
             content_type = resp.content_type.lower()
-            if content_type not in ALLOWED_CONTENT_TYPES:
+            if content_type not in content_types:
                 raise UrlRefused(
-                    f"{url} is {content_type or 'of unknown type'}; only HTML, plain text, "
-                    "Markdown, reStructuredText and PDF can be ingested."
+                    f"{url} is {content_type or 'of unknown type'}; only HTML, plain text, Markdown, "
+                    "reStructuredText, PDF, Word, PowerPoint and Excel files can be read."
                 )
-            body = await _read_capped(resp, url, max_bytes)
+            cut = cut_text and content_type in TEXT_CONTENT_TYPES
+            body, truncated = await _read_capped(resp, url, max_bytes, cut=cut)
             return FetchedResource(
-                url=str(start), final_url=str(url), content_type=content_type, charset=resp.charset, body=body
+                url=str(start),
+                final_url=str(url),
+                content_type=content_type,
+                charset=resp.charset,
+                body=body,
+                truncated=truncated,
             )
     raise FetchError(f"{start} redirected more than {MAX_REDIRECTS} times; use the final URL instead.")
 
@@ -237,8 +264,15 @@ async def fetch_url(
     allowed_networks: Sequence[str] = (),
     max_bytes: int = 5_000_000,
     timeout_s: float = 20.0,
+    cut_text: bool = False,
+    content_types: frozenset[str] = ALLOWED_CONTENT_TYPES,
 ) -> FetchedResource:
-    """Fetch url (following up to MAX_REDIRECTS redirects, each re-checked) within size and time caps."""
+    """Fetch url (following up to MAX_REDIRECTS redirects, each re-checked) within size and time caps.
+
+    Over max_bytes the fetch is refused, unless `cut_text` and the body is text or HTML: then its
+    first max_bytes are kept and `truncated` says so (a cut PDF or Office file cannot be read).
+    content_types are the types read (others refused before the body is read); a crawl widens them for sitemaps.
+    """
     try:
         start = URL(url.strip())
     except (ValueError, TypeError):
@@ -260,6 +294,8 @@ async def fetch_url(
                     allow_private=allow_private,
                     allowed_networks=networks,
                     max_bytes=max_bytes,
+                    cut_text=cut_text,
+                    content_types=content_types,
                 )
     except TimeoutError:
         raise FetchError(f"{url} did not answer within {timeout_s:g} seconds.") from None

@@ -27,13 +27,19 @@ class Decision:
     approved: bool
     actor: str
     comment: str = ""
+    result: str | None = None  # a client-executed tool's result, sent by the client (approved=True)
 
     def to_json(self) -> dict[str, Any]:
-        return {"approved": self.approved, "actor": self.actor, "comment": self.comment}
+        data: dict[str, Any] = {"approved": self.approved, "actor": self.actor, "comment": self.comment}
+        if self.result is not None:
+            data["result"] = self.result
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Decision":
-        return cls(approved=bool(data["approved"]), actor=str(data.get("actor", "")), comment=str(data.get("comment", "")))
+        result = data.get("result")
+        return cls(approved=bool(data["approved"]), actor=str(data.get("actor", "")), comment=str(data.get("comment", "")),
+                   result=str(result) if result is not None else None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,15 +50,21 @@ class StoredCall:
     tool: str
     arguments: str
     description: str = ""
+    client: bool = False  # a client-executed tool: answered with its result, not a decision
 
-    def to_json(self) -> dict[str, str]:
-        return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments, "description": self.description}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments,
+                                "description": self.description}
+        if self.client:
+            data["client"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "StoredCall":
         return cls(
             call_id=str(data.get("call_id", "")), tool=str(data.get("tool", "")),
             arguments=str(data.get("arguments", "")), description=str(data.get("description", "")),
+            client=bool(data.get("client", False)),
         )
 
 
@@ -230,6 +242,14 @@ class ContinuationStore:
             "  WHERE l.conversation_id = continuations.conversation_id AND l.expires_at > now())"
             f" RETURNING {COLUMNS}",
             (older_than_s,),
+        )
+
+    async def pending(self, *, platform: str, limit: int) -> list[ContinuationRow]:
+        """Open (pending, not yet expired) runs of one platform, newest first: what someone may still decide."""
+        return await self._fetch_all(
+            f"SELECT {COLUMNS} FROM continuations WHERE status = 'pending' AND platform = %s"
+            " AND (expires_at IS NULL OR expires_at > now()) ORDER BY created_at DESC LIMIT %s",
+            (platform, limit),
         )
 
     async def add_message_ref(self, continuation_id: uuid.UUID, ref: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from jsonschema.exceptions import best_match
 
 from core import metrics
 from core.llm.results import ToolCallRequest
+from core.tools.approval_policy import ToolApprovals
 from core.tools.context import ToolContext
 from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolError, ToolRegistry, ToolSpec
 
@@ -87,10 +88,12 @@ def _format_seconds(seconds: float) -> str:
 
 
 class ToolExecutor:
-    """Parses, authorises by registry flag, and runs tool calls against one `ToolRegistry`."""
+    """Parses, decides which calls need approval (admin policy, then the tool's rule and flag), and runs
+    tool calls against one `ToolRegistry`."""
 
-    def __init__(self, registry: ToolRegistry) -> None:
+    def __init__(self, registry: ToolRegistry, *, approvals: ToolApprovals | None = None) -> None:
         self._registry = registry
+        self._approvals = approvals or ToolApprovals()
 
     @property
     def registry(self) -> ToolRegistry:
@@ -103,6 +106,14 @@ class ToolExecutor:
         registered tool it was not offered gets the same answer as for an unknown one.
         """
         spec = self._registry.get(call.name)
+        if spec is None and offered is not None and call.name in offered:
+            # Offered earlier in this run (or before its pause), gone since: an MCP server went down.
+            return self._error(
+                call,
+                {},
+                f"Error: the tool {_short(call.name)!r} is not available right now (its server is not connected). "
+                "Answer without it, or say it could not be used.",
+            )
         if spec is None or (offered is not None and call.name not in offered):
             available = sorted(offered) if offered is not None else list(self._registry.names())
             listing = ", ".join(available) if available else "none"
@@ -146,8 +157,16 @@ class ToolExecutor:
             )
         return ParsedCall(call=call, spec=spec, arguments=arguments)
 
+    @property
+    def approvals(self) -> ToolApprovals:
+        return self._approvals
+
     def needs_approval(self, parsed: ParsedCall, ctx: ToolContext) -> bool:
-        return parsed.spec.needs_approval(ctx, parsed.arguments)
+        """The one place that decides whether a call waits for a person (core/tools/approval_policy.py)."""
+        verdict = self._approvals.decide(parsed.spec, parsed.arguments, ctx)
+        logger.debug("tool %s (call %s): %s (%s)", parsed.name, parsed.id,
+                     "needs approval" if verdict.needs_approval else "no approval", verdict.reason)
+        return verdict.needs_approval
 
     async def run(self, parsed: ParsedCall, ctx: ToolContext) -> ToolResult:
         """Run the tool under its timeout; failures become error results, the output is capped.

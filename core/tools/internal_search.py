@@ -16,7 +16,7 @@ async def _search(ctx: ToolContext, arguments: dict[str, Any]) -> str:
     if retriever is None or collector is None:
         raise ToolError("document search is not available in this conversation")
     limit = ctx.retrieval_chunks or DEFAULT_RESULTS
-    items = await retriever.search(arguments["query"], limit=limit, exposure=ctx.search_exposure)
+    items = await retriever.search(arguments["query"], limit=limit, exposure=ctx.search_exposure, scope=ctx.source_scope)
     if not items:
         return "No matching passages were found. Try other words, or answer without the documents."
     numbers = collector.add(items)

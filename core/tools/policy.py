@@ -36,9 +36,13 @@ class ApprovalPolicy:
             return True
         return any(role in self.approver_roles for role in actor_roles)
 
-    def describe(self, requested_by: str, *, mention: Callable[[str], str] = _as_is, admins: bool = True) -> str:
+    def describe(
+        self, requested_by: str, *, mention: Callable[[str], str] = _as_is, admins: bool = True,
+        sentence: Callable[[str], str] = wording.only_they_may_decide,
+    ) -> str:
         """The sentence telling a refused clicker who can decide; `mention` formats user ids for the platform,
-        `admins` says whether the platform has an admin rule at all (Discord's Manage Server; Slack has none)."""
+        `admins` says whether the platform has an admin rule at all (Discord's Manage Server; Slack has none);
+        `sentence` words it for what was refused (a decision by default; a Stop)."""
         who = [f"{mention(requested_by)} (who asked)"]
         who += [mention(user) for user in sorted(self.approvers) if user != requested_by]
         if self.approver_roles:
@@ -46,4 +50,4 @@ class ApprovalPolicy:
         if admins:
             who.append("an admin")
         listing = ", ".join(who[:-1]) + f" or {who[-1]}" if len(who) > 1 else who[0]
-        return wording.only_they_may_decide(listing)
+        return sentence(listing)

@@ -6,7 +6,7 @@ import dataclasses
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -41,6 +41,8 @@ class ToolSpec:
     approval_rule: ApprovalRule | None = None  # when set, decides instead of requires_approval
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    # Run by the asker's client, never here (core/tools/client_tools.py): a call always pauses the run for its result.
+    client_side: bool = False
     validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,30 +75,62 @@ class ToolSpec:
         }
 
 
-class ToolRegistry:
-    """The tools the engine knows, by name, in registration order."""
+class ToolProvider(Protocol):
+    """Tools that come and go while the bot runs (an MCP server's, while it is connected).
 
-    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+    `specs` is what is available now; `owns` says whether a name is in the provider's namespace
+    whether or not it is available now (so settings may name a tool of a server that is down)."""
+
+    def specs(self) -> Mapping[str, ToolSpec]: ...
+
+    def owns(self, name: str) -> bool: ...
+
+
+class ToolRegistry:
+    """The tools the engine knows, by name: registered ones in registration order, then the providers'
+    tools available at the moment of asking."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = (), *, providers: Iterable[ToolProvider] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        self._providers: list[ToolProvider] = list(providers)
         for spec in specs:
             self.register(spec)
 
     def register(self, spec: ToolSpec) -> None:
-        if spec.name in self._specs:
+        if spec.name in self._specs or any(provider.owns(spec.name) for provider in self._providers):
             raise ValueError(f"a tool named {spec.name!r} is already registered")
         self._specs[spec.name] = spec
 
+    def add_provider(self, provider: ToolProvider) -> None:
+        self._providers.append(provider)
+
+    def copy(self) -> ToolRegistry:
+        """A registry with the same tools and providers, to register more tools into."""
+        return ToolRegistry(self._specs.values(), providers=self._providers)
+
     def get(self, name: str) -> ToolSpec | None:
-        return self._specs.get(name)
+        spec = self._specs.get(name)
+        if spec is not None:
+            return spec
+        for provider in self._providers:
+            if provider.owns(name):
+                return provider.specs().get(name)
+        return None
 
     def names(self) -> tuple[str, ...]:
-        return tuple(self._specs)
+        """Every tool available now; a provider's tools change between calls."""
+        dynamic = [name for provider in self._providers for name in provider.specs() if name not in self._specs]
+        return (*self._specs, *dynamic)
+
+    def owns(self, name: str) -> bool:
+        """Whether `name` is a registered tool or in a provider's namespace (available now or not)."""
+        return name in self._specs or any(provider.owns(name) for provider in self._providers)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._specs
+        return isinstance(name, str) and self.get(name) is not None
 
     def __len__(self) -> int:
-        return len(self._specs)
+        return len(self.names())
 
     def openai_tools(self, names: Iterable[str]) -> list[dict[str, Any]]:
         """The OpenAI `tools` list for the named tools, in the order given; an unknown name is a KeyError."""
@@ -112,15 +146,18 @@ class ToolRegistry:
         if unknown:
             raise ValueError(f"approval overrides name unknown tools: {', '.join(unknown)}")
         return ToolRegistry(
-            dataclasses.replace(spec, requires_approval=overrides[spec.name], approval_rule=None) if spec.name in overrides else spec
-            for spec in self._specs.values()
+            (
+                dataclasses.replace(spec, requires_approval=overrides[spec.name], approval_rule=None) if spec.name in overrides else spec
+                for spec in self._specs.values()
+            ),
+            providers=self._providers,
         )
 
     def requires_approval(self, name: str) -> bool:
         return self._require(name).requires_approval
 
     def _require(self, name: str) -> ToolSpec:
-        spec = self._specs.get(name)
+        spec = self.get(name)
         if spec is None:
             raise KeyError(f"no tool named {name!r} is registered")
         return spec

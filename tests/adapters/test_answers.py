@@ -11,6 +11,7 @@ from adapters import wording
 from adapters.answers import AnswerPlace, AnswerRunner, Pacing, repaired_text
 from adapters.streaming import RateBudget, RateLimited, StreamLimits
 from core.approvals import ApprovalView, CallView, ClickResult
+from core.citations import Citation
 from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed, PendingCall, SourceItem, Sources
 from core.ports import LiveMessage, PendingFinal
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
@@ -64,7 +65,7 @@ class RecordingSurface:
         self.approval_fails = approval_fails
         self.calls: list[str] = []
         self.approvals: list[ApprovalView] = []
-        self.sources: list[tuple[SourceItem, ...]] = []
+        self.sources: list[tuple[Citation, ...]] = []
         self.notices: list[str] = []
 
     async def post(self, text: str, *, key: str | None = None) -> str:
@@ -82,8 +83,8 @@ class RecordingSurface:
         self.approvals.append(view)
         return {"message": "m-approval"}
 
-    async def show_sources(self, items: tuple[SourceItem, ...], answer_ids: list[str]) -> None:
-        self.sources.append(items)
+    async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
+        self.sources.append(citations)
 
     async def show_notice(self, text: str) -> None:
         self.notices.append(text)
@@ -135,7 +136,31 @@ async def test_done_shows_only_this_streams_text_and_then_the_sources() -> None:
     await clock.run(runner.play(events, surface))
     assert surface.calls == ["working"]
     assert surface.transport.final_texts() == ["Deployed [1]."]  # a resumed run's message holds what came after the pause
-    assert surface.sources == [(item,)]
+    assert surface.sources == [(Citation(number=1, item=item),)]
+
+
+async def test_the_final_text_drops_citations_of_no_source_and_the_reply_lists_only_those_cited() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    items = tuple(SourceItem(title=f"Doc {n}", uri=f"https://wiki/{n}", text="…") for n in range(1, 7))
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive())
+    streamed = ["See [2], [9", "] and [1][4]. In code: `x[9]`."]
+    events = _events(*(AnswerDelta(text=t) for t in streamed), Sources(items=items),
+                     Done(answer="See [2] and [1][4]. In code: `x[9]`."))
+    await clock.run(runner.play(events, surface))
+    assert surface.transport.final_texts() == ["See [2] and [1][4]. In code: `x[9]`."]
+    [cited] = surface.sources
+    assert [(c.number, c.item.title) for c in cited] == [(1, "Doc 1"), (2, "Doc 2"), (4, "Doc 4")]
+
+
+async def test_an_answer_that_cites_nothing_gets_no_sources_reply() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    item = SourceItem(title="Runbook", uri="https://wiki/runbook", text="…")
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive())
+    await clock.run(runner.play(_events(AnswerDelta(text="No idea [3]."), Sources(items=(item,)), Done(answer="No idea.")), surface))
+    assert surface.transport.final_texts() == ["No idea."]
+    assert surface.sources == []
 
 
 async def test_a_failure_after_text_keeps_the_text_and_adds_the_sentence_a_failure_before_replaces_the_placeholder() -> None:

@@ -146,11 +146,51 @@ async def test_budget_bursts_then_refills_at_its_rate() -> None:
     async def scenario() -> list[float]:
         times = []
         for _ in range(5):
-            await budget.acquire(Priority.INTERMEDIATE, "a")
+            await budget.acquire(Priority.FIRST, "a")
             times.append(clock.now())
         return times
 
     assert await clock.run(scenario()) == pytest.approx([0, 0, 1, 2, 3])
+
+
+async def test_intermediate_edits_keep_a_call_in_reserve_for_a_final() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=2, refill_per_s=1, clock=clock)
+
+    async def scenario() -> tuple[list[float], float, bool]:
+        times = []
+        for _ in range(3):
+            await budget.acquire(Priority.INTERMEDIATE, "a")
+            times.append(clock.now())
+        # An edit waits for the bucket to hold two calls again; a final arriving meanwhile goes at once.
+        waiting = asyncio.create_task(budget.acquire(Priority.INTERMEDIATE, "a"))
+        await clock.sleep(0.25)
+        started = clock.now()
+        await budget.acquire(Priority.FINAL, "b")
+        final_wait = clock.now() - started
+        now_or_never = budget.try_acquire(Priority.FINAL)  # the reserve is spent: nothing left now
+        await waiting
+        return times, final_wait, now_or_never
+
+    times, final_wait, now_or_never = await clock.run(scenario())
+    assert times == pytest.approx([0, 1, 2]), "each edit leaves one call in the bucket"
+    assert final_wait == pytest.approx(0) and not now_or_never
+
+
+async def test_a_final_takes_the_reserve_with_try_acquire_even_while_edits_wait() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=2, refill_per_s=0.1, clock=clock)
+
+    async def scenario() -> tuple[bool, bool]:
+        await budget.acquire(Priority.INTERMEDIATE, "a")  # one left: the reserve
+        waiting = asyncio.create_task(budget.acquire(Priority.INTERMEDIATE, "a"))
+        await clock.sleep(0.1)
+        typing = budget.try_acquire()  # a courtesy call: not while anyone waits
+        final = budget.try_acquire(Priority.FINAL, shows_text=True)
+        waiting.cancel()
+        return typing, final
+
+    assert await clock.run(scenario()) == (False, True)
 
 
 async def test_channel_budgets_share_their_parents_limit_and_a_429_pauses_both() -> None:
@@ -288,7 +328,8 @@ async def test_penalize_pauses_the_whole_bucket() -> None:
             times.append(clock.now())
         return times
 
-    assert await clock.run(scenario()) == pytest.approx([10, 11])
+    # The pause ends with the one call promised; the edit then waits for that call plus one in reserve.
+    assert await clock.run(scenario()) == pytest.approx([10, 12])
 
 
 async def test_a_cancelled_wait_takes_no_token() -> None:
@@ -454,7 +495,7 @@ async def test_a_released_token_goes_to_the_next_waiter() -> None:
 # --- the streamer ---
 
 
-async def test_placeholder_first_then_text_then_final() -> None:
+async def test_a_quick_first_text_is_posted_with_its_text_and_no_placeholder() -> None:
     clock = FakeClock()
     transport = MemoryTransport(clock=clock)
     streamer = make_streamer(clock, transport)
@@ -469,12 +510,73 @@ async def test_placeholder_first_then_text_then_final() -> None:
 
     ids = await clock.run(scenario())
     assert ids == ["m1"] == streamer.message_ids
+    assert PLACEHOLDER not in [call.text for call in transport.calls]
+    first = transport.calls[0]
+    assert (first.op, first.text) == ("post", "Hello" + CURSOR)
+    # The first text went out at once, not after the edit interval.
+    assert first.at < 0.5 + 0.2
+    assert transport.texts == {"m1": "Hello world"}
+
+
+async def test_a_late_first_text_gets_the_placeholder_meanwhile_then_text_then_final() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> list[str]:
+        await streamer.start()
+        streamer.set_status("🔧 Running calculator…")  # a status line alone waits like the placeholder
+        await clock.sleep(0.9)
+        assert transport.calls == []
+        streamer.set_status(None)
+        await clock.sleep(0.6)
+        streamer.append("Hello")
+        await clock.sleep(0.5)
+        streamer.append(" world")
+        return await streamer.finish()
+
+    assert await clock.run(scenario()) == ["m1"]
     first, second = transport.calls[0], transport.calls[1]
     assert (first.op, first.text) == ("post", PLACEHOLDER)
+    assert first.at == pytest.approx(1.0 + transport.latency_s), "posted once the first text was late"
     assert (second.op, second.text) == ("edit", "Hello" + CURSOR)
-    # The first text went out at once, not after the edit interval.
-    assert second.at < 0.5 + 0.2
+    assert second.at < 1.5 + 0.2, "the first text replaced it at once"
     assert transport.texts == {"m1": "Hello world"}
+
+
+async def test_an_answer_ending_before_its_first_text_was_due_is_posted_once() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(0.3)
+        await streamer.finish("the whole answer")
+
+    await clock.run(scenario())
+    assert [(call.op, call.text) for call in transport.calls] == [("post", "the whole answer")]
+
+
+async def test_a_lone_answer_on_a_tight_budget_gets_its_final_at_once() -> None:
+    """Discord's channel budget (a burst of 2, then 0.4 calls a second): the streaming edits never spend
+    the call the final needs, so it goes when the answer ends, not a refill later."""
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    budget = RateBudget(capacity=2, refill_per_s=0.4, clock=clock)
+    streamer = make_streamer(clock, transport, max_chars=2000, edit_budget=budget, post_budget=budget)
+
+    async def scenario() -> float:
+        await streamer.start()
+        await stream_tokens(clock, streamer, words(120), size=5, gap_s=0.1)
+        ended = clock.now()
+        await streamer.finish()
+        return clock.now() - ended
+
+    took = await clock.run(scenario())
+    assert len([call for call in transport.calls if call.text.endswith(CURSOR)]) >= 4, "it streamed"
+    assert took <= transport.latency_s + 1e-9
+    assert transport.final_texts() == [words(120)]
 
 
 async def test_append_never_waits_even_when_the_transport_hangs() -> None:
@@ -510,15 +612,16 @@ async def test_text_arriving_during_an_edit_is_coalesced_into_the_next() -> None
         await clock.sleep(0.5)
         transport.gate = asyncio.Event()
         streamer.append("first ")
-        await clock.sleep(0.1)  # that edit is now in flight, held at the gate
+        await clock.sleep(0.1)  # the first message (with this text) is now in flight, held at the gate
         for index in range(100):
             streamer.append(f"{index} ")
             await clock.sleep(0.01)
         transport.gate.set()
         await clock.sleep(3)
-        edits = [call for call in transport.calls if call.op == "edit"]
         expected = "first " + "".join(f"{index} " for index in range(100))
-        assert [call.text for call in edits] == ["first " + CURSOR, expected + CURSOR]
+        assert [(call.op, call.text) for call in transport.calls] == [
+            ("post", "first " + CURSOR), ("edit", expected + CURSOR)
+        ]
         await streamer.finish()
 
     await clock.run(scenario())

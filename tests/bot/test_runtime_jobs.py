@@ -16,7 +16,7 @@ async def test_every_job_is_awaited_by_the_scheduler(database_url: str, openai_e
     try:
         await runtime.start()
         jobs = {job.id: job.func for job in runtime.scheduler.get_jobs()}
-        assert {"expire-approvals", "revert-stuck-runs", "sweep-reminders", "heartbeat"} <= set(jobs)
+        assert {"expire-approvals", "revert-stuck-runs", "sweep-reminders", "heartbeat", "sync-sources"} <= set(jobs)
         # A plain function returning a coroutine would be called and its coroutine never awaited.
         assert all(inspect.iscoroutinefunction(func) for func in jobs.values()), jobs
     finally:

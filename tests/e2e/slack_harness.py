@@ -14,7 +14,8 @@ from core.engine import Engine
 from core.retrieval.retriever import Retriever
 from core.store.db import Database
 from core.store.live_messages import LiveMessages
-from core.tools import ToolRegistry
+from core.tools import ToolRegistry, ToolServices
+from core.tools.read_conversation import PlatformReaders
 from tests.emulators.slack import SlackEmulator, app_mention_event, channel_message_event, dm_message_event
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
@@ -52,12 +53,18 @@ async def start_bot(
         "slack_api_url": slack.api_url,
         "slack_app_token": slack.app_token if socket_mode else None,
         "http_port": 0,
+        # Most tests check post+update; native streaming's own tests turn it on ("auto").
+        "slack_native_streaming": "off",
     }
     settings.update(overrides)
-    engine = make_engine(db, llm_url, registry=registry, retriever=retriever, **settings)
+    # As bot/runtime.py wires it: tools read conversations through the adapter's reader.
+    readers = PlatformReaders()
+    engine = make_engine(db, llm_url, registry=registry, retriever=retriever,
+                         tool_services=ToolServices(conversations=readers), **settings)
     http = HttpServer(host="127.0.0.1", port=0)
     ports = ports_for(db)
     adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports, http=http, time_scale=slack.time_scale)
+    readers.register(adapter.platform, adapter.reader)
     await http.start()
     await adapter.start()
     assert isinstance(ports.live, LiveMessages)

@@ -43,24 +43,44 @@ def answered(slack: SlackEmulator, channel: str, thread_ts: str, text: str) -> b
     return any(m.text == text for m in bot_replies(slack, channel, thread_ts))
 
 
-async def test_mention_streams_placeholder_edits_and_final_answer(
+async def test_mention_is_answered_by_posting_its_first_text_then_edits_in_markdown(
     db: Database, bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
-    answer = "The deploy window is Tuesday at 10:00, after the standup."
-    openai_emulator.script(Text(answer, chunk_chars=6, delay_s=0.01))
+    answer = "The **deploy window** is Tuesday at 10:00 ([calendar](https://x.io/cal_(team))), after the standup."
+    openai_emulator.script(Text(answer, chunk_chars=6, delay_s=0.05))
     event = mention(slack, CHANNEL, "when is the deploy window?")
     delivery = await slack.deliver_event(bot.url, event)
     assert delivery.status == 200
     assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], answer))
     [reply] = bot_replies(slack, CHANNEL, event["ts"])
     assert reply.thread_ts == event["ts"]
-    assert reply.edits, "the answer is streamed by editing the placeholder"
-    posted = slack.calls[[c.method for c in slack.calls].index("chat.postMessage")]
-    assert "thinking" in str(posted.params.get("text"))
+    assert reply.markdown, "Slack renders the model's Markdown itself"
+    # The first tokens came quickly: the message was posted with them, no placeholder to edit away.
+    assert reply.posted_text is not None and reply.posted_text.startswith(answer[:6])
+    assert reply.edits, "the rest is streamed by editing it"
+    texts = [str(c.params.get("markdown_text") or c.params.get("text")) for c in slack.calls if c.method.startswith("chat.")]
+    assert not any("thinking" in text for text in texts)
     assert "when is the deploy window?" in model_request_text(openai_emulator.chat_requests[-1])
     assert await eventually(lambda: bot.adapter.inflight_answers == 0)
     assert await LiveMessages(db).take_all("slack") == []
+
+
+async def test_a_slow_first_token_gets_the_placeholder_meanwhile(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, stream_placeholder_after_s=0.2)
+    try:
+        answer = "Ready after a long think."
+        openai_emulator.script(Text(answer, chunk_chars=100, delay_s=0.6))  # the first token after 0.6 s
+        event = mention(slack, CHANNEL, "take your time")
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], answer))
+        [reply] = bot_replies(slack, CHANNEL, event["ts"])
+        assert "thinking" in (reply.posted_text or "") and reply.edits[-1].text == answer
+    finally:
+        await bot.stop()
 
 
 async def test_bad_signature_and_stale_timestamp_get_401(bot: SlackBot, slack_emulator: SlackEmulator) -> None:

@@ -434,3 +434,23 @@ async def test_deliver_raw_signs_any_bytes_and_channel_ids_lists_channels(
     slack.add_user_message("C0000CHAN2", "hi", "U0000ALICE")
     slack.add_user_message(CHANNEL, "hi", "U0000ALICE")
     assert slack.channel_ids == ["C0000CHAN2", CHANNEL]
+
+
+async def test_markdown_text_is_stored_as_sent_and_refused_beside_text_or_blocks() -> None:
+    async with SlackEmulator(limits=False) as slack:
+        client = client_for(slack)
+        posted = await client.chat_postMessage(channel=CHANNEL, markdown_text="**first** [a](https://x.io/a_(b))")
+        record = slack.message(CHANNEL, posted["ts"])
+        assert (record.text, record.markdown, record.blocks) == ("**first** [a](https://x.io/a_(b))", True, None)
+        await client.chat_update(channel=CHANNEL, ts=posted["ts"], markdown_text="m" * 12_000)  # beyond text's 4,000
+        record = slack.message(CHANNEL, posted["ts"])
+        assert record.markdown and record.edits[-1].markdown and record.posted_text == "**first** [a](https://x.io/a_(b))"
+        await client.chat_update(channel=CHANNEL, ts=posted["ts"], text="plain again")
+        assert not slack.message(CHANNEL, posted["ts"]).markdown
+        for extra in ({"text": "t"}, {"blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "s"}}]}):
+            with pytest.raises(SlackApiError) as raised:
+                await client.chat_postMessage(channel=CHANNEL, markdown_text="**x**", **extra)  # type: ignore[arg-type]
+            assert raised.value.response["error"] == "markdown_text_conflict"
+        with pytest.raises(SlackApiError) as raised:
+            await client.chat_update(channel=CHANNEL, ts=posted["ts"], markdown_text="m" * 12_001)
+        assert raised.value.response["error"] == "msg_too_long"

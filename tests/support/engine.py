@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from core.config import Settings
@@ -10,6 +11,7 @@ from core.llm import LLMClient
 from core.retrieval.retriever import Retriever
 from core.store.db import Database
 from core.tools import ToolRegistry, ToolServices, builtin_registry
+from core.tools.approval_policy import PolicyLayer
 
 
 def test_settings(base_url: str, **overrides: Any) -> Settings:
@@ -32,6 +34,7 @@ def make_engine(
     registry: ToolRegistry | None = None,
     retriever: Retriever | None = None,
     tool_services: ToolServices | None = None,
+    approval_layers: Sequence[PolicyLayer] = (),
     **overrides: Any,
 ) -> Engine:
     settings = test_settings(base_url, **overrides)
@@ -49,4 +52,5 @@ def make_engine(
         registry=registry or builtin_registry(),
         retriever=retriever,
         tool_services=tool_services,
+        approval_layers=approval_layers,
     )

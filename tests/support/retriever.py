@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from core.events import SourceItem
+from core.retrieval.retriever import SourceScope
 
 
 @dataclass(kw_only=True)
@@ -23,6 +24,7 @@ class InMemoryRetriever:
 
     docs: list[MemoryDoc] = field(default_factory=list)
     searches: list[tuple[str, str | None]] = field(default_factory=list)
+    scopes: list[SourceScope | None] = field(default_factory=list)
 
     async def search(
         self,
@@ -32,14 +34,18 @@ class InMemoryRetriever:
         token_budget: int | None = None,
         exposure: str | None = None,
         sources: Sequence[str] | None = None,
+        scope: SourceScope | None = None,
     ) -> list[SourceItem]:
         self.searches.append((query, exposure))
+        self.scopes.append(scope)
         words = set(query.lower().split())
         scored = []
         for doc in self.docs:
             if exposure is not None and doc.exposure != exposure:
                 continue
             if sources and doc.source not in sources:
+                continue
+            if scope is not None and scope.only is not None and doc.source not in scope.only:
                 continue
             score = len(words & set(doc.text.lower().split()))
             if score:
@@ -54,5 +60,5 @@ class InMemoryRetriever:
             found.append(SourceItem(title=doc.title, uri=doc.uri, text=doc.text, source=doc.source, score=float(score)))
         return found
 
-    async def has_sources(self, exposure: str) -> bool:
+    async def has_sources(self, exposure: str, *, scope: SourceScope | None = None) -> bool:
         return any(doc.exposure == exposure for doc in self.docs)

@@ -11,7 +11,8 @@ from adapters.discord import DiscordAdapter, DiscordTuning
 from core.engine import Engine
 from core.store.db import Database
 from core.retrieval.retriever import Retriever
-from core.tools import ToolRegistry, ToolSpec, builtin_registry
+from core.tools import ToolRegistry, ToolServices, ToolSpec, builtin_registry
+from core.tools.read_conversation import PlatformReaders
 from core.tools.registry import ToolContext
 from tests.emulators.discord import DiscordEmulator, StoredMessage, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator
@@ -94,8 +95,14 @@ async def running_bot(
     retriever: Retriever | None = None,
     **overrides: Any,
 ) -> AsyncIterator[tuple[DiscordAdapter, Engine]]:
-    engine = make_engine(db, openai.base_url, registry=registry, retriever=retriever, **bot_settings(dc, **overrides))
+    # As bot/runtime.py wires it: tools read conversations through the adapter's reader.
+    readers = PlatformReaders()
+    engine = make_engine(
+        db, openai.base_url, registry=registry, retriever=retriever, tool_services=ToolServices(conversations=readers),
+        **bot_settings(dc, **overrides),
+    )
     adapter = DiscordAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), tuning=tuning_for(dc.time_scale))
+    readers.register(adapter.platform, adapter.reader)
     # point_discord_py_at restores discord.py's globals that the adapter's settings changed.
     with point_discord_py_at(dc):
         await adapter.start()
@@ -122,7 +129,8 @@ async def wait_for_text(
 
 
 def approval_message(dc: DiscordEmulator, channel_id: int) -> StoredMessage | None:
-    found = [m for m in bot_messages(dc, channel_id) if m.components]
+    # An answer's Stop button (rb:s:…) is no approval.
+    found = [m for m in bot_messages(dc, channel_id) if any(not i.startswith("rb:s:") for i in button_ids(m))]
     return found[-1] if found else None
 
 

@@ -28,6 +28,7 @@ from adapters.discord.inbound import MEMBERSHIP_CACHE_S, DirectMessageRule
 from adapters.discord.transport import ChannelBudgets, guarded, send_after_answers, send_reliably
 from adapters.streaming import Priority, RateBudget, RateLimited, TransientSendError
 from core.approvals import ApprovalView, CallView, DecisionView, ViewState
+from core.citations import Citation
 from core.config import Settings
 from core.events import SourceItem
 from tests.adapters.streaming_fakes import FakeClock as VirtualClock
@@ -201,13 +202,15 @@ def test_sources_embed_numbers_links_and_fits() -> None:
     assert sources_embed(()) is None
     items = [SourceItem(title=f"Doc [{i}] " + "t" * 200, uri=f"https://docs.example/{i}", text="") for i in range(60)]
     items.append(SourceItem(title="local file", uri="/srv/notes.md", text=""))
-    embed = sources_embed(items)
+    embed = sources_embed([Citation(number=n, item=item) for n, item in enumerate(items, start=1)])
     assert embed is not None and embed.description is not None
     assert len(embed.description) <= EMBED_DESCRIPTION_MAX_CHARS
     assert embed.description.startswith("`[1]` [Doc (0) ") and "](https://docs.example/0)" in embed.description
     assert "more" in embed.description.splitlines()[-1]
-    local = sources_embed([SourceItem(title="notes", uri="/srv/notes.md", text="")])
-    assert local is not None and local.description == "`[1]` notes"
+    local = sources_embed([Citation(number=3, item=SourceItem(title="notes", uri="file:///srv/notes.md", text=""))])
+    assert local is not None and local.description == "`[3]` notes"
+    cited = sources_embed([Citation(number=n, item=items[n - 1]) for n in (2, 4)])
+    assert cited is not None and [line[:5] for line in (cited.description or "").splitlines()] == ["`[2]`", "`[4]`"]
 
 
 async def test_channel_budget_never_exceeds_its_window() -> None:

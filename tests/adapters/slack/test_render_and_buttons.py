@@ -1,4 +1,4 @@
-"""Markdown → mrkdwn, ping neutralising, and the size bounds of approval and sources messages."""
+"""Markdown for Slack's own rendering, ping neutralising, and the size bounds of approval and sources messages."""
 
 from __future__ import annotations
 
@@ -15,32 +15,39 @@ from adapters.slack.buttons import (
     parse_button,
     shown_arguments,
 )
-from adapters.slack.render import MAX_MESSAGE_TEXT_CHARS, code_messages, message_text, sources_messages, to_mrkdwn
+from adapters.slack.render import MAX_MESSAGE_TEXT_CHARS, code_messages, markdown_text, safe_markdown, sources_messages
 from core.approvals import ApprovalView, CallView
+from core.citations import Citation
 from core.events import SourceItem
 
 
-def test_markdown_becomes_mrkdwn() -> None:
-    source = "# Plan\n**bold** and *it* ~~old~~ [docs](https://x.io/a?b=1&c=2)\n- one\n  * two\n> note"
-    assert to_mrkdwn(source) == (
-        "*Plan*\n*bold* and _it_ ~old~ <https://x.io/a?b=1&amp;c=2|docs>\n• one\n  • two\n> note"
+def test_markdown_is_left_for_slack_to_render() -> None:
+    """What a regex converter broke: bold italics, links with parentheses, images, `<` in text and code."""
+    source = (
+        "# Plan\n***all of it*** and **bold** *it* ~~old~~ [docs](https://en.wikipedia.org/wiki/Rust_(language))\n"
+        "![diagram](https://x.io/d.png)\n- one\n  * two\n> note\n```python\nif a < b and **x**:\n```\nthen `<b>` & more"
     )
+    assert safe_markdown(source) == source
 
 
-def test_code_is_kept_verbatim_but_escaped() -> None:
-    rendered = to_mrkdwn("run:\n```python\nif a < b and **x**:\n```\nthen `<b>`")
-    assert rendered == "run:\n```\nif a &lt; b and **x**:\n```\nthen `&lt;b&gt;`"
-
-
-def test_mass_pings_are_neutralised_everywhere() -> None:
-    rendered = to_mrkdwn("<!channel> <!here|here> <!everyone> @channel @Here `@everyone` <@U123>")
-    for ping in ("<!channel>", "<!here", "<!everyone>", "@channel", "@Here", "@everyone", "<@U123>"):
+def test_mass_pings_and_mentions_are_neutralised_everywhere() -> None:
+    rendered = safe_markdown(
+        "<!channel> <!here|here> <!everyone> <!subteam^S1> @channel @Here `@everyone` <@U123> &lt;!here&gt;\n"
+        "```\n<!channel> @here\n```"
+    )
+    for ping in ("<!channel>", "<!here", "<!everyone>", "<!subteam", "@channel", "@Here", "@everyone", "<@U123>",
+                 "&lt;!here", "@here"):
         assert ping not in rendered
-    assert "@\u200bchannel" in rendered
+    assert "@\u200bchannel" in rendered and "<\u200b@U123>" in rendered
+    assert rendered.replace("\u200b", "") == (
+        "<!channel> <!here|here> <!everyone> <!subteam^S1> @channel @Here `@everyone` <@U123> &lt;!here&gt;\n"
+        "```\n<!channel> @here\n```"
+    ), "readable as written"
+    assert safe_markdown("<#C123> and <https://x.io|x>") == "<#C123> and <https://x.io|x>", "no ping, left alone"
 
 
-def test_message_text_never_exceeds_the_edit_limit() -> None:
-    assert len(message_text("&" * 3900)) <= MAX_MESSAGE_TEXT_CHARS
+def test_markdown_text_never_exceeds_the_message_limit() -> None:
+    assert len(markdown_text("@here " * 1000)) <= MAX_MESSAGE_TEXT_CHARS
 
 
 def test_approval_blocks_stay_within_slack_limits_for_many_large_calls() -> None:
@@ -65,18 +72,24 @@ def test_sources_are_numbered_linked_and_escaped() -> None:
         SourceItem(title="Runbook <ops>", uri="https://wiki/runbook", text="Restart the  worker " * 30),
         SourceItem(title="notes.md", uri="docs/notes.md", text="@channel read me"),
     )
-    [text] = sources_messages(items)
+    [text] = sources_messages((Citation(number=2, item=items[0]), Citation(number=5, item=items[1])))
     lines = text.splitlines()
     assert lines[0] == "*Sources*"
-    assert lines[1].startswith("1. <https://wiki/runbook|Runbook &lt;ops&gt;> — _Restart the worker")
-    assert lines[2].startswith("2. *notes.md*") and "@channel" not in lines[2]
+    assert lines[1].startswith("2. <https://wiki/runbook|Runbook &lt;ops&gt;> — _Restart the worker")
+    assert lines[2].startswith("5. *notes.md*") and "@channel" not in lines[2]
     assert sources_messages(()) == []
+
+
+def test_a_file_source_without_a_link_base_is_a_plain_title_not_a_broken_link() -> None:
+    item = SourceItem(title="Setup", uri="file:///srv/docs/setup.md", text="")
+    [text] = sources_messages((Citation(number=1, item=item),))
+    assert text.splitlines()[1] == "1. *Setup*" and "file://" not in text
 
 
 def test_a_source_uri_cannot_smuggle_a_mass_ping_into_the_link() -> None:
     # Slack reads `<!here|label>` inside the link as a mention of everyone here.
     item = SourceItem(title="Runbook", uri="https://docs.example/<!here", text="steps")
-    [text] = sources_messages((item,))
+    [text] = sources_messages((Citation(number=1, item=item),))
     assert "<!" not in text and "Runbook" in text
 
 

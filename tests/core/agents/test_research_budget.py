@@ -33,6 +33,7 @@ class TopicRetriever:
         token_budget: int | None = None,
         exposure: str | None = None,
         sources: Sequence[str] | None = None,
+        scope: object = None,
     ) -> list[SourceItem]:
         self.budgets.append(token_budget)
         counter = get_token_counter("test-model")
@@ -48,7 +49,7 @@ class TopicRetriever:
             used += tokens
         return found
 
-    async def has_sources(self, exposure: str) -> bool:
+    async def has_sources(self, exposure: str, *, scope: object = None) -> bool:
         return True
 
 

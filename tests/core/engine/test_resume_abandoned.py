@@ -39,6 +39,7 @@ async def test_a_resume_cancelled_while_waiting_for_the_conversation_keeps_the_a
 
     # Another question in the same conversation holds it while the resume waits its turn.
     busy = engine.ask(request("something slow", channel="C-abandon"))
+    assert (await anext(busy)).kind == "run_started"
     assert isinstance(await anext(busy), AnswerDelta)
 
     async def resume() -> list[object]:

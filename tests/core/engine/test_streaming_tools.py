@@ -29,7 +29,8 @@ async def test_deltas_join_to_the_emulator_text_and_done_carries_it(db: Database
     assert len(deltas) > 50
     assert answer_text(events) == LONG_TEXT
     assert last_done(events).answer == LONG_TEXT
-    assert [event.kind for event in events[:-1]] == ["answer_delta"] * len(deltas)
+    # The run announces itself first (its id is what a Stop button names), then only text.
+    assert [event.kind for event in events[:-1]] == ["run_started"] + ["answer_delta"] * len(deltas)
 
 
 async def test_a_call_split_over_many_chunks_runs_with_its_whole_arguments(

@@ -233,6 +233,15 @@ class DiscordEmulator(EmulatorCore):
         message = await self.store_message(channel_id=channel_id, author_id=author_id, body=body, attachments=stored)
         return message.id
 
+    async def start_thread(self, message_id: int, name: str, *, by: int) -> int:
+        """A user opens a public thread on a guild message (the bot is not in it); dispatches THREAD_CREATE.
+        Returns the thread's id, which is the message's."""
+        message = self.world.messages[message_id]
+        if message.guild_id is None or message.id in self.world.channels:
+            raise ValueError(f"message {message_id} cannot start a thread")
+        await rest_channels.open_thread(self, message, name, owner_id=by)
+        return message.id
+
     async def send_webhook_message(self, channel_id: int, name: str, content: str) -> int:
         """A message posted through an incoming webhook (author flagged bot, with webhook_id)."""
         webhook_id = self.world.ids.next()
@@ -271,13 +280,18 @@ class DiscordEmulator(EmulatorCore):
     async def invoke_slash(
         self, name: str, options: Mapping[str, OptionValue] | None, user_id: int, channel_id: int
     ) -> int:
-        """Invoke a synced slash command; dispatches INTERACTION_CREATE type 2."""
+        """Invoke a synced slash command; dispatches INTERACTION_CREATE type 2. `name` may name a subcommand
+        ("relaybot config set"), whose options are then nested under its group as Discord sends them."""
         channel = self.world.channels[channel_id]
-        command = find_command(self.world, name, channel.guild_id)
+        command_name, *path = name.split()
+        command = find_command(self.world, command_name, channel.guild_id)
         if command is None:
-            raise ValueError(f"no synced command named {name!r}")
+            raise ValueError(f"no synced command named {command_name!r}")
+        if channel.guild_id is None and (command.get("dm_permission") is False or command.get("contexts") == [0]):
+            raise ValueError(f"{command_name!r} is not offered in DMs")
+        data = slash_data(command, options or {}, path)
         interaction = self._new_interaction(COMMAND_INTERACTION, user_id, channel_id)
-        await self._dispatch_interaction(interaction, slash_data(command, options or {}))
+        await self._dispatch_interaction(interaction, data)
         return interaction.id
 
     async def click_custom_id(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tests.emulators.discord.models import Interaction, JSONDict
 from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
@@ -13,6 +13,7 @@ INTERACTION_VERSION = 1
 CONTEXT_GUILD = 0
 CONTEXT_BOT_DM = 1
 OPTION_STRING, OPTION_INTEGER, OPTION_BOOLEAN, OPTION_NUMBER = 3, 4, 5, 10
+SUB_COMMAND, SUB_COMMAND_GROUP = 1, 2
 
 OptionValue = str | int | float | bool
 
@@ -68,20 +69,41 @@ def find_command(world: World, name: str, guild_id: int | None) -> JSONDict | No
     return next((command for command in candidates if command["name"] == name), None)
 
 
-def slash_data(command: JSONDict, options: Mapping[str, OptionValue]) -> JSONDict:
-    declared = {option["name"]: int(option.get("type", OPTION_STRING)) for option in command.get("options") or []}
+def slash_data(command: JSONDict, options: Mapping[str, OptionValue], path: Sequence[str] = ()) -> JSONDict:
+    """`path`: the subcommand group and subcommand under the command (`config`, `set`), nested as Discord nests
+    them; a value must be one of its option's declared choices, as Discord's client only offers those."""
     data: JSONDict = {
         "id": command["id"],
         "name": command["name"],
         "type": 1,
-        "options": [
-            {"name": name, "type": declared.get(name, _infer_option_type(value)), "value": value}
-            for name, value in options.items()
-        ],
+        "options": _nested(command, list(path), options),
     }
     if "guild_id" in command:
         data["guild_id"] = command["guild_id"]
     return data
+
+
+def _nested(declared: JSONDict, path: list[str], options: Mapping[str, OptionValue]) -> list[JSONDict]:
+    if path:
+        child = next((o for o in declared.get("options") or [] if o["name"] == path[0]
+                      and int(o.get("type", 0)) in (SUB_COMMAND, SUB_COMMAND_GROUP)), None)
+        if child is None:
+            raise ValueError(f"{declared['name']!r} has no subcommand {path[0]!r}")
+        return [{"name": child["name"], "type": int(child["type"]), "options": _nested(child, path[1:], options)}]
+    if any(int(o.get("type", 0)) in (SUB_COMMAND, SUB_COMMAND_GROUP) for o in declared.get("options") or []):
+        raise ValueError(f"{declared['name']!r} is a group: name one of its subcommands")
+    by_name = {option["name"]: option for option in declared.get("options") or []}
+    for name, option in by_name.items():
+        if option.get("required") and name not in options:
+            raise ValueError(f"option {name!r} is required")
+    for name, value in options.items():
+        choices = (by_name.get(name) or {}).get("choices")
+        if choices and value not in [choice["value"] for choice in choices]:
+            raise ValueError(f"{value!r} is not a choice of option {name!r}")
+    return [
+        {"name": name, "type": int((by_name.get(name) or {}).get("type", _infer_option_type(value))), "value": value}
+        for name, value in options.items()
+    ]
 
 
 def _infer_option_type(value: OptionValue) -> int:

@@ -203,24 +203,7 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         if not 1 <= len(name) <= 100:
             errors = {"name": {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH", "message": "Must be between 1 and 100 in length."}]}}
             return json_response(invalid_form_body(errors), status=400)
-        # Discord gives a thread started from a message the id of that message.
-        thread = Channel(
-            id=message.id,
-            type=PUBLIC_THREAD_TYPE,
-            name=name,
-            guild_id=message.guild_id,
-            parent_id=message.channel_id,
-            owner_id=world.bot_user_id,
-        )
-        world.channels[thread.id] = thread
-        payload = channel_payload(world, thread)
-        payload["member"] = {
-            "id": str(thread.id),
-            "user_id": str(world.bot_user_id),
-            "join_timestamp": payload["thread_metadata"]["create_timestamp"],
-            "flags": 1,
-        }
-        await core.hub.dispatch("THREAD_CREATE", lambda _session: {**payload, "newly_created": True})
+        payload = await open_thread(core, message, name, owner_id=world.bot_user_id)
         return json_response(payload, status=201)
 
     async def trigger_typing(request: web.Request) -> web.Response:
@@ -277,6 +260,32 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         web.get(f"{api}/guilds/{{guild_id:\\d+}}/members/{{user_id:\\d+}}", get_member, name="member_get"),
         web.get("/attachments/{attachment_id:\\d+}/{filename}", get_attachment, name="attachment"),
     ]
+
+
+async def open_thread(core: EmulatorCore, message: StoredMessage, name: str, *, owner_id: int) -> JSONDict:
+    """A public thread started on a message, announced by THREAD_CREATE; returns its payload. The bot is a
+    member (the payload's `member`) only of a thread it opened itself."""
+    world = core.world
+    # Discord gives a thread started from a message the id of that message.
+    thread = Channel(
+        id=message.id,
+        type=PUBLIC_THREAD_TYPE,
+        name=name,
+        guild_id=message.guild_id,
+        parent_id=message.channel_id,
+        owner_id=owner_id,
+    )
+    world.channels[thread.id] = thread
+    payload = channel_payload(world, thread)
+    if owner_id == world.bot_user_id:
+        payload["member"] = {
+            "id": str(thread.id),
+            "user_id": str(world.bot_user_id),
+            "join_timestamp": payload["thread_metadata"]["create_timestamp"],
+            "flags": 1,
+        }
+    await core.hub.dispatch("THREAD_CREATE", lambda _session: {**payload, "newly_created": True})
+    return payload
 
 
 def ensure_dm_channel(core: EmulatorCore, user_id: int) -> Channel:

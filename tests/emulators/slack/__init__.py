@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from .events import (
     Delivery,
+    app_home_opened_event,
     app_mention_event,
+    assistant_thread_started_event,
     block_actions_payload,
     channel_message_event,
     dm_message_event,
@@ -38,7 +40,9 @@ __all__ = [
     "StatusRecord",
     "Team",
     "User",
+    "app_home_opened_event",
     "app_mention_event",
+    "assistant_thread_started_event",
     "block_actions_payload",
     "channel_message_event",
     "dm_message_event",

@@ -9,7 +9,7 @@ from typing import Any
 
 from .state import EphemeralRecord, Edit, JsonDict, MessageRecord, StatusRecord, Team
 from .store import Channel, SlackStore
-from .validation import Rejection, check_message, parse_blocks
+from .validation import Rejection, check_message, markdown_text, parse_blocks
 
 Handler = Callable[[Team, JsonDict], Awaitable[JsonDict]]
 
@@ -96,6 +96,7 @@ class WebApi:
             "assistant.threads.setStatus": self.assistant_set_status,
             "files.info": self.files_info,
         }
+        # Native streams, assistant threads and the Home tab (app_surfaces.py) are added by the server.
 
     def _channel(self, team: Team, params: JsonDict, *, key: str = "channel") -> Channel | None:
         channel_id = params.get(key)
@@ -130,6 +131,10 @@ class WebApi:
                 "deleted": False,
                 "is_bot": user.is_bot,
                 "is_app_user": False,
+                "is_admin": user.is_admin,
+                "is_owner": user.is_owner,
+                "is_primary_owner": False,
+                "is_restricted": False,
                 "tz": "Europe/London",
                 "profile": {"real_name": user.real_name, "display_name": user.name, "team": user.team_id},
             },
@@ -158,13 +163,18 @@ class WebApi:
         channel = self._channel(team, params)
         if channel is None:
             return error("channel_not_found")
+        if channel.channel_id in self._store.bot_not_member:
+            return error("not_in_channel")
+        markdown = markdown_text(params)
+        if isinstance(markdown, Rejection):
+            return _rejected(markdown)
         blocks = parse_blocks(params.get("blocks"))
         if isinstance(blocks, Rejection):
             return _rejected(blocks)
-        text = str(params.get("text") or params.get("markdown_text") or "")
+        text = markdown if markdown is not None else str(params.get("text") or "")
         if not text and not blocks:
             return error("no_text")
-        rejection = check_message(text=text, blocks=blocks, is_update=False)
+        rejection = None if markdown is not None else check_message(text=text, blocks=blocks, is_update=False)
         if rejection is not None:
             return _rejected(rejection)
         metadata = _metadata(params.get("metadata"))
@@ -178,6 +188,7 @@ class WebApi:
         record = self._store.post(channel, text=text, blocks=blocks, thread_ts=thread_ts,
                                   user=team.bot_user_id, bot_id=team.bot_id)
         record.metadata = metadata
+        record.markdown = markdown is not None
         message = record.to_api()
         message["app_id"] = team.app_id
         return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "message": message}
@@ -198,18 +209,26 @@ class WebApi:
         if isinstance(found, dict):
             return found
         channel, record = found
-        blocks = parse_blocks(params.get("blocks")) if "blocks" in params else record.blocks
-        if isinstance(blocks, Rejection):
-            return _rejected(blocks)
-        text = str(params.get("text") or params.get("markdown_text") or "")
+        markdown = markdown_text(params)
+        if isinstance(markdown, Rejection):
+            return _rejected(markdown)
+        if markdown is not None:
+            text, blocks = markdown, None  # the Markdown replaces the message whole
+        else:
+            blocks = parse_blocks(params.get("blocks")) if "blocks" in params else record.blocks
+            if isinstance(blocks, Rejection):
+                return _rejected(blocks)
+            text = str(params.get("text") or "")
         if not text and not blocks:
             return error("no_text")
-        rejection = check_message(text=text, blocks=blocks, is_update=True)
+        rejection = None if markdown is not None else check_message(text=text, blocks=blocks, is_update=True)
         if rejection is not None:
             return _rejected(rejection)
-        record.text, record.blocks = text, blocks
+        record.text, record.blocks, record.markdown = text, blocks, markdown is not None
+        if record.stream is not None and not record.stream.stopped:
+            record.stream.stopped, record.stream.stopped_by = True, "update"  # an update ends a stream
         record.edits.append(Edit(text=text, blocks=blocks, edited_ts=self._store.clock.next(),
-                                 at_s=time.monotonic()))
+                                 at_s=time.monotonic(), markdown=markdown is not None))
         return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "text": text,
                 "message": record.to_api()}
 

@@ -212,3 +212,45 @@ def event_body(envelope: JsonDict) -> bytes:
 
 def interaction_body(payload: JsonDict) -> bytes:
     return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def app_home_opened_event(*, user: str, channel: str, tab: str = "home") -> JsonDict:
+    """`app_home_opened`: the user opened the app's Home (or Messages) tab; `channel` is their DM with the app."""
+    return {"type": "app_home_opened", "user": user, "channel": channel, "tab": tab, "event_ts": f"{time.time():.6f}"}
+
+
+def assistant_thread_started_event(*, user: str, channel: str, thread_ts: str, team_id: str,
+                                   context_channel: str | None = None) -> JsonDict:
+    """`assistant_thread_started`: the user opened a new thread in the AI-app pane (a DM thread)."""
+    context: JsonDict = {"team_id": team_id, "enterprise_id": None}
+    if context_channel is not None:
+        context["channel_id"] = context_channel
+    return {
+        "type": "assistant_thread_started",
+        "assistant_thread": {"user_id": user, "context": context, "channel_id": channel, "thread_ts": thread_ts},
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+def slash_command_payload(*, command: str, text: str, user: str, channel: str, team_id: str, api_app_id: str,
+                          response_url: str, team_domain: str = "emulator") -> JsonDict:
+    """What Slack sends for a slash command (form fields; as the payload of a Socket Mode envelope too)."""
+    return {
+        "token": "emulator-verification-token",
+        "team_id": team_id,
+        "team_domain": team_domain,
+        "channel_id": channel,
+        "channel_name": "directmessage" if channel.startswith("D") else channel.lower(),
+        "user_id": user,
+        "user_name": user.lower(),
+        "command": command,
+        "text": text,
+        "api_app_id": api_app_id,
+        "is_enterprise_install": "false",
+        "response_url": response_url,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}",
+    }
+
+
+def command_body(payload: JsonDict) -> bytes:
+    return urlencode(payload).encode()

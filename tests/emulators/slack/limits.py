@@ -37,6 +37,11 @@ DEFAULT_LIMITS: dict[str, MethodLimit] = {
     "conversations.replies": MethodLimit(calls=50, window_s=60.0, burst=50),
     "conversations.history": MethodLimit(calls=50, window_s=60.0, burst=50),
     "apps.connections.open": MethodLimit(calls=20, window_s=60.0, burst=10),
+    # Native streams: starting one is a low tier (Tier 2), appending Tier 4; stopping counted like starting.
+    "chat.startStream": MethodLimit(calls=20, window_s=60.0, burst=5),
+    "chat.appendStream": MethodLimit(calls=100, window_s=60.0, burst=20),
+    "chat.stopStream": MethodLimit(calls=20, window_s=60.0, burst=5),
+    "views.publish": MethodLimit(calls=100, window_s=60.0, burst=20),
 }
 # Everything else: generous, so tests are never throttled by incidental calls.
 GENEROUS_LIMIT = MethodLimit(calls=1000, window_s=60.0, burst=200)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -12,6 +13,8 @@ from aiohttp import web
 
 from . import events
 from .api import WebApi, error
+from .app_surfaces import AppSurfaces
+from .modals import Modals, OpenedView
 from .events import Delivery
 from .limits import (
     DEFAULT_LIMITS,
@@ -31,9 +34,11 @@ from .state import (
     JsonDict,
     MessageRecord,
     SocketAck,
+    AssistantRecord,
     StatusRecord,
     Team,
     User,
+    ViewRecord,
 )
 from .store import SlackStore
 
@@ -73,6 +78,7 @@ class SlackEmulator:
         app_token: str = DEFAULT_APP_TOKEN,
         signing_secret: str = DEFAULT_SIGNING_SECRET,
         workspace_post_cap: int | MethodLimit | None = None,
+        stream_timeout_s: float | None = None,
     ) -> None:
         self.time_scale = time_scale
         self.limits: dict[str, MethodLimit] = (
@@ -87,6 +93,10 @@ class SlackEmulator:
         self._store = SlackStore(strict_channels=strict_channels)
         self._default_team = self._store.add_team(team_id=team_id, name=team_name, app_id=app_id)
         self._api = WebApi(self._store)
+        self._surfaces = AppSurfaces(self._store, time_scale=time_scale, stream_timeout_s=stream_timeout_s)
+        self._api.handlers.update(self._surfaces.handlers())
+        self._modals = Modals(self._store)
+        self._api.handlers.update(self._modals.handlers())
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
         self._faults: dict[str, list[Fault]] = {}
         self._random_429s: RandomRateLimits | None = None
@@ -103,6 +113,7 @@ class SlackEmulator:
         app.router.add_get("/files-pri/{key}/download/{name}", self._handle_file)
         app.router.add_get("/files-pri/{key}/{name}", self._handle_file)
         app.router.add_post("/response-url/{team}/{channel}/{ts}/{user}", self._handle_response_url)
+        app.router.add_post("/command-response/{team}/{channel}/{user}", self._handle_command_response)
         app.router.add_get("/socket", self._socket.handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -211,6 +222,24 @@ class SlackEmulator:
         self._faults.setdefault(method, []).append(
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
 
+    def remove_bot_from(self, channel: str) -> None:
+        """The bot is not a member of `channel` (never invited, or removed): posting there gets not_in_channel."""
+        self._store.bot_not_member.add(channel)
+
+    def refuse_streaming(self, refused: bool = True) -> None:
+        """Every chat.*Stream call answers `method_not_supported`, as where the workspace lacks them."""
+        self._surfaces.streaming_supported = not refused
+
+    def start_assistant_thread(self, channel: str, *, team_id: str | None = None) -> str:
+        """The root message Slack makes when a user opens a thread in the AI-app pane; returns its ts."""
+        team = self.team(team_id)
+        found = self._store.channel(channel, team_id=team.team_id, create=True)
+        if found is None:
+            raise ValueError(f"channel {channel!r} does not belong to team {team.team_id}")
+        record = self._store.post(found, text="", blocks=None, thread_ts=None, user=team.bot_user_id, bot_id=team.bot_id)
+        record.subtype = "assistant_app_thread"
+        return record.ts
+
     def clear_faults(self) -> None:
         """Forget every fault still queued by fail_next."""
         self._faults.clear()
@@ -276,6 +305,16 @@ class SlackEmulator:
     @property
     def statuses(self) -> list[StatusRecord]:
         return list(self._store.statuses)
+
+    @property
+    def views(self) -> list[ViewRecord]:
+        """Every views.publish accepted, in order."""
+        return list(self._store.views)
+
+    @property
+    def assistant_calls(self) -> list[AssistantRecord]:
+        """Every assistant.threads.setTitle / setSuggestedPrompts accepted, in order."""
+        return list(self._store.assistant_calls)
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -394,6 +433,76 @@ class SlackEmulator:
                 channel=channel_id, team_id=team_id, user=user, text=text, blocks=blocks,
                 thread_ts=record.thread_ts, message_ts=self._store.clock.next()))
         return web.json_response({"ok": True})
+
+    async def _handle_command_response(self, request: web.Request) -> web.Response:
+        """A slash command's response_url: an ephemeral reply by default, or `in_channel`."""
+        body = await request.json()
+        self.response_url_posts.append(body)
+        team_id, channel_id, user = request.match_info["team"], request.match_info["channel"], request.match_info["user"]
+        channel = self._store.channel(channel_id, team_id=team_id, create=True)
+        if channel is None:
+            return web.json_response(error("channel_not_found"), status=404)
+        text, blocks = str(body.get("text") or ""), body.get("blocks")
+        if body.get("response_type") == "in_channel":
+            team = self._store.teams[team_id]
+            self._store.post(channel, text=text, blocks=blocks, thread_ts=None, user=team.bot_user_id, bot_id=team.bot_id)
+        else:
+            self._store.ephemerals.append(EphemeralRecord(
+                channel=channel_id, team_id=team_id, user=user, text=text, blocks=blocks, thread_ts=None,
+                message_ts=self._store.clock.next()))
+        return web.json_response({"ok": True})
+
+    def slash_command(self, command: str, text: str, *, user: str, channel: str, team_id: str | None = None) -> JsonDict:
+        """A slash command's payload, with a working response_url."""
+        team = self.team(team_id)
+        if user not in self._store.users:
+            self._store.add_user(user_id=user, team_id=team.team_id, name=None, real_name=None)
+        payload = events.slash_command_payload(
+            command=command, text=text, user=user, channel=channel, team_id=team.team_id, api_app_id=self.app_id,
+            response_url=f"{self.base_url}command-response/{team.team_id}/{channel}/{user}", team_domain=team.domain,
+        )
+        # Its trigger_id may open one modal within 3 s (views.open).
+        self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
+        return payload
+
+    def make_admin(self, user: str, *, owner: bool = False) -> None:
+        """The user becomes a workspace admin (or owner): users.info says `is_admin` (`is_owner`)."""
+        if user not in self._store.users:
+            self._store.add_user(user_id=user, team_id=self.team_id, name=None, real_name=None)
+        self._store.users[user] = replace(self._store.users[user], is_admin=not owner, is_owner=owner)
+
+    @property
+    def opened_views(self) -> list[OpenedView]:
+        """Modals views.open accepted, oldest first."""
+        return list(self._modals.opened)
+
+    def view_submission(self, view_id: str, values: dict[str, Any] | None = None) -> JsonDict:
+        """What Slack sends when the user presses the modal's submit button (see Modals.submission)."""
+        return self._modals.submission(view_id, values or {}, api_app_id=self.app_id, domain=self.team().domain)
+
+    def home_block_actions(self, user: str, *, action_id: str, value: str, team_id: str | None = None) -> JsonDict:
+        """A click on a button of the Home tab last published for `user` (container type "view")."""
+        team = self.team(team_id)
+        view = next((v.view for v in reversed(self._store.views) if v.user_id == user), None)
+        if view is None:
+            raise ValueError(f"no Home tab published for {user}")
+        return {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team.team_id},
+            "api_app_id": self.app_id, "token": "emulator-verification-token",
+            "container": {"type": "view", "view_id": "V00000HOME"},
+            "trigger_id": f"{int(time.time())}.12345", "team": {"id": team.team_id, "domain": team.domain},
+            "enterprise": None, "is_enterprise_install": False,
+            "view": {"id": "V00000HOME", "type": "home", "team_id": team.team_id, **view},
+            "actions": [{"action_id": action_id, "block_id": "home", "value": value, "type": "button",
+                         "text": {"type": "plain_text", "text": action_id}, "action_ts": f"{time.time():.6f}"}],
+        }
+
+    async def deliver_command(self, url: str, payload: JsonDict, *, signing_secret: str | None = None,
+                              sign: bool = True) -> Delivery:
+        """POSTs a slash command form-encoded, as Slack does (the app must answer within 3 s)."""
+        return await self._post(url, events.command_body(payload), "application/x-www-form-urlencoded",
+                                signing_secret=signing_secret, timestamp=None, sign=sign, extra={})
 
     # --- delivering to the app over HTTP ---
     def event_envelope(self, event: JsonDict, *, team_id: str | None = None,

@@ -30,21 +30,27 @@ class User:
     name: str
     real_name: str
     is_bot: bool = False
+    is_admin: bool = False  # a workspace admin (users.info `is_admin`)
+    is_owner: bool = False  # a workspace owner (users.info `is_owner`)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Edit:
-    """One accepted chat.update: the text and blocks it set."""
+    """One accepted chat.update: the text and blocks it set (`markdown`: the text came as `markdown_text`)."""
 
     text: str
     blocks: list[JsonDict] | None
     edited_ts: str
     at_s: float
+    markdown: bool = False
 
 
 @dataclass(kw_only=True)
 class MessageRecord:
-    """A message as the emulator holds it; `text`/`blocks` are the current (final) content."""
+    """A message as the emulator holds it; `text`/`blocks` are the current (final) content.
+
+    `markdown`: the current text came as `markdown_text` (Markdown Slack renders itself), held as sent.
+    `posted_text`: the text the message was posted with, before any edit."""
 
     channel: str
     team_id: str
@@ -61,6 +67,14 @@ class MessageRecord:
     edits: list[Edit] = field(default_factory=list)
     deleted: bool = False
     posted_at_s: float = field(default_factory=time.monotonic)
+    markdown: bool = False
+    posted_text: str | None = None
+    # A message made by chat.startStream: streaming until chat.stopStream (or an update) ends it.
+    stream: StreamRecord | None = None
+
+    def __post_init__(self) -> None:
+        if self.posted_text is None:
+            self.posted_text = self.text
 
     @property
     def is_bot(self) -> bool:
@@ -90,6 +104,42 @@ class MessageRecord:
         if self.edits:
             out["edited"] = {"user": self.user, "ts": self.edits[-1].edited_ts}
         return out
+
+
+@dataclass(kw_only=True)
+class StreamRecord:
+    """A native stream (chat.startStream → appendStream… → stopStream) and what each call added."""
+
+    recipient_user_id: str | None
+    recipient_team_id: str | None
+    started_at_s: float
+    appends: list[str] = field(default_factory=list)  # markdown text per call, start and stop included
+    append_at_s: list[float] = field(default_factory=list)  # when each of `appends` arrived
+    stopped_at_s: float | None = None
+    chunks: list[JsonDict] = field(default_factory=list)  # task_update / plan_update chunks, in order
+    stopped: bool = False
+    stopped_by: Literal["stop", "timeout", "update", ""] = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewRecord:
+    """One views.publish: the Home tab a user sees."""
+
+    user_id: str
+    team_id: str
+    view: JsonDict
+    at_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssistantRecord:
+    """One assistant.threads.setTitle or setSuggestedPrompts call."""
+
+    method: str
+    channel: str
+    thread_ts: str | None
+    team_id: str
+    params: JsonDict
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from .state import (
+    AssistantRecord,
     CallRecord,
     EphemeralRecord,
     FileRecord,
@@ -16,6 +17,7 @@ from .state import (
     Team,
     TsClock,
     User,
+    ViewRecord,
     new_id,
 )
 
@@ -44,6 +46,10 @@ class SlackStore:
         self.files: dict[str, FileRecord] = {}
         self.calls: list[CallRecord] = []
         self.count_429: dict[str, int] = {}
+        self.views: list[ViewRecord] = []
+        self.assistant_calls: list[AssistantRecord] = []
+        # Channels the bot is not a member of: posting there is refused with not_in_channel.
+        self.bot_not_member: set[str] = set()
 
     # --- identities ---
     def add_team(self, *, team_id: str, name: str, app_id: str) -> Team:

@@ -12,6 +12,7 @@ BLOCKS_TOTAL_TEXT_MAX_CHARS = 13_000
 SECTION_TEXT_MAX_CHARS = 3_000
 SECTION_FIELD_MAX_CHARS = 2_000
 MARKDOWN_BLOCKS_MAX_CHARS = 12_000  # cumulative over all markdown blocks of one message
+MARKDOWN_TEXT_MAX_CHARS = 12_000  # chat.postMessage / chat.update `markdown_text`
 HEADER_TEXT_MAX_CHARS = 150
 BLOCKS_MAX_COUNT = 50
 
@@ -92,6 +93,20 @@ def check_blocks(blocks: list[dict[str, Any]]) -> Rejection | None:
     if _all_text_chars(blocks) > BLOCKS_TOTAL_TEXT_MAX_CHARS:
         return Rejection(error="msg_blocks_too_long", details=[])
     return None
+
+
+def markdown_text(params: dict[str, Any]) -> str | None | Rejection:
+    """`markdown_text` when given: Slack refuses it beside `text` or `blocks` (markdown_text_conflict) and
+    beyond 12,000 characters; None when absent."""
+    raw = params.get("markdown_text")
+    if raw is None or raw == "":
+        return None
+    if params.get("text") or params.get("blocks"):
+        return Rejection(error="markdown_text_conflict", details=[])
+    text = str(raw)
+    if len(text) > MARKDOWN_TEXT_MAX_CHARS:
+        return Rejection(error="msg_too_long", details=[])
+    return text
 
 
 def check_message(
