@@ -13,7 +13,7 @@ from adapters.gate import Gate
 from core.requests import Actor
 
 from . import wording
-from .transport import send_paced
+from .transport import Priority, send_paced
 
 # The surface builds a StopMessage, so this module imports neither it nor inbound: `surfaces` is a
 # surface.SlackSurfaces, `target` a surface.ReplyTarget, `access` an inbound.SlackAccess.
@@ -57,8 +57,20 @@ class StopMessage:
 
     async def _post_later(self, run_id: str) -> None:
         await asyncio.sleep(self._after_s)
-        self._posting = True
-        response = await self._surfaces.post_paced(self._target, text=STOP_FALLBACK, blocks=stop_blocks(run_id))
+        surfaces, target = self._surfaces, self._target
+
+        def post() -> Any:
+            # From here on the message may exist: clear() waits for it, to delete it.
+            self._posting = True
+            return surfaces.client.chat_postMessage(
+                channel=target.channel, thread_ts=target.thread_ts, text=STOP_FALLBACK, blocks=stop_blocks(run_id)
+            )
+
+        # After every answer's first and final texts: under a burst, a Stop button must not delay them.
+        response = await send_paced(
+            post, budget=surfaces.budgets.post(target.team_id, target.channel), clock=surfaces.clock,
+            priority=Priority.INTERMEDIATE,
+        )
         self._ts = str(response["ts"])
 
     async def clear(self) -> None:

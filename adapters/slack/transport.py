@@ -11,7 +11,9 @@ from typing import TypeVar
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.streaming import CONNECTION_ERRORS, Clock, RateBudget, TransientSendError, classify_failure, parse_retry_after
+from adapters.streaming import (
+    CONNECTION_ERRORS, Clock, Priority, RateBudget, TransientSendError, classify_failure, parse_retry_after,
+)
 from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S, BudgetMap
 from adapters.streaming.send import send_paced as paced
 
@@ -148,10 +150,14 @@ def translate_error(exc: BaseException, *, time_scale: float) -> BaseException:
     return exc
 
 
-async def send_paced(call: Callable[[], Awaitable[T]], *, budget: RateBudget, clock: ScaledClock, key: Hashable = None) -> T:
+async def send_paced(
+    call: Callable[[], Awaitable[T]], *, budget: RateBudget, clock: ScaledClock, key: Hashable = None,
+    priority: Priority = Priority.FINAL,
+) -> T:
     """One Slack call outside a stream (approval, sources, notice, repair), paced by `budget` and retried."""
     return await paced(
-        call, budget=budget, clock=clock, key=key, translate=lambda exc: translate_error(exc, time_scale=clock.time_scale)
+        call, budget=budget, clock=clock, key=key, priority=priority,
+        translate=lambda exc: translate_error(exc, time_scale=clock.time_scale),
     )
 
 

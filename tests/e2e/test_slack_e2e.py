@@ -420,7 +420,10 @@ async def test_direct_messages_follow_the_direct_messages_setting(
     slack = slack_emulator
     bot = await start_bot(db, slack, openai_emulator.base_url, slack_team_ids=slack.team_id, direct_messages=policy)
     try:
-        openai_emulator.script(Text("Hello colleague."), Text("Hello stranger."))
+        # By question, not by order: the two DMs are answered concurrently.
+        openai_emulator.script_fn(
+            lambda body: Text("Hello stranger." if "hi from elsewhere" in str(body["messages"][-1]) else "Hello colleague.")
+        )
         ours = dm(slack, "D0000OURS1", "hi there")
         envelope = slack.event_envelope(ours)
         await slack.deliver_envelope(bot.url, envelope)
