@@ -235,3 +235,23 @@ def settings_failed() -> str:
 
 def settings_no_history() -> str:
     return "No change to this channel's settings has been recorded."
+
+
+# ----- 👍/👎 under a final answer (adapters/slack/feedback.py, adapters/discord/feedback.py) -----
+
+FEEDBACK_PROMPT = "Was this answer helpful?"
+FEEDBACK_MODAL_TITLE = "What was wrong?"
+FEEDBACK_MODAL_LABEL = "What was wrong with this answer? (optional)"
+FEEDBACK_MODAL_PLACEHOLDER = "Wrong, incomplete, out of date, not what you asked…"
+
+
+def feedback_thanks(up: bool) -> str:
+    return "Thanks for the 👍." if up else "Thanks: your 👎 is noted."
+
+
+def feedback_comment_thanks() -> str:
+    return "Thanks: your 👎 and what you wrote are noted."
+
+
+def feedback_unknown_answer() -> str:
+    return "This answer is no longer on record, so the vote was not kept."

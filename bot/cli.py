@@ -1,4 +1,4 @@
-"""Command line: relaybot run | migrate | doctor | chat | ingest | sources | channels | usage | keys | tools, --version, and the log format."""
+"""Command line: relaybot run | migrate | doctor | chat | ingest | sources | channels | usage | feedback | keys | tools, --version, and the log format."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bot.ingest_cli import add_ingest_commands
 
     from bot.channels_cli import add_channels_command
+    from bot.feedback_cli import add_feedback_command
     from bot.keys_cli import add_keys_command
     from bot.tools_cli import add_tools_command
     from bot.usage_cli import add_usage_command
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ingest_commands(commands)
     add_channels_command(commands)
     add_usage_command(commands)
+    add_feedback_command(commands)
     add_keys_command(commands)
     add_tools_command(commands)
     _accept_global_flags(commands)
@@ -169,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
 def _commands() -> dict[str, Command]:
     from bot.commands import chat, doctor, migrate, run
     from bot.channels_cli import channels
+    from bot.feedback_cli import feedback
     from bot.ingest_cli import ingest, sources
     from bot.keys_cli import keys
     from bot.tools_cli import tools
@@ -176,5 +179,5 @@ def _commands() -> dict[str, Command]:
 
     return {
         "run": run, "migrate": migrate, "doctor": doctor, "chat": chat, "ingest": ingest, "sources": sources, "channels": channels,
-        "usage": usage, "keys": keys, "tools": tools,
+        "usage": usage, "feedback": feedback, "keys": keys, "tools": tools,
     }

@@ -191,6 +191,8 @@ class Settings(BaseSettings):
     # Streaming answers (both platforms): an answer whose first text comes within this many seconds is
     # posted with it; later, a placeholder (or the running tool's line) shows meanwhile.
     stream_placeholder_after_s: float = Field(default=1.0, ge=0, le=60)
+    # 👍/👎 under each final answer (both platforms); a 👎 asks why in a modal; `relaybot feedback` exports them.
+    feedback_buttons: bool = True
 
     # Slack
     slack_bot_token: str | None = Field(default=None, repr=False)

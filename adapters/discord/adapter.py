@@ -34,6 +34,7 @@ from .admin import DiscordAdmin, command_group
 from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
 from .controls import DiscordStops, StopButton
+from .feedback import DiscordFeedback, FeedbackButton
 from .inbound import DirectMessageRule, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
@@ -168,7 +169,7 @@ class RelayClient(discord.Client):
 
     async def setup_hook(self) -> None:
         # Registered at every start, so buttons posted before a restart still work.
-        self.add_dynamic_items(DecisionButton, ArgumentsButton, StopButton)
+        self.add_dynamic_items(DecisionButton, ArgumentsButton, StopButton, FeedbackButton)
         await self._sync_commands()
 
     async def _sync_commands(self) -> None:
@@ -192,6 +193,12 @@ class RelayClient(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         if self.user is not None:
             await self.inbound.on_message(self.user, message)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        # A 👎 modal's submission, taken by its custom_id (adapters/discord/feedback.py): also after a restart.
+        feedback: DiscordFeedback | None = getattr(self, "feedback", None)
+        if feedback is not None:
+            await feedback.on_interaction(interaction)
 
     async def on_ready(self) -> None:
         self.watch.up()
@@ -235,7 +242,7 @@ class DiscordAdapter:
             min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s,
             placeholder_after_s=settings.stream_placeholder_after_s,
         )
-        surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock)
+        surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock, feedback=settings.feedback_buttons)
         self.direct_messages = DirectMessageRule(
             policy=settings.direct_messages, guild_ids=settings.discord_guild_ids, is_member=self._is_member
         )
@@ -256,6 +263,8 @@ class DiscordAdapter:
         )
         # Stop clicks (adapters/discord/controls.py), looked up on the client by the StopButton.
         self.client.stops = DiscordStops(runs=engine.runs, gate=self.gate, actor_of=actor_of)
+        # 👍/👎 clicks and 👎 reasons (adapters/discord/feedback.py), looked up on the client by the buttons.
+        self.client.feedback = DiscordFeedback(feedback=engine.feedback, gate=self.gate)
         # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
         self.client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)

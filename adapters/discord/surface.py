@@ -16,6 +16,7 @@ from core.ports import LiveMessage, PendingFinal
 
 from . import buttons, render
 from .controls import stop_view
+from .feedback import feedback_view
 from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,10 @@ class DiscordSurface:
         clock: Clock,
         show_typing: bool,
         background: set[asyncio.Task[None]],
+        feedback: bool = False,
     ) -> None:
         self._transport = transport
+        self._feedback = feedback
         self._channel = channel
         self._channel_id = channel_id
         self._budget = budgets(channel_id)
@@ -88,6 +91,13 @@ class DiscordSurface:
         transport: Any = self._transport
         for message_id in list(getattr(transport, "controlled", ())):
             await send_reliably(self._budget, lambda: transport.edit(message_id, None), clock=self._clock)
+
+    async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
+        """👍/👎 on the answer's last message (one edit; the Stop button, if it was there, goes)."""
+        show = getattr(self._transport, "show_view", None)
+        if not self._feedback or not answer_ids or show is None:
+            return
+        await send_reliably(self._budget, lambda: show(answer_ids[-1], feedback_view(run_id)), clock=self._clock)
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
         """One message per part of the calls, each with its own buttons, so every call is shown where it
@@ -172,8 +182,9 @@ async def _typing(channel: discord.abc.Messageable) -> None:
 class DiscordSurfaces:
     """Makes the surface of each answer; all of them share the channel budgets, stream limits and clock."""
 
-    def __init__(self, *, budgets: ChannelBudgets, limits: StreamLimits, clock: Clock) -> None:
+    def __init__(self, *, budgets: ChannelBudgets, limits: StreamLimits, clock: Clock, feedback: bool = False) -> None:
         self.budgets = budgets
+        self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.limits = limits
         self.clock = clock
         # Typing tasks are fire-and-forget; holding them keeps the loop from dropping them half-way.
@@ -204,7 +215,7 @@ class DiscordSurfaces:
         return DiscordSurface(
             transport=transport, channel=channel, channel_id=channel_id, workspace=workspace, thread=thread,
             budgets=self.budgets, limits=self.limits, clock=self.clock, show_typing=show_typing,
-            background=self._background,
+            background=self._background, feedback=self.feedback,
         )
 
 

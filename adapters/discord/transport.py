@@ -191,6 +191,11 @@ class ChannelTransport:
         if drop:
             self.controlled.discard(message_id)
 
+    async def show_view(self, message_id: str, view: discord.ui.View) -> None:
+        """Puts `view` on one of the answer's messages (the 👍/👎 under the final one), in place of any Stop button."""
+        await guarded(_partial_message(self._channel, int(message_id)).edit(view=view, allowed_mentions=NO_PINGS))
+        self.controlled.discard(message_id)
+
 
 def _partial_message(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
     get = getattr(channel, "get_partial_message", None)
@@ -269,3 +274,17 @@ class InteractionTransport:
             ))
             if drop:
                 self.controlled.discard(message_id)
+
+    async def show_view(self, message_id: str, view: discord.ui.View) -> None:
+        """Puts `view` on one of the answer's messages (the 👍/👎 under the final one), in place of any Stop button."""
+        try:
+            if message_id == self._original_id:
+                await guarded(self._interaction.edit_original_response(view=view, allowed_mentions=NO_PINGS))
+            else:
+                await guarded(self._interaction.followup.edit_message(int(message_id), view=view, allowed_mentions=NO_PINGS))
+        except discord.HTTPException as exc:
+            if exc.status not in (401, 404) or self._interaction.channel is None:
+                raise
+            channel = self._interaction.channel
+            await guarded(_partial_message(channel, int(message_id)).edit(view=view, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
+        self.controlled.discard(message_id)

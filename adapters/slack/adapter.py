@@ -41,6 +41,7 @@ from .home import HOME_ACTION, SlackHome
 from .native_stream import NativeSlackSurfaces, NativeStreaming
 from .clicks import SlackClicks
 from .controls import STOP_ACTION, SlackStops
+from .feedback import FEEDBACK_ACTION, WHY_VIEW, SlackFeedback
 from .inbound import SlackInbound
 from .notifier import SlackNotifier
 from .reader import BotIdentity, SlackReader
@@ -94,6 +95,7 @@ class SlackAdapter:
                 clock=clock, share=settings.slack_rate_share,
                 workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
+            feedback=settings.feedback_buttons,
         )
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
         self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
@@ -111,6 +113,11 @@ class SlackAdapter:
             approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
         )
         self.stops = SlackStops(runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access)
+        # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,
+        # so buttons posted before it was turned off still count.
+        self.feedback = SlackFeedback(
+            feedback=engine.feedback, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
+        )
         self.notifier = SlackNotifier(self.surfaces)
         self.commands = SlackCommands(
             engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
@@ -140,6 +147,8 @@ class SlackAdapter:
         self.app.action(ACTION_PATTERN)(self.clicks.on_click)
         self.app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
         self.app.action(STOP_ACTION)(self.stops.on_stop)
+        self.app.action(FEEDBACK_ACTION)(self.feedback.on_click)
+        self.app.view(WHY_VIEW)(self.feedback.on_submit)
         if not socket_mode and http is not None:
             http.app.router.add_post(EVENTS_PATH, self._handle_http)
 

@@ -8,14 +8,16 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters import wording
 from adapters.answers import AnswerPlace, Pacing
-from adapters.streaming import StreamLimits
+from adapters.streaming import Priority, StreamLimits
 from core.approvals import ApprovalView
 from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
 
 from .buttons import approval_blocks, approval_text, page_starts
 from .controls import StopMessage
+from .feedback import feedback_blocks
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
 from .transport import ScaledClock, SlackBudgets, SlackTransport, is_part, send_paced
 
@@ -46,9 +48,11 @@ class SlackSurfaces:
     """Makes the surface of each answer; one per adapter, sharing its client, budgets and clock."""
 
     def __init__(
-        self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, placeholder_after_s: float = 1.0
+        self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, placeholder_after_s: float = 1.0,
+        feedback: bool = False,
     ) -> None:
         self.client = client
+        self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.budgets = budgets
         self.clock = clock
         # The wait for a first text is about the model, which runs on real time: real seconds on Slack's clock.
@@ -60,11 +64,13 @@ class SlackSurfaces:
     def at(self, target: ReplyTarget) -> SlackSurface:
         return SlackSurface(self, target)
 
-    async def post_paced(self, target: ReplyTarget, **message: Any) -> dict[str, Any]:
+    async def post_paced(
+        self, target: ReplyTarget, *, priority: Priority = Priority.FINAL, **message: Any
+    ) -> dict[str, Any]:
         """chat.postMessage into the target's channel (and thread), on its channel's budget."""
         response = await send_paced(
             lambda: self.client.chat_postMessage(channel=target.channel, thread_ts=target.thread_ts, **message),
-            budget=self.budgets.post(target.team_id, target.channel), clock=self.clock,
+            budget=self.budgets.post(target.team_id, target.channel), clock=self.clock, priority=priority,
         )
         return dict(response.data) if hasattr(response, "data") else dict(response)
 
@@ -109,6 +115,18 @@ class SlackSurface:
     async def clear_stop(self) -> None:
         await self._stop_button.clear()
 
+    async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
+        """👍/👎 in a small message of its own, under the answer and its sources reply: an answer is `markdown_text`
+        (no blocks beside it), and the sources reply stays plain text. In a DM's top level it goes in the answer's
+        thread, as the sources do."""
+        if not self._surfaces.feedback:
+            return
+        # Behind every answer's first and final texts: under a burst, 👍/👎 can wait.
+        await self._surfaces.post_paced(
+            self._beside(answer_ids), text=wording.FEEDBACK_PROMPT, blocks=feedback_blocks(run_id),
+            priority=Priority.INTERMEDIATE,
+        )
+
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
 
@@ -134,15 +152,18 @@ class SlackSurface:
         return ref
 
     async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
-        # A DM answer at top level gets its sources in the answer's own thread.
-        target = self.target if self.target.thread_ts or not answer_ids else ReplyTarget(
-            team_id=self.target.team_id, channel=self.target.channel, thread_ts=answer_ids[0]
-        )
+        target = self._beside(answer_ids)
         for text in sources_messages(citations):
             await self._surfaces.post_paced(target, text=text, unfurl_links=False, unfurl_media=False)
 
     async def show_notice(self, text: str) -> None:
         await self._surfaces.post_paced(self.target, markdown_text=markdown_text(text))
+
+    def _beside(self, answer_ids: list[str]) -> ReplyTarget:
+        """Where what goes under an answer is posted: its thread; a DM answer at top level, the answer's own thread."""
+        return self.target if self.target.thread_ts or not answer_ids else ReplyTarget(
+            team_id=self.target.team_id, channel=self.target.channel, thread_ts=answer_ids[0]
+        )
 
 
 class SlackShownMessages:

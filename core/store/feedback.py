@@ -51,12 +51,15 @@ class FeedbackStore:
         return True
 
     async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str) -> bool:
-        """Why a 👎: stored on the person's vote (made 👎 if it was not)."""
+        """Why a 👎: stored on the person's vote (made 👎 if it was not); False for an id that names no turn."""
         try:
             key = uuid.UUID(turn_id)
         except ValueError:
             return False
         async with self._db.connection() as conn:
+            cursor = await conn.execute("SELECT 1 FROM messages WHERE turn_id = %s LIMIT 1", (key,))
+            if await cursor.fetchone() is None:
+                return False
             await conn.execute(
                 "INSERT INTO feedback (turn_id, user_id, user_name, platform, vote, comment) VALUES (%s, %s, %s, %s, -1, %s)"
                 " ON CONFLICT (turn_id, user_id) DO UPDATE SET vote = -1, comment = EXCLUDED.comment, updated_at = now()",

@@ -480,3 +480,85 @@ async def test_dispatch_raw_sends_a_payload_as_given(discord_emulator: DiscordEm
         await dc.dispatch_raw("MESSAGE_CREATE", message_payload(dc.world, dc.message(asked), for_gateway=True))
         await dc.wait_for(lambda: len(received) == 2, what="both dispatches")
     assert received == [asked, asked]
+
+
+class ReasonModal(discord.ui.Modal, title="Why?"):
+    reason: discord.ui.TextInput[Any] = discord.ui.TextInput(label="Reason", custom_id="reason", required=False)
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        await interaction.response.send_message(f"noted: {self.reason.value}", ephemeral=True)
+
+
+class ModalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"why:(?P<late>[01])"):
+    def __init__(self, late: bool) -> None:
+        super().__init__(discord.ui.Button(label="Why", custom_id=f"why:{int(late)}"))
+        self.late = late
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> ModalButton:
+        return cls(match["late"] == "1")
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        if self.late:
+            await interaction.response.defer()
+            try:
+                await interaction.response.send_modal(ReasonModal())
+            except discord.InteractionResponded:
+                # discord.py refuses locally; the raw route must refuse too (below).
+                pass
+            return
+        await interaction.response.send_modal(ReasonModal())
+
+
+class ModalClient(discord.Client):
+    async def setup_hook(self) -> None:
+        self.add_dynamic_items(ModalButton)
+
+
+async def test_a_modal_is_a_first_response_and_its_submission_a_modal_submit(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    _, channel_id, user_id = world(dc)
+    client = ModalClient(intents=make_intents(message_content=False), guild_ready_timeout=0.05)
+    async with running(dc, client):
+        channel = client.get_channel(channel_id)
+        assert isinstance(channel, discord.TextChannel)
+        view = discord.ui.View(timeout=None)
+        view.add_item(ModalButton(False))
+        view.add_item(ModalButton(True))
+        posted = await channel.send("why?", view=view)
+
+        clicked = await dc.click_button(posted.id, "why:0", user_id)
+        modal = await dc.wait_for(lambda: dc.interaction(clicked).modal, what="modal")
+        [callback] = dc.interaction_responses(clicked)
+        assert callback.callback_type == 9 and modal["title"] == "Why?"
+        with pytest.raises(ValueError):
+            await dc.submit_modal(clicked, {"nothing": "x"})
+        submitted = await dc.submit_modal(clicked, {"reason": "too vague"})
+        responses = await dc.wait_for(lambda: dc.interaction_responses(submitted), what="submission answer")
+        assert dc.interaction(submitted).type == 5 and responses[0].content == "noted: too vague"
+        with pytest.raises(ValueError):
+            await dc.submit_modal(clicked, {"reason": "twice"})  # a modal is submitted once
+
+        late = await dc.click_button(posted.id, "why:1", user_id)
+        await dc.wait_for(lambda: dc.interaction_responses(late), what="defer")
+        assert dc.interaction(late).modal is None
+        # After a defer, a modal is refused by Discord: the interaction is already acknowledged.
+        interaction = dc.interaction(late)
+        async with aiohttp.ClientSession() as http:
+            url = f"{dc.api_base}/interactions/{interaction.id}/{interaction.token}/callback"
+            body = {"type": 9, "data": ReasonModal().to_dict()}
+            async with http.post(url, json=body) as response:
+                assert response.status == 400
+            # A modal's own submission cannot answer with another modal, and a bad modal is refused.
+            submit = dc.interaction(submitted)
+            async with http.post(f"{dc.api_base}/interactions/{submit.id}/{submit.token}/callback", json=body) as response:
+                assert response.status == 400
+        fresh = await dc.click_custom_id(channel_id, "unknown:1", user_id)
+        interaction = dc.interaction(fresh)
+        async with aiohttp.ClientSession() as http:
+            url = f"{dc.api_base}/interactions/{interaction.id}/{interaction.token}/callback"
+            too_long = {"type": 9, "data": {**ReasonModal().to_dict(), "title": "x" * 46}}
+            async with http.post(url, json=too_long) as response:
+                assert response.status == 400

@@ -62,3 +62,35 @@ async def test_users_info_says_who_is_an_admin(slack_emulator: SlackEmulator) ->
     alice = (await client.users_info(user="U0000ALICE"))["user"]
     bob = (await client.users_info(user="U0000BOB"))["user"]
     assert alice["is_owner"] and not alice["is_admin"] and not bob["is_admin"] and not bob["is_owner"]
+
+
+FEEDBACK = [{
+    "type": "context_actions", "block_id": "fb",
+    "elements": [{
+        "type": "feedback_buttons", "action_id": "vote",
+        "positive_button": {"text": {"type": "plain_text", "text": "👍"}, "value": "up", "accessibility_label": "Good"},
+        "negative_button": {"text": {"type": "plain_text", "text": "👎"}, "value": "down"},
+    }],
+}]
+
+
+async def test_feedback_buttons_are_checked_and_a_click_sends_the_button_value_and_a_trigger(
+    slack_emulator: SlackEmulator,
+) -> None:
+    slack = slack_emulator
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    channel = "C0000FEEDB"
+    bad = [{**FEEDBACK[0], "elements": [{**FEEDBACK[0]["elements"][0], "negative_button": None}]}]
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        await client.chat_postMessage(channel=channel, text="x", blocks=bad)
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        await client.chat_postMessage(channel=channel, text="x", blocks=[{**FEEDBACK[0], "elements": [{"type": "button"}]}])
+    posted = await client.chat_postMessage(channel=channel, text="Was this helpful?", blocks=FEEDBACK)
+
+    payload = slack.feedback_click(channel, posted["ts"], user="U0000ALICE", positive=False)
+    [action] = payload["actions"]
+    assert (action["type"], action["action_id"], action["value"], action["block_id"]) == ("feedback_buttons", "vote", "down", "fb")
+    assert action["text"]["text"] == "👎"
+    # Any block_actions' trigger may open one modal, as a command's may.
+    await client.views_open(trigger_id=payload["trigger_id"], view=MODAL)
+    assert [v.user_id for v in slack.opened_views] == ["U0000ALICE"]

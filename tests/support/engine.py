@@ -22,6 +22,8 @@ def test_settings(base_url: str, **overrides: Any) -> Settings:
         "llm_idle_timeout_s": 2.0,
         "llm_request_timeout_s": 10.0,
         "embedding_provider": "none",
+        # Most tests check answers alone; feedback's own tests turn the 👍/👎 buttons on.
+        "feedback_buttons": False,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

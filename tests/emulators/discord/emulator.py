@@ -43,6 +43,7 @@ INTERACTION_ACK_DEADLINE_S = 3.0
 WAIT_FOR_INTERVAL_S = 0.01
 COMPONENT_INTERACTION = 3
 COMMAND_INTERACTION = 2
+MODAL_SUBMIT_INTERACTION = 5
 BUTTON_COMPONENT = 2
 
 T = TypeVar("T")
@@ -275,6 +276,31 @@ class DiscordEmulator(EmulatorCore):
         )
         data = {"custom_id": custom_id, "component_type": int(button.get("type", BUTTON_COMPONENT))}
         await self._dispatch_interaction(interaction, data)
+        return interaction.id
+
+    async def submit_modal(self, interaction_id: int, values: Mapping[str, str] | None = None) -> int:
+        """The user submits the modal interaction `interaction_id` answered with (a MODAL response): dispatches
+        INTERACTION_CREATE type 5 with the values typed, by text input custom_id (others keep their initial value).
+        Checked as Discord's client checks it: a required input filled, lengths within bounds."""
+        opened = self.world.interactions[interaction_id]
+        if opened.modal is None:
+            raise ValueError(f"interaction {interaction_id} opened no modal")
+        modal, given = opened.modal, dict(values or {})
+        rows: list[JSONDict] = []
+        for item in rest_interactions.text_inputs(modal):
+            value = str(given.pop(item["custom_id"], item.get("value") or ""))
+            if item.get("required", True) and not value:
+                raise ValueError(f"{item['custom_id']!r} is required")
+            if value and not int(item.get("min_length") or 0) <= len(value) <= int(item.get("max_length") or 4000):
+                raise ValueError(f"{item['custom_id']!r} must be {item.get('min_length') or 0} to {item.get('max_length') or 4000} characters")
+            rows.append({"type": 1, "components": [{"type": 4, "custom_id": item["custom_id"], "value": value}]})
+        if given:
+            raise ValueError(f"the modal has no inputs {sorted(given)}")
+        opened.modal = None  # submitted once: the modal is closed
+        interaction = self._new_interaction(
+            MODAL_SUBMIT_INTERACTION, opened.user_id, opened.channel_id, source_message_id=opened.source_message_id
+        )
+        await self._dispatch_interaction(interaction, {"custom_id": modal["custom_id"], "components": rows})
         return interaction.id
 
     async def invoke_slash(

@@ -200,6 +200,7 @@ class Interaction:
     original_loading: bool = False
     responses: list[InteractionResponseRecord] = field(default_factory=list)
     data: JSONDict | None = None  # the `data` it was dispatched with (kept to replay it)
+    modal: JSONDict | None = None  # the modal a MODAL (9) response opened, until the user submits it
 
 
 @dataclass(frozen=True, kw_only=True)

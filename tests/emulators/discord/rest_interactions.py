@@ -31,7 +31,19 @@ CALLBACK_MESSAGE = 4
 CALLBACK_DEFERRED_MESSAGE = 5
 CALLBACK_DEFERRED_UPDATE = 6
 CALLBACK_UPDATE_MESSAGE = 7
+CALLBACK_MODAL = 9
+COMMAND_INTERACTION = 2
 COMPONENT_INTERACTION = 3
+MODAL_SUBMIT_INTERACTION = 5
+# Discord's modal limits: custom ids of 1 to 100 characters, a title of 1 to 45, 1 to 5 top-level components;
+# a text input's label up to 45, placeholder up to 100, lengths and value up to 4,000.
+MODAL_TITLE_MAX = 45
+CUSTOM_ID_MAX = 100
+MODAL_COMPONENTS_MAX = 5
+TEXT_INPUT_LABEL_MAX = 45
+TEXT_INPUT_PLACEHOLDER_MAX = 100
+TEXT_INPUT_LENGTH_MAX = 4000
+ACTION_ROW, TEXT_INPUT, LABEL = 1, 4, 18
 
 
 def build_routes(core: EmulatorCore, base_url: Callable[[], str], *, ack_deadline_s: float) -> list[web.RouteDef]:
@@ -107,8 +119,19 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], *, ack_deadlin
             needs_content = callback_type == CALLBACK_MESSAGE
             if (error := validation_error(data, attachment_count=len(attachments), require_content=needs_content)) is not None:
                 return error
-        if callback_type in (CALLBACK_DEFERRED_UPDATE, CALLBACK_UPDATE_MESSAGE) and interaction.type != COMPONENT_INTERACTION:
+        # A modal's submission may update the message of the button that opened it; nothing else but a click may.
+        on_message = interaction.type == COMPONENT_INTERACTION or (
+            interaction.type == MODAL_SUBMIT_INTERACTION and interaction.source_message_id is not None
+        )
+        if callback_type in (CALLBACK_DEFERRED_UPDATE, CALLBACK_UPDATE_MESSAGE) and not on_message:
             return error_response(400, 40004, "Interaction response type not valid for this interaction")
+        if callback_type == CALLBACK_MODAL:
+            # Only a command or a click can answer with a modal, and only as its first response.
+            if interaction.type not in (COMMAND_INTERACTION, COMPONENT_INTERACTION):
+                return error_response(400, 40004, "Interaction response type not valid for this interaction")
+            if (problem := modal_problem(data)) is not None:
+                return error_response(400, 50035, f"Invalid Form Body: {problem}")
+            interaction.modal = data
         interaction.callback_type = callback_type
         if callback_type == CALLBACK_MESSAGE:
             message = await core.store_message(
@@ -266,3 +289,66 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], *, ack_deadlin
         web.patch(f"{hook}/messages/{{message_id:\\d+}}", edit_webhook_message, name="webhook_edit_followup"),
         web.delete(f"{hook}/messages/{{message_id:\\d+}}", delete_webhook_message, name="webhook_delete"),
     ]
+
+
+def modal_problem(data: JSONDict) -> str | None:
+    """What Discord would refuse in a MODAL response's data; None when it is accepted."""
+    custom_id, title = data.get("custom_id"), data.get("title")
+    if not isinstance(custom_id, str) or not 0 < len(custom_id) <= CUSTOM_ID_MAX:
+        return "data.custom_id must be 1 to 100 characters"
+    if not isinstance(title, str) or not 0 < len(title) <= MODAL_TITLE_MAX:
+        return "data.title must be 1 to 45 characters"
+    components = data.get("components")
+    if not isinstance(components, list) or not 0 < len(components) <= MODAL_COMPONENTS_MAX:
+        return "data.components must hold 1 to 5 components"
+    for number, component in enumerate(components):
+        where = f"data.components.{number}"
+        if not isinstance(component, dict):
+            return f"{where} is not a component"
+        if component.get("type") == ACTION_ROW:
+            inner = component.get("components")
+            if not isinstance(inner, list) or len(inner) != 1:
+                return f"{where}: an action row in a modal holds exactly one text input"
+            problem = _text_input_problem(inner[0], f"{where}.components.0", label=True)
+        elif component.get("type") == LABEL:
+            label = component.get("label")
+            if not isinstance(label, str) or not 0 < len(label) <= TEXT_INPUT_LABEL_MAX:
+                return f"{where}.label must be 1 to 45 characters"
+            problem = _text_input_problem(component.get("component"), f"{where}.component", label=False)
+        else:
+            return f"{where} must be an action row or a label"
+        if problem:
+            return problem
+    return None
+
+
+def _text_input_problem(item: object, where: str, *, label: bool) -> str | None:
+    if not isinstance(item, dict) or item.get("type") != TEXT_INPUT:
+        return f"{where} must be a text input"
+    custom_id = item.get("custom_id")
+    if not isinstance(custom_id, str) or not 0 < len(custom_id) <= CUSTOM_ID_MAX:
+        return f"{where}.custom_id must be 1 to 100 characters"
+    if item.get("style") not in (1, 2):
+        return f"{where}.style must be 1 (short) or 2 (paragraph)"
+    if label and (not isinstance(item.get("label"), str) or not 0 < len(item["label"]) <= TEXT_INPUT_LABEL_MAX):
+        return f"{where}.label must be 1 to 45 characters"
+    if len(str(item.get("placeholder") or "")) > TEXT_INPUT_PLACEHOLDER_MAX:
+        return f"{where}.placeholder must be at most 100 characters"
+    for key in ("min_length", "max_length"):
+        value = item.get(key)
+        if value is not None and not (isinstance(value, int) and 0 <= value <= TEXT_INPUT_LENGTH_MAX):
+            return f"{where}.{key} must be 0 to 4000"
+    if len(str(item.get("value") or "")) > int(item.get("max_length") or TEXT_INPUT_LENGTH_MAX):
+        return f"{where}.value is longer than max_length"
+    return None
+
+
+def text_inputs(modal: JSONDict) -> list[JSONDict]:
+    """The text inputs of a modal, in order (inside action rows or labels)."""
+    found: list[JSONDict] = []
+    for component in modal.get("components") or []:
+        if component.get("type") == ACTION_ROW:
+            found.extend(component.get("components") or [])
+        elif component.get("type") == LABEL:
+            found.append(component["component"])
+    return found

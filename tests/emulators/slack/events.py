@@ -141,7 +141,7 @@ def block_actions_payload(
     *, user: str, action_id: str, value: str, message: JsonDict, channel: str, team_id: str,
     api_app_id: str, response_url: str, block_id: str | None = None,
     container: JsonDict | None = None, team_domain: str = "emulator", username: str | None = None,
-    user_team: str | None = None,
+    user_team: str | None = None, element_type: str = "button", text: JsonDict | None = None,
 ) -> JsonDict:
     """A `block_actions` interaction for a button click on `message`; `user_team` is the clicker's own
     workspace when it is not `team_id` (a Slack Connect channel)."""
@@ -173,9 +173,9 @@ def block_actions_payload(
             {
                 "action_id": action_id,
                 "block_id": block_id or uuid.uuid4().hex[:5],
-                "text": {"type": "plain_text", "text": action_id, "emoji": True},
+                "text": text or {"type": "plain_text", "text": action_id, "emoji": True},
                 "value": value,
-                "type": "button",
+                "type": element_type,
                 "action_ts": action_ts,
             }
         ],

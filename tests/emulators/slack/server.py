@@ -517,12 +517,35 @@ class SlackEmulator:
         """A block_actions payload for a click on a stored message, with a working response_url;
         `user_team`: the clicker's own workspace, when not the channel's (Slack Connect)."""
         team = self.team(team_id)
-        return events.block_actions_payload(
-            user=user, action_id=action_id, value=value, message=self.message_json(channel, message_ts),
-            channel=channel, team_id=team.team_id, api_app_id=self.app_id, block_id=block_id,
+        message = self.message_json(channel, message_ts)
+        # The element the message shows under that action_id gives the action its type, block and text (a
+        # feedback_buttons element sends the clicked button's value, type "feedback_buttons"); an action_id the
+        # message does not show is sent as a plain button, as a forged or stale payload would be.
+        found = _clicked_element(message.get("blocks") or [], action_id, value)
+        payload = events.block_actions_payload(
+            user=user, action_id=action_id, value=value, message=message,
+            channel=channel, team_id=team.team_id, api_app_id=self.app_id,
+            block_id=block_id or (found[0] if found else None),
             response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}",
             team_domain=team.domain, user_team=user_team,
+            element_type=found[1] if found else "button", text=found[2] if found else None,
         )
+        # Its trigger_id may open one modal within 3 s (views.open), as any block_actions' may.
+        self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
+        return payload
+
+    def feedback_click(self, channel: str, message_ts: str, *, user: str, positive: bool) -> JsonDict:
+        """A click on the 👍 (positive) or 👎 of the message's feedback_buttons element."""
+        message = self.message_json(channel, message_ts)
+        for block in message.get("blocks") or []:
+            if block.get("type") != "context_actions":
+                continue
+            for element in block.get("elements") or []:
+                if element.get("type") == "feedback_buttons":
+                    button = element["positive_button" if positive else "negative_button"]
+                    return self.block_actions(channel, message_ts, user=user, action_id=str(element.get("action_id") or ""),
+                                              value=str(button["value"]))
+        raise ValueError(f"message {message_ts} in {channel} shows no feedback buttons")
 
     async def deliver_event(
         self, url: str, event: JsonDict, *, team_id: str | None = None, event_id: str | None = None,
@@ -618,3 +641,17 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
         form = await request.post()
         params.update({k: v for k, v in form.items() if isinstance(v, str)})
     return params
+
+
+def _clicked_element(blocks: list[JsonDict], action_id: str, value: str) -> tuple[str | None, str, JsonDict | None] | None:
+    """(block_id, element type, the clicked text) of the element a click on `action_id` with `value` hits."""
+    for block in blocks:
+        for element in block.get("elements") or []:
+            if not isinstance(element, dict) or element.get("action_id") != action_id:
+                continue
+            if element.get("type") == "feedback_buttons":
+                side = next((element[s] for s in ("positive_button", "negative_button")
+                             if isinstance(element.get(s), dict) and element[s].get("value") == value), None)
+                return block.get("block_id"), "feedback_buttons", (side or {}).get("text")
+            return block.get("block_id"), str(element.get("type") or "button"), element.get("text")
+    return None

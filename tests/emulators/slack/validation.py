@@ -15,6 +15,11 @@ MARKDOWN_BLOCKS_MAX_CHARS = 12_000  # cumulative over all markdown blocks of one
 MARKDOWN_TEXT_MAX_CHARS = 12_000  # chat.postMessage / chat.update `markdown_text`
 HEADER_TEXT_MAX_CHARS = 150
 BLOCKS_MAX_COUNT = 50
+CONTEXT_ACTIONS_MAX_ELEMENTS = 5
+CONTEXT_ACTIONS_ELEMENTS = frozenset({"feedback_buttons", "icon_button"})
+FEEDBACK_BUTTON_TEXT_MAX_CHARS = 75
+FEEDBACK_BUTTON_VALUE_MAX_CHARS = 2000
+ACCESSIBILITY_LABEL_MAX_CHARS = 75
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +91,8 @@ def check_blocks(blocks: list[dict[str, Any]]) -> Rejection | None:
                 )
         elif kind == "markdown":
             markdown_chars += len(_text_of(block.get("text")))
+        elif kind == "context_actions":
+            problems.extend(_context_actions_problems(block, f"/blocks/{index}"))
     if markdown_chars > MARKDOWN_BLOCKS_MAX_CHARS:
         problems.append(f"markdown blocks exceed {MARKDOWN_BLOCKS_MAX_CHARS} characters in total")
     if problems:
@@ -93,6 +100,37 @@ def check_blocks(blocks: list[dict[str, Any]]) -> Rejection | None:
     if _all_text_chars(blocks) > BLOCKS_TOTAL_TEXT_MAX_CHARS:
         return Rejection(error="msg_blocks_too_long", details=[])
     return None
+
+
+def _context_actions_problems(block: dict[str, Any], where: str) -> list[str]:
+    """Slack's context_actions block: 1 to 5 feedback_buttons or icon_button elements; a feedback_buttons element
+    has a positive and a negative button, each plain_text (≤ 75), a value (≤ 2,000), an optional label (≤ 75)."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 0 < len(elements) <= CONTEXT_ACTIONS_MAX_ELEMENTS:
+        return [f"must have 1 to {CONTEXT_ACTIONS_MAX_ELEMENTS} elements [json-pointer:{where}/elements]"]
+    problems: list[str] = []
+    for number, element in enumerate(elements):
+        at = f"{where}/elements/{number}"
+        if not isinstance(element, dict) or element.get("type") not in CONTEXT_ACTIONS_ELEMENTS:
+            problems.append(f"must be one of {sorted(CONTEXT_ACTIONS_ELEMENTS)} [json-pointer:{at}/type]")
+            continue
+        if element["type"] != "feedback_buttons":
+            continue
+        for side in ("positive_button", "negative_button"):
+            button = element.get(side)
+            if not isinstance(button, dict):
+                problems.append(f"is required [json-pointer:{at}/{side}]")
+                continue
+            text = button.get("text")
+            if not isinstance(text, dict) or text.get("type") != "plain_text" or not 0 < len(_text_of(text)) <= FEEDBACK_BUTTON_TEXT_MAX_CHARS:
+                problems.append(f"must be plain_text of 1 to {FEEDBACK_BUTTON_TEXT_MAX_CHARS} characters [json-pointer:{at}/{side}/text]")
+            value = button.get("value")
+            if not isinstance(value, str) or not 0 < len(value) <= FEEDBACK_BUTTON_VALUE_MAX_CHARS:
+                problems.append(f"must be 1 to {FEEDBACK_BUTTON_VALUE_MAX_CHARS} characters [json-pointer:{at}/{side}/value]")
+            label = button.get("accessibility_label")
+            if label is not None and (not isinstance(label, str) or len(label) > ACCESSIBILITY_LABEL_MAX_CHARS):
+                problems.append(f"must be at most {ACCESSIBILITY_LABEL_MAX_CHARS} characters [json-pointer:{at}/{side}/accessibility_label]")
+    return problems
 
 
 def markdown_text(params: dict[str, Any]) -> str | None | Rejection:
