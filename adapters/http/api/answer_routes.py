@@ -13,7 +13,7 @@ from adapters.http.api.body import field, read_json, string_list
 from adapters.http.api.errors import ApiError, bad_request
 from adapters.http.api.events import Summary
 from adapters.http.api.openai_tools import client_tools
-from adapters.http.api.sse import keepalive, open_stream, send
+from adapters.http.api.sse import KEEPALIVE, Batcher, event_bytes, open_stream
 from adapters.http.api.streams import StreamHub, event_id, parse_event_id
 from core.agents.factory import AGENTS
 from core.api_access import ApiKey
@@ -70,11 +70,14 @@ class AnswerRoutes:
             stream_id, after = self._hub.start(key.id, lambda: self._answers.play(key, started)), 0
         response = await open_stream(request)
         try:
-            async for event in self._hub.follow(stream_id, key.id, after, keepalive_s=self._keepalive_s):
-                if event is None:
-                    await keepalive(response)
-                else:
-                    await send(response, id=event_id(stream_id, event.seq), event=event.event, data=event.data)
+            # Each event keeps its own id; those that come while a write waits their turn share the next write.
+            async with Batcher(response) as out:
+                async for event in self._hub.follow(stream_id, key.id, after, keepalive_s=self._keepalive_s):
+                    if event is None:
+                        await out.add(KEEPALIVE)
+                    else:
+                        await out.add(event_bytes(id=event_id(stream_id, event.seq), event=event.event,
+                                                  data=event.data))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client left; the run goes on, and a reconnect with Last-Event-ID gets the rest

@@ -19,13 +19,14 @@ from adapters.http.api.events import ApiEvent
 from adapters.http.api.openai_tools import (
     ToolRound, actions, client_tools, content_text, round_stream, tool_calls, tool_round,
 )
-from adapters.http.api.sse import keepalive, open_stream, send
+from adapters.http.api.sse import KEEPALIVE, Batcher, open_stream, send
 from adapters.http.api.streams import StreamHub
 from core.agents.factory import AGENTS
 from core.api_access import ApiKey
 from core.requests import PriorMessage
 
 CREATED = int(time.time())
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # What a run that paused on a built-in tool needing approval says here without `tools` (agent mode returns the
 # call for the client to confirm instead): /v1 never runs such a call silently.
 APPROVAL_NOT_HERE = (
@@ -137,18 +138,23 @@ class OpenAIRoutes:
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
         await send(response, data=chunk({"role": "assistant", "content": ""}))
-        # The per-token chunk is the same JSON around each text: only the text is encoded per token.
-        head, _, tail = json.dumps(chunk({"content": "\x00"}), ensure_ascii=False, separators=(",", ":")).partition('"\\u0000"')
+        # The per-token chunk is the same JSON around each text: only the text is encoded per token. Text that
+        # comes while a write waits its turn goes out as one chunk (the OpenAI clients join deltas of any size).
+        head, _, tail = _encode_json(chunk({"content": "\x00"})).partition('"\\u0000"')
         before, after = f"data: {head}".encode(), f"{tail}\n\n".encode()
+
+        def text_chunk(text: str) -> bytes:
+            return before + _encode_json(text).encode() + after
+
         reply = _Reply()
-        async with aclosing(events):
+        async with Batcher(response, text_event=text_chunk) as out, aclosing(events):
             async for item in events:
                 if item is not None and item[0] == "answer_delta":
                     text = item[1]["text"]
-                    reply.text += text
-                    await response.write(before + json.dumps(text, ensure_ascii=False).encode() + after)
+                    reply.parts.append(text)
+                    await out.add(text)
                 elif item is None:
-                    await keepalive(response)
+                    await out.add(KEEPALIVE)
                 else:
                     reply.see(item)
         if reply.error is not None:
@@ -179,17 +185,21 @@ class _Reply:
     """What a run's API events add up to for one completion: its text, a pause, its usage, or an error."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self.parts: list[str] = []  # the text's deltas, joined once at the end
         self.pending: dict[str, Any] | None = None
         self.usage: dict[str, int] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self.error: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
     def see(self, item: ApiEvent | None) -> None:
         if item is None:
             return
         name, data = item
         if name == "answer_delta":
-            self.text += data["text"]
+            self.parts.append(data["text"])
         elif name == "tool_calls_pending":
             self.pending = data
         elif name == "end":
