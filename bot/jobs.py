@@ -12,9 +12,12 @@ from core.retrieval.sync import SourceSyncer
 log = logging.getLogger(__name__)
 
 
-async def expire_approvals(approvals: ApprovalService, notifiers: Mapping[str, Notifier]) -> int:
-    """Close approvals past their expiry and edit their messages on the platform that showed them."""
-    expired = await approvals.expire_due(platforms=tuple(notifiers))
+async def expire_approvals(
+    approvals: ApprovalService, notifiers: Mapping[str, Notifier], *, without_messages: tuple[str, ...] = ()
+) -> int:
+    """Close approvals past their expiry and edit their messages on the platform that showed them;
+    `without_messages` are platforms that showed none (the HTTP API), whose approvals are only closed."""
+    expired = await approvals.expire_due(platforms=(*notifiers, *without_messages))
     for approval in expired:
         notifier = notifiers.get(approval.platform)
         if notifier is None:

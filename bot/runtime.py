@@ -19,6 +19,7 @@ from core.engine import Engine
 from core.llm import LLMClient
 from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
+from core.api_access import API_PLATFORM
 from core.store.api_conversations import ApiConversations
 from core.store.api_keys import ApiKeyStore
 from core.store.app_state import AppStateStore
@@ -209,8 +210,11 @@ class Runtime:
 
     def _schedule_jobs(self, engine: Engine, reminders: ReminderService, notifiers: dict[str, Notifier]) -> None:
         events = ProcessedEvents(self.db)
+        # The API's pauses expire too, when this process serves the API (there is no message to edit).
+        api_platforms = (API_PLATFORM,) if self.settings.api_enabled else ()
+
         async def expire() -> None:
-            await expire_approvals(engine.approvals, notifiers)
+            await expire_approvals(engine.approvals, notifiers, without_messages=api_platforms)
 
         async def revert_stuck() -> None:
             await engine.approvals.revert_stuck(older_than_s=STUCK_RESUMING_AFTER_S)

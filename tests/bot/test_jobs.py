@@ -30,7 +30,7 @@ async def test_expiry_touches_only_the_platforms_served_and_the_notifier_edits_t
 ) -> None:
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(RecordingTool(requires_approval=True)))
     paused = {}
-    for platform in ("slack", "discord"):
+    for platform in ("slack", "discord", "api"):
         openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id=f"call_{platform}")]))
         key = ConversationKey(platform=platform, workspace="W", channel=f"C-{platform}")
         paused[platform] = approval(await events_of(engine, Request(question="deploy", conversation=key, user=Actor(id="U1"))))
@@ -50,3 +50,6 @@ async def test_expiry_touches_only_the_platforms_served_and_the_notifier_edits_t
     discord = RecordingNotifier()
     assert await expire_approvals(engine.approvals, {"discord": discord}) == 1
     assert [v.continuation_id for v, _ in discord.expired] == [paused["discord"].continuation_id]
+    # The HTTP API showed no message: a process serving it closes its approvals, editing nothing.
+    assert await expire_approvals(engine.approvals, {}, without_messages=("api",)) == 1
+    assert (await engine.approvals.view(paused["api"].continuation_id)).state == "expired"
