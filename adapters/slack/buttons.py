@@ -270,3 +270,29 @@ def _pretty(arguments: dict[str, Any]) -> str:
         return json.dumps(arguments, indent=2, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(arguments)
+
+
+@dataclass(frozen=True)
+class BlockClick:
+    """The parts of a block_actions body a button handler reads, each checked to be what Slack sends."""
+
+    user_id: str
+    user_team: str
+    channel: str
+    thread_ts: str | None
+    value: str
+    user: dict[str, Any]
+
+
+def read_click(body: Any) -> BlockClick:
+    """The first action of a block_actions body; fields Slack left out (or malformed) come back empty."""
+    body = body if isinstance(body, dict) else {}
+    actions = body.get("actions")
+    action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
+    user = body.get("user") if isinstance(body.get("user"), dict) else {}
+    container = body.get("container") if isinstance(body.get("container"), dict) else {}
+    return BlockClick(
+        user_id=str(user.get("id") or ""), user_team=str(user.get("team_id") or ""),
+        channel=str(container.get("channel_id") or ""), thread_ts=str(container.get("thread_ts") or "") or None,
+        value=str(action.get("value") or ""), user=user,
+    )

@@ -13,6 +13,7 @@ from adapters.gate import Gate
 from core.requests import Actor
 
 from . import wording
+from .buttons import read_click
 from .transport import Priority, send_paced
 
 # The surface builds a StopMessage, so this module imports neither it nor inbound: `surfaces` is a
@@ -101,20 +102,13 @@ class SlackStops:
     async def on_stop(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         with self._gate.track():
-            body = body if isinstance(body, dict) else {}
-            actions = body.get("actions")
-            action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
-            user = body.get("user") if isinstance(body.get("user"), dict) else {}
-            container = body.get("container") if isinstance(body.get("container"), dict) else {}
-            user_id = str(user.get("id") or "")
-            channel = str(container.get("channel_id") or "")
-            run_id = str(action.get("value") or "")
+            click = read_click(body)
+            user_id, channel, thread_ts, run_id, user = click.user_id, click.channel, click.thread_ts, click.value, click.user
             if not user_id or not channel or not run_id:
                 logger.warning("ignoring a Stop click without its user, channel or run")
                 return
-            thread_ts = container.get("thread_ts")
             access = self._access.person(
-                user_id, (str(user["team_id"]),) if user.get("team_id") else (), direct=channel.startswith("D")
+                user_id, (click.user_team,) if click.user_team else (), direct=channel.startswith("D")
             )
             if access == "direct_messages_off":
                 await self._tell(channel, user_id, thread_ts, shared_wording.direct_messages_off())

@@ -12,6 +12,7 @@ from slack_bolt.async_app import AsyncAck
 from adapters import wording as shared_wording
 from adapters.gate import Gate
 
+from .buttons import read_click
 from .render import sentence
 
 # The surface posts feedback_blocks, so this module imports neither it nor inbound: `surfaces` is a
@@ -82,18 +83,14 @@ class SlackFeedback:
     async def on_click(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         with self._gate.track():
-            body = body if isinstance(body, dict) else {}
-            actions = body.get("actions")
-            action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
-            user = body.get("user") if isinstance(body.get("user"), dict) else {}
-            container = body.get("container") if isinstance(body.get("container"), dict) else {}
-            user_id, channel = str(user.get("id") or ""), str(container.get("channel_id") or "")
-            parsed = parse_value(str(action.get("value") or ""))
+            click = read_click(body)
+            user, user_id, channel = click.user, click.user_id, click.channel
+            parsed = parse_value(click.value)
             if not user_id or not channel or parsed is None:
                 logger.warning("ignoring a feedback click without its user, channel or vote")
                 return
             up, run_id = parsed
-            thread_ts = str(container.get("thread_ts") or "") or None
+            thread_ts = click.thread_ts
             refusal = self._refusal(user, user_id, channel)
             if refusal:
                 await self._tell(channel, user_id, thread_ts, refusal)
@@ -102,7 +99,7 @@ class SlackFeedback:
                 # First, while the click's trigger_id is fresh (Slack lets it open a view for 3 s).
                 try:
                     await self._surfaces.client.views_open(
-                        trigger_id=str(body.get("trigger_id") or ""),
+                        trigger_id=str(body.get("trigger_id") or "") if isinstance(body, dict) else "",
                         view=why_modal(run_id, channel=channel, thread_ts=thread_ts),
                     )
                 except Exception:

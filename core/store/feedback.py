@@ -33,13 +33,9 @@ class FeedbackStore:
     async def vote(self, turn_id: str, *, user_id: str, user_name: str, platform: str, up: bool) -> bool:
         """Records (or changes) a person's vote on a turn; False for an id that names no turn. A changed vote
         keeps the comment only while it stays 👎 (a comment says why it was down)."""
-        try:
-            key = uuid.UUID(turn_id)
-        except ValueError:
-            return False
         async with self._db.connection() as conn:
-            cursor = await conn.execute("SELECT 1 FROM messages WHERE turn_id = %s LIMIT 1", (key,))
-            if await cursor.fetchone() is None:
+            key = await _stored_turn(conn, turn_id)
+            if key is None:
                 return False
             await conn.execute(
                 "INSERT INTO feedback (turn_id, user_id, user_name, platform, vote) VALUES (%s, %s, %s, %s, %s)"
@@ -52,13 +48,9 @@ class FeedbackStore:
 
     async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str) -> bool:
         """Why a 👎: stored on the person's vote (made 👎 if it was not); False for an id that names no turn."""
-        try:
-            key = uuid.UUID(turn_id)
-        except ValueError:
-            return False
         async with self._db.connection() as conn:
-            cursor = await conn.execute("SELECT 1 FROM messages WHERE turn_id = %s LIMIT 1", (key,))
-            if await cursor.fetchone() is None:
+            key = await _stored_turn(conn, turn_id)
+            if key is None:
                 return False
             await conn.execute(
                 "INSERT INTO feedback (turn_id, user_id, user_name, platform, vote, comment) VALUES (%s, %s, %s, %s, -1, %s)"
@@ -89,3 +81,13 @@ class FeedbackStore:
             )
             for r in rows
         ]
+
+
+async def _stored_turn(conn: Any, turn_id: str) -> uuid.UUID | None:
+    """The turn id as a UUID when it names a stored turn, else None (votes only land on real answers)."""
+    try:
+        key = uuid.UUID(turn_id)
+    except ValueError:
+        return None
+    cursor = await conn.execute("SELECT 1 FROM messages WHERE turn_id = %s LIMIT 1", (key,))
+    return key if await cursor.fetchone() is not None else None
