@@ -67,10 +67,11 @@ class DiscordSide:
         return sorted(found, key=lambda m: m.id)
 
     def answer_texts(self, question: DiscordQuestion) -> list[str]:
-        return [m.content for m in self.replies(question) if not m.components and not m.embeds]
+        # An answer's message may carry its Stop or 👍/👎 buttons; an approval message carries Approve/Reject.
+        return [m.content for m in self.replies(question) if not _is_approval(m) and not m.embeds]
 
     def approval_messages(self, question: DiscordQuestion) -> list[StoredMessage]:
-        return [m for m in self.replies(question) if m.components]
+        return [m for m in self.replies(question) if _is_approval(m)]
 
     def approval_count(self, question: DiscordQuestion) -> int:
         return len(self.approval_messages(question))
@@ -100,3 +101,10 @@ class DiscordSide:
     def tracebacks(self) -> int:
         return sum(1 for text in self.shown_texts() if leaks_traceback(text))
 
+
+def _is_approval(message: StoredMessage) -> bool:
+    """Whether the message carries Approve/Reject buttons (custom ids `rb:a:…` / `rb:r:…`)."""
+    return any(
+        str(button.get("custom_id", "")).startswith(("rb:a:", "rb:r:"))
+        for row in message.components for button in row.get("components", [])
+    )

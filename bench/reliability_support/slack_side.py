@@ -86,10 +86,11 @@ class SlackSide:
         return [m.text for m in self.replies(question) if not m.blocks]
 
     def approval_messages(self, question: SlackQuestion) -> list[Any]:
-        return [m for m in self.replies(question) if m.blocks and _buttons(m)]
+        # Not the Stop button's message, nor the 👍/👎 one: those carry other actions.
+        return [m for m in self.replies(question) if any(b["action_id"].startswith(APPROVAL_ACTIONS) for b in _buttons(m))]
 
     def approval_count(self, question: SlackQuestion) -> int:
-        return sum(1 for m in self.replies(question) if m.blocks)
+        return len(self.approval_messages(question))
 
     async def approve(self, question: SlackQuestion, *, url: str | None = None) -> bool:
         """Clicks "Approve" on the question's approval message as its asker."""
@@ -120,6 +121,9 @@ class SlackSide:
 
     def tracebacks(self) -> int:
         return sum(1 for text in self.shown_texts() if leaks_traceback(text))
+
+
+APPROVAL_ACTIONS = ("relaybot_approve", "relaybot_reject")
 
 
 def _buttons(message: Any) -> list[dict[str, Any]]:
