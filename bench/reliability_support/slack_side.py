@@ -90,7 +90,8 @@ class SlackSide:
         return [m for m in self.replies(question) if any(b["action_id"].startswith(APPROVAL_ACTIONS) for b in _buttons(m))]
 
     def approval_count(self, question: SlackQuestion) -> int:
-        return len(self.approval_messages(question))
+        """Approval messages, decided ones included (a decision takes their buttons away)."""
+        return sum(1 for m in self.replies(question) if m.blocks and not _is_control(m))
 
     async def approve(self, question: SlackQuestion, *, url: str | None = None) -> bool:
         """Clicks "Approve" on the question's approval message as its asker."""
@@ -124,6 +125,14 @@ class SlackSide:
 
 
 APPROVAL_ACTIONS = ("relaybot_approve", "relaybot_reject")
+
+
+def _is_control(message: Any) -> bool:
+    """An answer's Stop message or its 👍/👎 message (blocks, but not an approval)."""
+    blocks = message.blocks or []
+    return any(block.get("type") == "context_actions" for block in blocks) or any(
+        b.get("action_id") == "relaybot_stop" for b in _buttons(message)
+    )
 
 
 def _buttons(message: Any) -> list[dict[str, Any]]:
