@@ -120,7 +120,9 @@ class SlackEmulator:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        self._session = aiohttp.ClientSession()
+        # Slack delivers events to an app concurrently without a cap of its own: aiohttp's default of 100
+        # connections would make a burst of deliveries wait on the emulator's side, not the bot's.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
     async def close(self) -> None:
         await self._socket.close()
