@@ -525,35 +525,17 @@ _ENDED = object()
 
 
 async def _next_or_stop(outputs: AsyncIterator[AgentOutput], signal: StopSignal | None) -> Any:
-    """The agent's next output; None when a stop came first (the step is cancelled: the model's stream
-    closes, a tool call in progress is cut off and one not started never starts); `_ENDED` at the end."""
-    if signal is None:
-        try:
+    """The agent's next output; None when a stop came first (the step is cancelled where it waits: the
+    model's stream closes, a tool call in progress is cut off and one not started never starts); `_ENDED`
+    at the end."""
+    try:
+        if signal is None:
             return await anext(outputs)
-        except StopAsyncIteration:
-            return _ENDED
-    if signal.is_set():
-        return None
-    step = asyncio.ensure_future(anext(outputs))
-    stopped = asyncio.ensure_future(signal.wait())
-    try:
-        await asyncio.wait({step, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        # Cancelled from outside (shutdown): the step goes too, and is over before the agent is closed.
-        step.cancel()
-        await asyncio.wait({step})
-        raise
-    finally:
-        stopped.cancel()
-    if not step.done():
-        step.cancel()
-        await asyncio.wait({step})
-    if step.cancelled():
-        return None
-    try:
-        output = step.result()
+        went, output = await signal.step(anext(outputs))
     except StopAsyncIteration:
         return _ENDED
+    if not went:
+        return None
     # A step that ended the run as the stop came in: the run ended on its own.
     return output if isinstance(output, (Finished, Paused, Failed)) or not signal.is_set() else None
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -20,6 +20,7 @@ from core.requests import Actor, ConversationKey
 from core.store.run_stops import STOP_CHANNEL, RunStopStore
 from core.tools import ApprovalPolicy
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # Without LISTEN (no dedicated connection could be opened) stop requests are polled this often, so a
@@ -43,24 +44,54 @@ class StopResult:
 
 
 class StopSignal:
-    """Set once when someone asks the run to stop; the run waits on it beside its next step."""
+    """Set once when someone asks the run to stop; a step the run is waiting in is cancelled there and then.
+
+    The signal interrupts the step itself (`step`), so a token costs no extra task: the run's own task is
+    cancelled only while it waits inside a step, and the step reports the stop instead of raising."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.by = ""
         self.outcome = "cancelled"  # how the run ended, for its row; the run sets it
-        self._event = asyncio.Event()
+        self._set = False
+        self._stepping: asyncio.Task[Any] | None = None  # the task waiting inside `step`, if one is
+        self._interrupted = False
 
     def set(self, by: str) -> None:
-        if not self._event.is_set():
-            self.by = by
-            self._event.set()
+        if self._set:
+            return
+        self.by = by
+        self._set = True
+        task = self._stepping
+        if task is not None and task is not asyncio.current_task():
+            # The task is suspended inside the step: the cancellation lands there.
+            self._interrupted = True
+            task.cancel()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
-    async def wait(self) -> None:
-        await self._event.wait()
+    async def step(self, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+        """(True, its result) — or (False, None) when a stop came first, the step cancelled where it waited
+        (a model stream closes, a tool call in progress is cut off)."""
+        if self._set:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()  # never awaited: say so to the coroutine, not to the event loop's warnings
+            return False, None
+        self._stepping = asyncio.current_task()
+        try:
+            return True, await awaitable
+        except asyncio.CancelledError:
+            if not self._interrupted:
+                raise  # cancelled from outside (shutdown)
+            self._interrupted = False
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() > 0:
+                raise  # a shutdown cancelled the run as well: that one goes on
+            return False, None
+        finally:
+            self._stepping = None
 
 
 class RunStops:
