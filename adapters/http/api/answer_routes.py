@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import json
 from typing import Any
 
@@ -18,6 +20,7 @@ from adapters.http.api.streams import StreamHub, event_id, parse_event_id
 from core.agents.factory import AGENTS
 from core.api_access import ApiKey
 
+log = logging.getLogger(__name__)
 DECISIONS = {"approve": True, "reject": False}
 
 
@@ -37,7 +40,7 @@ class AnswerRoutes:
         started = await self._start(key, await read_json(request, max_bytes=self._max_body))
         summary = Summary()
         async for _ in self._answers.play(key, started, summary):
-            pass
+            continue  # the summary collects what the events say
         if summary.error is not None and summary.pending is None and not summary.answer:
             status = 503 if summary.error["kind"] == "temporary" else 502
             raise ApiError(status, summary.error["message"], "answer_failed",
@@ -80,7 +83,8 @@ class AnswerRoutes:
                                                   data=event.data))
             await response.write_eof()
         except ConnectionResetError:
-            pass  # the client left; the run goes on, and a reconnect with Last-Event-ID gets the rest
+            # The run goes on, its events kept in the journal: a reconnect with Last-Event-ID gets the rest.
+            log.info("stream %s: the client left; its events stay readable with Last-Event-ID", stream_id)
         return response
 
     async def _start(self, key: ApiKey, body: dict[str, Any]) -> Started:
