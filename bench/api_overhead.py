@@ -35,46 +35,18 @@ from adapters.http.api import sse  # noqa: E402
 from adapters.http.api.adapter import ApiAdapter  # noqa: E402
 from adapters.http.server import HttpServer  # noqa: E402
 from core.engine import Engine  # noqa: E402
-from core.events import AnswerDelta, Done  # noqa: E402
 from core.llm import LLMClient  # noqa: E402
-from core.requests import Actor, ConversationKey, Request  # noqa: E402
 from core.store.api_conversations import ApiConversations  # noqa: E402
 from core.store.api_keys import ApiKeyStore  # noqa: E402
 from core.store.db import Database  # noqa: E402
 from core.store.event_journal import EventJournal  # noqa: E402
 from core.tools import builtin_registry  # noqa: E402
-from tests.emulators.openai_server import OpenAIEmulator, Text  # noqa: E402
+from tests.emulators.openai_server import OpenAIEmulator  # noqa: E402
 from tests.support.engine import test_settings  # noqa: E402
+from bench.overhead import RUNS, STREAM_TOKENS, added, engine_stream, reply, verdict  # noqa: E402
 
-STREAM_TOKENS = 2_000
-TOKEN_CHARS = 4  # one emulator chunk per "token"
-RUNS = 9
 TARGET_PER_TOKEN_US = 20.0
 TARGET_FIXED_MS = 5.0
-
-
-def reply(tokens: int) -> Text:
-    return Text("tok " * tokens, chunk_chars=TOKEN_CHARS)
-
-
-async def engine_stream(engine: Engine, emulator: OpenAIEmulator, tokens: int) -> float:
-    emulator.script(reply(tokens))
-    request = Request(
-        question="bench question",
-        conversation=ConversationKey(platform="bench", workspace="W", channel=f"C{uuid.uuid4().hex[:12]}"),
-        user=Actor(id="U1", name="bench"),
-    )
-    started = time.perf_counter()
-    parts = []
-    last = None
-    async for event in engine.ask(request):
-        if isinstance(event, AnswerDelta):
-            parts.append(event.text)
-        last = event
-    elapsed = time.perf_counter() - started
-    assert isinstance(last, Done) and len(last.answer) == tokens * TOKEN_CHARS, last
-    assert "".join(parts) == last.answer
-    return elapsed
 
 
 async def api_stream(http: aiohttp.ClientSession, url: str, secret: str, emulator: OpenAIEmulator, tokens: int,
@@ -117,14 +89,7 @@ async def overhead(engine: Engine, http: aiohttp.ClientSession, url: str, secret
         samples["api_long"].append(await api_stream(http, url, secret, emulator, STREAM_TOKENS, client, chunks))
         samples["eng_short"].append(await engine_stream(engine, emulator, 1))
         samples["api_short"].append(await api_stream(http, url, secret, emulator, 1, client))
-    med = {name: statistics.median(values) for name, values in samples.items()}
-    fixed_s = med["api_short"] - med["eng_short"]
-    per_token_s = ((med["api_long"] - med["eng_long"]) - fixed_s) / (STREAM_TOKENS - 1)
-    return {**med, "fixed_ms": fixed_s * 1e3, "per_token_us": per_token_s * 1e6, "chunks": statistics.median(chunks)}
-
-
-def verdict(value: float, target: float) -> str:
-    return "ok" if value <= target else "MISSES TARGET"
+    return {**added(samples, base="eng", measured="api"), "chunks": statistics.median(chunks)}
 
 
 async def main(runs: int, client: str) -> None:

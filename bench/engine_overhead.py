@@ -20,28 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.agents.token_budget import HistoryTurn, build_messages  # noqa: E402
 from core.engine import Engine, load_system_prompt  # noqa: E402
 from core.history import TurnHistory  # noqa: E402
-from core.events import Done  # noqa: E402
 from core.llm import LLMClient, TextPiece  # noqa: E402
-from core.requests import Actor, ConversationKey, Request  # noqa: E402
+from core.requests import ConversationKey  # noqa: E402
 from core.store.conversations import NewMessage  # noqa: E402
 from core.store.db import Database  # noqa: E402
 from core.tools import builtin_registry  # noqa: E402
-from tests.emulators.openai_server import OpenAIEmulator, Text  # noqa: E402
+from tests.emulators.openai_server import OpenAIEmulator  # noqa: E402
 from tests.support.engine import test_settings  # noqa: E402
+from bench.overhead import RUNS, STREAM_TOKENS, TOKEN_CHARS, added, engine_stream, reply, verdict  # noqa: E402
 
-STREAM_TOKENS = 2_000
-TOKEN_CHARS = 4  # one emulator chunk per "token"
 HISTORY_TURNS = 2_000
-RUNS = 9
 TARGET_PER_TOKEN_US = 30.0
 TARGET_FIXED_MS = 15.0
 TARGET_BUILD_MS = 5.0
 # A context big enough for the whole history to fit: the worst case for building.
 BUILD_CONTEXT_LIMIT = 1_000_000
-
-
-def reply(tokens: int) -> Text:
-    return Text("tok " * tokens, chunk_chars=TOKEN_CHARS)
 
 
 async def raw_stream(llm: LLMClient, engine: Engine, emulator: OpenAIEmulator, tokens: int) -> float:
@@ -58,23 +51,6 @@ async def raw_stream(llm: LLMClient, engine: Engine, emulator: OpenAIEmulator, t
     return elapsed
 
 
-async def engine_stream(engine: Engine, emulator: OpenAIEmulator, tokens: int) -> float:
-    """Seconds for engine.ask() on a fresh conversation: history, lock, agent, stream, persistence."""
-    emulator.script(reply(tokens))
-    request = Request(
-        question="bench question",
-        conversation=ConversationKey(platform="bench", workspace="W", channel=f"C{uuid.uuid4().hex[:12]}"),
-        user=Actor(id="U1", name="bench"),
-    )
-    started = time.perf_counter()
-    last = None
-    async for event in engine.ask(request):
-        last = event
-    elapsed = time.perf_counter() - started
-    assert isinstance(last, Done) and len(last.answer) == tokens * TOKEN_CHARS, last
-    return elapsed
-
-
 async def stream_overhead(engine: Engine, llm: LLMClient, emulator: OpenAIEmulator, runs: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {"raw_long": [], "eng_long": [], "raw_short": [], "eng_short": []}
     for _ in range(2):  # warm up connections, the token counter and Postgres' plan caches
@@ -85,10 +61,7 @@ async def stream_overhead(engine: Engine, llm: LLMClient, emulator: OpenAIEmulat
         samples["eng_long"].append(await engine_stream(engine, emulator, STREAM_TOKENS))
         samples["raw_short"].append(await raw_stream(llm, engine, emulator, 1))
         samples["eng_short"].append(await engine_stream(engine, emulator, 1))
-    med = {name: statistics.median(values) for name, values in samples.items()}
-    fixed_s = med["eng_short"] - med["raw_short"]
-    per_token_s = ((med["eng_long"] - med["raw_long"]) - fixed_s) / (STREAM_TOKENS - 1)
-    return {**med, "fixed_ms": fixed_s * 1e3, "per_token_us": per_token_s * 1e6}
+    return added(samples, base="raw", measured="eng")
 
 
 def history_turns(count: int) -> list[HistoryTurn]:
@@ -148,10 +121,6 @@ async def load_time_ms(engine: Engine, runs: int) -> tuple[float, float, int]:
         turns = await TurnHistory(engine.conversations, engine.counter).load(conversation_id)
         turns_samples.append(time.perf_counter() - started)
     return statistics.median(rows_samples) * 1e3, statistics.median(turns_samples) * 1e3, len(turns)
-
-
-def verdict(value: float, target: float) -> str:
-    return "ok" if value <= target else "MISSES TARGET"
 
 
 async def main(runs: int) -> None:
