@@ -5,11 +5,12 @@ burst of 100 answers runs three times: post+update with SLACK_WORKSPACE_POSTS_PE
 and unset; then with native streaming on (SLACK_NATIVE_STREAMING=auto, the cap told), printing how many
 answers streamed natively and how many fell back to post+update.
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream [--only told|unset|native]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import math
@@ -136,7 +137,15 @@ class Bench:
             await asyncio.sleep(0.05)
 
 
-async def main() -> None:
+# The three runs, by the name `--only` takes.
+RUNS: dict[str, dict[str, bool]] = {
+    "told": {"told_cap": True},
+    "unset": {"told_cap": False},
+    "native": {"told_cap": True, "native": True},
+}
+
+
+async def main(only: str | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as data_dir:
         db = Database(url=None, data_dir=Path(data_dir))
@@ -146,11 +155,11 @@ async def main() -> None:
             async with SlackEmulator(time_scale=TIME_SCALE, workspace_post_cap=cap) as slack, OpenAIEmulator() as openai:
                 print(f"time scale: {TIME_SCALE} (a Slack minute = {60 * TIME_SCALE:g} real s); emulator caps chat.postMessage "
                       f"at {cap.calls}/min across the workspace (burst {cap.burst}) besides 1/s per channel")
-                await run(db, slack, openai, told_cap=True)
-                await asyncio.sleep(60 * TIME_SCALE)
-                await run(db, slack, openai, told_cap=False)
-                await asyncio.sleep(60 * TIME_SCALE)
-                await run(db, slack, openai, told_cap=True, native=True)
+                runs = [name for name in RUNS if only in (None, name)]
+                for n, name in enumerate(runs):
+                    if n:
+                        await asyncio.sleep(60 * TIME_SCALE)
+                    await run(db, slack, openai, **RUNS[name])
         finally:
             await db.close()
 
@@ -250,4 +259,6 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(RUNS), help="run one of the three bursts")
+    asyncio.run(main(parser.parse_args().only))

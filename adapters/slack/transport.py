@@ -32,8 +32,10 @@ POST_BURST_CALLS = 2.0
 # conversations.replies and conversations.history (reading a thread or channel): Tier 3, about 50 calls
 # a minute each, per workspace.
 READ_CALLS_PER_MINUTE = 50.0
-# Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset; 429s teach it the real limit.
-UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 600
+# Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset (Slack gives no number); 429s
+# teach it the real limit. Five posts a second is far more than a team's answers need, and close
+# enough to a low limit that two overloads find it.
+UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 300
 # An unknown limit is probed with a small burst: a burst of answers then costs a few 429s, not dozens
 # sent together before the first one comes back.
 UNKNOWN_WORKSPACE_POSTS_BURST = 10.0
@@ -115,7 +117,7 @@ class SlackBudgets:
         capacity = learning.capacity if self._workspace_posts_per_minute else min(learning.capacity, UNKNOWN_WORKSPACE_POSTS_BURST)
         return RateBudget(
             capacity=capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
-            learned_floor_per_s=floor,
+            learned_floor_per_s=floor, known_limit=bool(self._workspace_posts_per_minute),
         )
 
     @property

@@ -43,8 +43,9 @@ PLATFORM_RATE_MARGIN = 0.02
 SHOWN_TEXT_FINAL_DEFER_S = 60.0
 # Learning from 429s (`learns=True`): a 429 halves the rate, but not below a little under the most the
 # platform accepted in a minute lately (Slack's limits are per minute), nor below this floor. 429s
-# within the pause of the one that slowed it down are the same overload and count once. After LEARNED_RATE_RECOVER_AFTER_S without one, the rate grows back by a quarter each
-# time, up to where it started.
+# within the pause of the one that slowed it down are the same overload and count once. After
+# LEARNED_RATE_RECOVER_AFTER_S without one, the rate grows back by a quarter each time, up to where it
+# started.
 LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
 LEARNED_RATE_DECREASE = 0.5
 LEARNED_RATE_UNDER_ACCEPTED = 0.9
@@ -53,6 +54,13 @@ LEARNING_WINDOW_S = SECONDS_PER_MINUTE
 LEARNING_MEMORY_S = 10 * SECONDS_PER_MINUTE
 LEARNED_RATE_RECOVERY = 1.25
 LEARNED_RATE_RECOVER_AFTER_S = 10.0
+# An unknown limit (`known_limit=False`) is measured by two overloads close together: the platform's
+# bucket was empty at both, so the calls it accepted in between, over the time between them, are its
+# rate. The second overload then slows down to a little under that measure rather than by half, and
+# for LEARNING_MEMORY_S the rate grows back quickly only up to it: a limit that drew 429s is not probed
+# again every few seconds.
+MEASURE_WITHIN_S = SECONDS_PER_MINUTE
+LEARNED_RATE_UNDER_MEASURED = 0.95
 # Intermediate edits leave this many calls in the bucket (less where the bucket is smaller), so an
 # answer that ends finds a call for its final text at once instead of waiting out the refill.
 FINAL_RESERVE_CALLS = 1.0
@@ -98,12 +106,13 @@ class RateBudget:
     over each channel's, Discord's per-bot global limit over each channel's): every call takes a
     token of both, at the same priority, and a 429 pauses both, since a 429 rarely says its scope.
     `learns`: a limit whose number the platform does not publish. Each 429 halves the rate (and the
-    burst); quiet minutes grow it back towards where it started.
+    burst); quiet minutes grow it back towards where it started. `known_limit=False`: the starting rate
+    is a guess, so two overloads close together measure the limit (see MEASURE_WITHIN_S).
     """
 
     def __init__(
         self, *, capacity: float, refill_per_s: float, clock: Clock, parent: RateBudget | None = None,
-        learns: bool = False, learned_floor_per_s: float = LEARNED_RATE_FLOOR_PER_S,
+        learns: bool = False, learned_floor_per_s: float = LEARNED_RATE_FLOOR_PER_S, known_limit: bool = True,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least one call")
@@ -123,6 +132,11 @@ class RateBudget:
         self._granted_at: deque[float] = deque()  # grant times in the last LEARNING_WINDOW_S, when learning
         self._most_accepted = 0  # the most calls granted in one LEARNING_WINDOW_S, seen lately
         self._most_accepted_at = float("-inf")
+        self._known_limit = known_limit
+        self._overload_at = float("-inf")  # the first 429 of the last overload
+        self._granted_since_overload = 0
+        self._ceiling_per_s = float("inf")  # where quick recovery stops, for an unknown limit
+        self._ceiling_until = float("-inf")
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
@@ -333,11 +347,29 @@ class RateBudget:
         # The limit is at least the most the platform accepted in a minute lately: halving never goes
         # far below that, so 429s of other causes cannot talk the rate down to a trickle.
         accepted_per_s = self._most_accepted / LEARNING_WINDOW_S
-        rate = max(self._refill_per_s * LEARNED_RATE_DECREASE, accepted_per_s * LEARNED_RATE_UNDER_ACCEPTED)
-        factor = min(1.0, max(self._learned_floor_per_s, rate) / self._refill_per_s)
+        halved = self._refill_per_s * LEARNED_RATE_DECREASE
+        measured = None if self._known_limit else self._measure(now)
+        rate = halved
+        if measured is not None:
+            rate = max(halved, min(self._refill_per_s, measured * LEARNED_RATE_UNDER_MEASURED))
+        rate = max(self._learned_floor_per_s, rate, accepted_per_s * LEARNED_RATE_UNDER_ACCEPTED)
+        if measured is not None:
+            # 429s of other causes close together measure too little: the ceiling is never below what
+            # a minute lately accepted, nor below the rate just chosen.
+            self._ceiling_per_s = max(measured, accepted_per_s, rate)
+            self._ceiling_until = now + LEARNING_MEMORY_S
+        factor = min(1.0, rate / self._refill_per_s)
         self._refill_per_s *= factor
         self._capacity = max(1.0, self._capacity * factor)
         self._tokens = min(self._tokens, self._capacity)
+
+    def _measure(self, now: float) -> float | None:
+        """The rate two overloads close together show (this one the second), else None."""
+        since, granted = now - self._overload_at, self._granted_since_overload
+        self._overload_at, self._granted_since_overload = now, 0
+        if not 0 < since <= MEASURE_WITHIN_S:
+            return None
+        return max(0, granted - 1) / since  # the call this 429 answered was granted but not accepted
 
     def _forget_grants_before(self, moment: float) -> None:
         while self._granted_at and self._granted_at[0] < moment:
@@ -346,6 +378,8 @@ class RateBudget:
     def _recover(self, now: float) -> None:
         """A quiet stretch since the last 429: the learnt rate grows back, never past where it started."""
         capacity, refill = self._initial
+        if now < self._ceiling_until:
+            refill = min(refill, self._ceiling_per_s)
         if self._refill_per_s >= refill or now - self._last_limited_at < LEARNED_RATE_RECOVER_AFTER_S:
             return
         self._last_limited_at = now  # the next step needs another quiet stretch
@@ -369,6 +403,7 @@ class RateBudget:
         self._tokens = max(0.0, self._tokens - 1)
         if self._learns:
             now = self._clock.now()
+            self._granted_since_overload += 1
             self._granted_at.append(now)
             self._forget_grants_before(now - LEARNING_WINDOW_S)
             if len(self._granted_at) >= self._most_accepted:

@@ -18,7 +18,9 @@ from adapters.streaming import (
     split_for_limit,
     split_parts,
 )
-from adapters.streaming.rate_budget import PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S
+from adapters.streaming.rate_budget import (
+    LEARNED_RATE_UNDER_MEASURED, PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S,
+)
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 pytestmark = pytest.mark.timeout(30)
@@ -266,6 +268,64 @@ async def test_a_learning_budget_settles_just_under_a_per_minute_limit_it_was_no
     accepted = sum(count for window, count in accepted_in.items() if window < minutes)
     assert accepted >= 0.8 * limit * minutes
     assert refused <= 0.1 * calls
+
+
+async def test_an_unknown_limit_is_measured_by_two_overloads_close_together() -> None:
+    """The calls accepted between two 429s, over the time between them, are the platform's rate: the
+    second slows down to just under it, and quiet minutes grow the rate back only that far until the
+    measure is old."""
+    clock = FakeClock()
+    budget = RateBudget(capacity=10, refill_per_s=4.5, clock=clock, learns=True, known_limit=False)
+    budget.penalize(1.0)
+    assert budget.refill_per_s == pytest.approx(2.25)  # one overload says nothing of the rate: halves
+    granted = 0
+
+    async def send_until(moment: float) -> None:
+        nonlocal granted
+        while clock.now() < moment:
+            await budget.acquire(Priority.FIRST, "a")
+            granted += 1
+
+    await clock.run(send_until(12.0))
+    elapsed = clock.now()
+    budget.penalize(1.0)
+    measured = (granted - 1) / elapsed  # the call the second 429 answered was not accepted
+    assert measured < 2.25
+    assert budget.refill_per_s == pytest.approx(measured * LEARNED_RATE_UNDER_MEASURED)
+
+    async def quiet(seconds: float) -> None:
+        await clock.sleep(seconds)
+        await budget.acquire(Priority.INTERMEDIATE, "a")
+
+    for _ in range(5):
+        await clock.run(quiet(61.0))
+    assert budget.refill_per_s == pytest.approx(measured)  # not past the measure while it is fresh
+    for _ in range(10):
+        await clock.run(quiet(61.0))
+    assert budget.refill_per_s == pytest.approx(4.5)
+
+
+async def test_a_known_limit_is_never_capped_by_a_measure() -> None:
+    """A limit the operator told: two 429s close together halve it twice and it grows back to the told rate."""
+    clock = FakeClock()
+    budget = RateBudget(capacity=10, refill_per_s=4.5, clock=clock, learns=True)
+    budget.penalize(1.0)
+
+    async def sends(count: int) -> None:
+        for _ in range(count):
+            await budget.acquire(Priority.FIRST, "a")
+
+    await clock.run(sends(20))
+    budget.penalize(1.0)
+    assert budget.refill_per_s == pytest.approx(4.5 / 4)
+
+    async def quiet(seconds: float) -> None:
+        await clock.sleep(seconds)
+        await budget.acquire(Priority.INTERMEDIATE, "a")
+
+    for _ in range(7):
+        await clock.run(quiet(11.0))
+    assert budget.refill_per_s == pytest.approx(4.5)
 
 
 async def test_budget_serves_finals_then_firsts_then_intermediates() -> None:

@@ -3,12 +3,17 @@ bot, and the rate-budget maps staying as small as the channels in use."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import math
+from dataclasses import dataclass
 
 import pytest
 
 from adapters.slack.inbound import BotIdentity, SlackAccess, asker_teams
 from adapters.slack.transport import IDLE_BUDGET_S, SlackBudgets
+from adapters.streaming import Priority, RateBudget
+from tests.adapters.streaming_fakes import FakeClock
 
 
 class ManualClock:
@@ -89,3 +94,68 @@ def test_a_dropped_budget_still_held_is_found_again() -> None:
     clock.at += 2 * IDLE_BUDGET_S + 1
     budgets.post("T1", "COTHER")  # sweeps
     assert budgets.post("T1", "CLONG") is held
+
+
+@dataclass(kw_only=True)
+class TokenBucketWorkspace:
+    """A workspace whose chat.postMessage cap is a token bucket (a number the bot is not told), answering
+    after a round trip: calls sent before a 429 comes back are refused too."""
+
+    clock: FakeClock
+    per_minute: float
+    burst: float
+    round_trip_s: float
+    calls: int = 0
+    refused: int = 0
+    tokens: float = 0.0
+    updated_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+
+    async def post(self, budget: RateBudget, priority: Priority, key: object) -> float:
+        """Sends until accepted (waiting out each 429 as the budget says); returns when it was shown."""
+        while True:
+            await budget.acquire(priority, key)
+            await self.clock.sleep(self.round_trip_s / 2)
+            retry_after_s = self._arrive()
+            await self.clock.sleep(self.round_trip_s / 2)
+            if retry_after_s is None:
+                return self.clock.now()
+            budget.penalize(retry_after_s)
+
+    def _arrive(self) -> float | None:
+        self.calls += 1
+        rate = self.per_minute / 60
+        now = self.clock.now()
+        self.tokens, self.updated_at = min(self.burst, self.tokens + (now - self.updated_at) * rate), now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return None
+        self.refused += 1
+        return max(1.0, math.ceil((1 - self.tokens) / rate))  # Slack sends whole seconds
+
+
+@pytest.mark.parametrize("round_trip_s", [0.1, 0.3, 0.6])
+async def test_an_unknown_workspace_cap_costs_few_429s_in_a_burst_of_answers(round_trip_s: float) -> None:
+    """100 answers at once in 100 channels, then 60 more a minute later, under a 100-a-minute cap the bot
+    was not told: at most 2 % of calls are refused and the 95th first text comes within 1.2x of what
+    the cap allows."""
+    clock = FakeClock()
+    budgets = SlackBudgets(clock=clock, share=1.0)
+    workspace = TokenBucketWorkspace(clock=clock, per_minute=100, burst=10, round_trip_s=round_trip_s)
+    shown: list[float] = []
+
+    async def answer(channel: str) -> None:
+        shown.append(await workspace.post(budgets.post("T1", channel), Priority.FIRST, channel))
+
+    async def scenario() -> None:
+        await asyncio.gather(*(answer(f"C{n:03d}") for n in range(100)))
+        await clock.sleep(60)
+        await asyncio.gather(*(answer(f"CLATER{n:03d}") for n in range(60)))
+
+    await clock.run(scenario())
+    first_burst = sorted(shown[:100])
+    bound_s = (95 - workspace.burst) / (workspace.per_minute / 60)
+    assert workspace.refused <= 0.02 * workspace.calls, (workspace.refused, workspace.calls)
+    assert first_burst[94] <= 1.2 * bound_s
