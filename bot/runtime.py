@@ -30,6 +30,7 @@ from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_iden
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
+from core.store.run_stops import RunStopStore
 from core.tokens import get_token_counter
 from core.tools import ToolRegistry, ToolServices, builtin_registry
 from core.tools.mcp.tools import McpTools
@@ -228,6 +229,7 @@ class Runtime:
             (revert_stuck, REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),
             (reminders.sweep, SWEEP_INTERVAL_S, "sweep-reminders"),
             (self._prune_journal, PRUNE_JOURNAL_INTERVAL_S, "prune-api-journal"),
+            (RunStopStore(self.db).prune, PRUNE_EVENTS_INTERVAL_S, "prune-run-stops"),
         ]
         if self.settings.source_sync_enabled:
             jobs.append((self._sync_sources, self.settings.source_sync_check_s, "sync-sources"))

@@ -110,7 +110,8 @@ class SlackAdapter:
             conversations=ports.conversations, reader=self.reader,
         )
         self.clicks = SlackClicks(
-            approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
+            approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access,
+            assistant=settings.slack_assistant,
         )
         self.stops = SlackStops(runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access)
         # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,

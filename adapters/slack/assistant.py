@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from slack_bolt.async_app import AsyncBoltContext
@@ -67,12 +68,8 @@ class SlackAssistant:
         question = str(event.get("text") or "").strip()
         if question and not await self._known(key):
             await _quietly(set_title(title=_title(question)), "set the title of")
-        await _quietly(set_status(status=wording.assistant_thinking()), "set the status of")
-        try:
+        async with thinking(set_status):
             await self._inbound.on_message(body, event, self._bot(context))
-        finally:
-            # Cleared on every ending: answered, failed, paused for approval, stopped, refused, or cancelled.
-            await asyncio.shield(_quietly(set_status(status=""), "clear the status of"))
 
     async def _known(self, key: ConversationKey) -> bool:
         try:
@@ -80,6 +77,23 @@ class SlackAssistant:
         except Exception:
             logger.exception("could not look up conversation %s", key.thread)
             return True  # no title rather than a second one
+
+
+@asynccontextmanager
+async def thinking(set_status: Callable[..., Awaitable[Any]]) -> AsyncIterator[None]:
+    """The pane's "is thinking…" while the engine works: a question, or a run resumed by an approval.
+
+    Cleared on every ending: answered, failed, paused for approval, stopped, refused, or cancelled."""
+    await _quietly(set_status(status=wording.assistant_thinking()), "set the status of")
+    try:
+        yield
+    finally:
+        await asyncio.shield(_quietly(set_status(status=""), "clear the status of"))
+
+
+def in_assistant_thread(channel: str, thread_ts: str | None) -> bool:
+    """Whether a reply place may be an assistant thread: those live in threads of the app's DM."""
+    return channel.startswith("D") and bool(thread_ts)
 
 
 def _title(question: str) -> str:

@@ -52,14 +52,18 @@ LEARNED_RATE_UNDER_ACCEPTED = 0.9
 LEARNING_WINDOW_S = SECONDS_PER_MINUTE
 # How long the most calls accepted in a minute is remembered as a floor (limits can change).
 LEARNING_MEMORY_S = 10 * SECONDS_PER_MINUTE
+# ... unless the platform refused this share of the calls in the last minute: then the limit went down.
+LIMIT_WENT_DOWN_REFUSED_SHARE = 0.25
 LEARNED_RATE_RECOVERY = 1.25
 LEARNED_RATE_RECOVER_AFTER_S = 10.0
 # An unknown limit (`known_limit=False`) is measured by two overloads close together: the platform's
 # bucket was empty at both, so the calls it accepted in between, over the time between them, are its
-# rate. The second overload then slows down to a little under that measure rather than by half, and
-# for LEARNING_MEMORY_S the rate grows back quickly only up to it: a limit that drew 429s is not probed
-# again every few seconds.
+# rate. The platform accepted that much, so the limit is at least the most measured lately: an overload
+# then slows down to a little under that rather than by half (never below half), and for
+# LEARNING_MEMORY_S after the last measure the rate grows back quickly only up to it, so a limit that
+# drew 429s is not probed again every few seconds.
 MEASURE_WITHIN_S = SECONDS_PER_MINUTE
+MEASURE_MEMORY_S = 3 * SECONDS_PER_MINUTE
 LEARNED_RATE_UNDER_MEASURED = 0.95
 # Intermediate edits leave this many calls in the bucket (less where the bucket is smaller), so an
 # answer that ends finds a call for its final text at once instead of waiting out the refill.
@@ -130,13 +134,13 @@ class RateBudget:
         self._last_limited_at = float("-inf")
         self._slowed_until = float("-inf")
         self._granted_at: deque[float] = deque()  # grant times in the last LEARNING_WINDOW_S, when learning
-        self._most_accepted = 0  # the most calls granted in one LEARNING_WINDOW_S, seen lately
+        self._refused_at: deque[float] = deque()  # 429 times in the last LEARNING_WINDOW_S, when learning
+        self._most_accepted = 0  # the most calls accepted (granted, less 429s) in one LEARNING_WINDOW_S lately
         self._most_accepted_at = float("-inf")
         self._known_limit = known_limit
         self._overload_at = float("-inf")  # the first 429 of the last overload
         self._granted_since_overload = 0
-        self._ceiling_per_s = float("inf")  # where quick recovery stops, for an unknown limit
-        self._ceiling_until = float("-inf")
+        self._measures: deque[tuple[float, float]] = deque()  # (when, calls/s) two overloads measured lately
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
@@ -302,6 +306,7 @@ class RateBudget:
             self._parent.penalize(retry_after_s)
         resume_at = self._clock.now() + max(0.0, retry_after_s)
         if self._learns:
+            self._refused_at.append(self._clock.now())
             self._slow_down(resume_at)
         self._busy_until = max(self._busy_until, resume_at)
         if resume_at <= self._paused_until:
@@ -342,22 +347,26 @@ class RateBudget:
             return  # calls sent before the last slow-down, answered by the same overload
         self._slowed_until = resume_at
         self._forget_grants_before(now - LEARNING_WINDOW_S)
-        if now - self._most_accepted_at > LEARNING_MEMORY_S:
-            self._most_accepted, self._most_accepted_at = len(self._granted_at), now
-        # The limit is at least the most the platform accepted in a minute lately: halving never goes
-        # far below that, so 429s of other causes cannot talk the rate down to a trickle.
-        accepted_per_s = self._most_accepted / LEARNING_WINDOW_S
-        halved = self._refill_per_s * LEARNED_RATE_DECREASE
+        refused_share = len(self._refused_at) / max(1, len(self._granted_at))
+        if now - self._most_accepted_at > LEARNING_MEMORY_S or refused_share >= LIMIT_WENT_DOWN_REFUSED_SHARE:
+            # Old, or belied by a minute in which the platform refused a good share of the calls: the
+            # limit went down, and what was accepted before is no floor any more.
+            self._most_accepted, self._most_accepted_at = self._accepted_in_window(), now
+            self._measures.clear()
+        rate = self._refill_per_s * LEARNED_RATE_DECREASE
         measured = None if self._known_limit else self._measure(now)
-        rate = halved
         if measured is not None:
-            rate = max(halved, min(self._refill_per_s, measured * LEARNED_RATE_UNDER_MEASURED))
-        rate = max(self._learned_floor_per_s, rate, accepted_per_s * LEARNED_RATE_UNDER_ACCEPTED)
-        if measured is not None:
-            # 429s of other causes close together measure too little: the ceiling is never below what
-            # a minute lately accepted, nor below the rate just chosen.
-            self._ceiling_per_s = max(measured, accepted_per_s, rate)
-            self._ceiling_until = now + LEARNING_MEMORY_S
+            # The platform accepted that much, so the limit is at least the most measured lately (429s of
+            # other causes, a busy platform, close together only measure too little). Still a little
+            # slower than now: a limit that really went down is found in a few overloads.
+            self._measures.append((now, measured))
+            slower = self._refill_per_s * LEARNED_RATE_UNDER_ACCEPTED
+            rate = max(rate, min(slower, self._ceiling(now) * LEARNED_RATE_UNDER_MEASURED))
+        else:
+            # The limit is at least the most the platform accepted in a minute lately: halving never goes
+            # far below that, so 429s of other causes cannot talk the rate down to a trickle.
+            rate = max(rate, self._most_accepted / LEARNING_WINDOW_S * LEARNED_RATE_UNDER_ACCEPTED)
+        rate = max(self._learned_floor_per_s, rate)
         factor = min(1.0, rate / self._refill_per_s)
         self._refill_per_s *= factor
         self._capacity = max(1.0, self._capacity * factor)
@@ -371,15 +380,24 @@ class RateBudget:
             return None
         return max(0, granted - 1) / since  # the call this 429 answered was granted but not accepted
 
+    def _ceiling(self, now: float) -> float:
+        """The most measured in the last MEASURE_MEMORY_S (no bound when nothing was)."""
+        while self._measures and self._measures[0][0] < now - MEASURE_MEMORY_S:
+            self._measures.popleft()
+        return max((rate for _, rate in self._measures), default=float("inf"))
+
     def _forget_grants_before(self, moment: float) -> None:
-        while self._granted_at and self._granted_at[0] < moment:
-            self._granted_at.popleft()
+        for times in (self._granted_at, self._refused_at):
+            while times and times[0] < moment:
+                times.popleft()
+
+    def _accepted_in_window(self) -> int:
+        return max(0, len(self._granted_at) - len(self._refused_at))
 
     def _recover(self, now: float) -> None:
         """A quiet stretch since the last 429: the learnt rate grows back, never past where it started."""
         capacity, refill = self._initial
-        if now < self._ceiling_until:
-            refill = min(refill, self._ceiling_per_s)
+        refill = min(refill, self._ceiling(now))
         if self._refill_per_s >= refill or now - self._last_limited_at < LEARNED_RATE_RECOVER_AFTER_S:
             return
         self._last_limited_at = now  # the next step needs another quiet stretch
@@ -406,8 +424,9 @@ class RateBudget:
             self._granted_since_overload += 1
             self._granted_at.append(now)
             self._forget_grants_before(now - LEARNING_WINDOW_S)
-            if len(self._granted_at) >= self._most_accepted:
-                self._most_accepted, self._most_accepted_at = len(self._granted_at), now
+            accepted = self._accepted_in_window()
+            if accepted >= self._most_accepted:
+                self._most_accepted, self._most_accepted_at = accepted, now
         return True
 
     def _drop_abandoned(self) -> None:

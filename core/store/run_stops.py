@@ -12,6 +12,9 @@ from core.store.db import Database
 
 # Postgres NOTIFY channel a stop request is announced on (the payload is the run id).
 STOP_CHANNEL = "relaybot_run_stop"
+# A run's row is kept this long after it ended (or was last seen, if its process died): a Stop click on
+# it says "already finished" meanwhile, and "not running" after.
+RUN_STOP_RETENTION_DAYS = 7
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +59,15 @@ class RunStopStore:
             await conn.execute(
                 "UPDATE run_stops SET ended_at = now(), outcome = %s WHERE run_id = %s", (outcome, uuid.UUID(run_id))
             )
+
+    async def prune(self, *, older_than_days: float = RUN_STOP_RETENTION_DAYS) -> int:
+        """Forget runs that ended (or were last seen) longer ago than the retention; returns how many."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM run_stops WHERE coalesce(ended_at, seen_at) < now() - make_interval(secs => %s)",
+                (older_than_days * 86400.0,),
+            )
+            return cursor.rowcount
 
     async def get(self, run_id: str) -> RunRow | None:
         async with self._db.connection() as conn:

@@ -144,3 +144,6 @@ async def test_approvals_work_in_an_assistant_thread(
     payload = slack.block_actions(DM_CHANNEL, approval.ts, user=ALICE, action_id="relaybot_approve", value=value)
     assert (await slack.deliver_interaction(bot.url, payload)).status == 200
     assert await eventually(lambda: "Deployed to prod." in replies_text(slack, thread_ts))
+    thinking = wording.assistant_thinking()
+    assert await eventually(lambda: statuses(slack, thread_ts) == [thinking, "", thinking, ""]), \
+        "the resumed run shows the status while it works, and clears it at its end"

@@ -159,3 +159,28 @@ async def test_an_unknown_workspace_cap_costs_few_429s_in_a_burst_of_answers(rou
     bound_s = (95 - workspace.burst) / (workspace.per_minute / 60)
     assert workspace.refused <= 0.02 * workspace.calls, (workspace.refused, workspace.calls)
     assert first_burst[94] <= 1.2 * bound_s
+
+
+async def test_a_workspace_cap_that_drops_is_found_again_in_a_few_429s() -> None:
+    """The cap measured in a first burst halves a minute later: the next burst is slowed to it within a
+    few overloads (each a tenth slower at least), instead of meeting a 429 every few seconds for as long
+    as the first minute's count is remembered."""
+    clock = FakeClock()
+    budgets = SlackBudgets(clock=clock, share=1.0)
+    workspace = TokenBucketWorkspace(clock=clock, per_minute=100, burst=10, round_trip_s=0.3)
+
+    async def burst(prefix: str, count: int) -> None:
+        await asyncio.gather(*(
+            workspace.post(budgets.post("T1", f"{prefix}{n:03d}"), Priority.FIRST, f"{prefix}{n:03d}") for n in range(count)
+        ))
+
+    async def scenario() -> None:
+        await burst("CFIRST", 100)
+        await clock.sleep(60)
+        workspace.per_minute = 50
+        refused_before = workspace.refused
+        await burst("CSECOND", 150)
+        assert workspace.refused - refused_before <= 15, workspace.refused - refused_before
+
+    await clock.run(scenario())
+    assert budgets.workspace_posts("T1").refill_per_s * 60 <= 1.1 * 50

@@ -14,6 +14,7 @@ from core.store.continuations import ContinuationStore, Decision, StoredCall
 from core.store.conversations import ConversationStore, NewMessage
 from core.store.db import Database
 from core.store.processed_events import ProcessedEvents
+from core.store.run_stops import RunStopStore
 
 
 def _in(seconds: float) -> datetime:
@@ -137,3 +138,25 @@ async def test_embedded_database_keeps_data_across_restart() -> None:
             assert await ConversationStore(database).find(key) == conversation
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_run_stop_rows_are_forgotten_after_the_retention_only(db: Database) -> None:
+    store = RunStopStore(db)
+    key = ConversationKey(platform="slack", workspace="T", channel="CSTOPS")
+    ended_long_ago, dead_long_ago, ended_lately, going = (str(uuid.uuid4()) for _ in range(4))
+    for run_id in (ended_long_ago, dead_long_ago, ended_lately, going):
+        await store.started(run_id, key, asked_by="U1")
+    await store.ended(ended_long_ago, "answered")
+    await store.ended(ended_lately, "answered")
+    async with db.connection() as conn:
+        await conn.execute(
+            "UPDATE run_stops SET ended_at = now() - interval '8 days', seen_at = now() - interval '8 days'"
+            " WHERE run_id = %s", (uuid.UUID(ended_long_ago),),
+        )
+        # A process that died mid-run: its row never ended, and was last seen long ago.
+        await conn.execute(
+            "UPDATE run_stops SET seen_at = now() - interval '8 days' WHERE run_id = %s", (uuid.UUID(dead_long_ago),)
+        )
+    assert await store.prune() == 2
+    assert await store.get(ended_long_ago) is None and await store.get(dead_long_ago) is None
+    assert await store.get(ended_lately) is not None and await store.get(going) is not None
