@@ -241,7 +241,20 @@ class SlackAdapter:
     async def _handle_http(self, request: web.Request) -> web.Response:
         # Bolt runs the listeners in tasks started here: they inherit the platform.
         with observe.platform_scope(PLATFORM):
-            response = await self.app.async_dispatch(await to_bolt_request(request))
+            try:
+                bolt_request = await to_bolt_request(request)
+            except (ValueError, AttributeError) as error:
+                # Bolt reads the body as it builds the request: JSON or a form that does not parse, or
+                # that is not an object. Slack never sends one; a 400 says so (a 500 asks for a retry).
+                return _unreadable(f"a body Bolt cannot read ({type(error).__name__})")
+            if bolt_request.body.get("type") == "event_callback" and not isinstance(bolt_request.body.get("event"), dict):
+                return _unreadable("an event_callback whose event is not an object")
+            response = await self.app.async_dispatch(bolt_request)
+        if response.status == 404:
+            # A signed request no listener takes (Bolt verifies the signature first): Slack would retry
+            # a 404 three times, and count it against the app's delivery failures.
+            logger.info("no listener for a Slack request; acknowledged")
+            return web.Response(status=200)
         return await to_aiohttp_response(response)
 
     async def _gate_middleware(self, body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> BoltResponse | None:
@@ -262,6 +275,12 @@ class SlackAdapter:
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
         await self.inbound.on_message(body, event, _bot(context))
+
+
+def _unreadable(what: str) -> web.Response:
+    logger.warning("refused a Slack request: %s", what)
+    metrics.record_malformed_event(platform=PLATFORM)
+    return web.Response(status=400, text="malformed request")
 
 
 class RateLimitCounter(AsyncRetryHandler):

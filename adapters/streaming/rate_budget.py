@@ -58,10 +58,10 @@ LEARNED_RATE_RECOVERY = 1.25
 LEARNED_RATE_RECOVER_AFTER_S = 10.0
 # An unknown limit (`known_limit=False`) is measured by two overloads close together: the platform's
 # bucket was empty at both, so the calls it accepted in between, over the time between them, are its
-# rate. The platform accepted that much, so the limit is at least the most measured lately: an overload
-# then slows down to a little under that rather than by half (never below half), and for
-# LEARNING_MEMORY_S after the last measure the rate grows back quickly only up to it, so a limit that
-# drew 429s is not probed again every few seconds.
+# rate. The platform accepted that much, so the limit is at least the most measured in MEASURE_MEMORY_S
+# (429s of other causes only measure less): a measured overload slows down to a little under that
+# rather than by half, but a tenth at least (a limit that went down is found in a few overloads), and
+# the rate grows back quickly only up to it, so a limit that drew 429s is not probed every few seconds.
 MEASURE_WITHIN_S = SECONDS_PER_MINUTE
 MEASURE_MEMORY_S = 3 * SECONDS_PER_MINUTE
 LEARNED_RATE_UNDER_MEASURED = 0.95

@@ -15,6 +15,7 @@ from core.store.heartbeats import Heartbeats
 from core.store.live_messages import LiveMessages
 from tests.emulators.openai_server import Fault, OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
+from tests.support.observe import sample
 from tests.e2e.slack_harness import (
     SlackBot,
     bot_replies,
@@ -90,6 +91,29 @@ async def test_bad_signature_and_stale_timestamp_get_401(bot: SlackBot, slack_em
     assert (await slack.deliver_event(bot.url, event, timestamp=int(time.time()) - 600)).status == 401
     await asyncio.sleep(0.2)
     assert bot_replies(slack, CHANNEL, event["ts"]) == []
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (b'{"type": "event_callback", "event": ', "application/json"),
+    (b"[]", "application/json"),
+    (b"null", "application/json"),
+    (b'{"type": "event_callback", "event": []}', "application/json"),
+    (b"payload=%7Bnot-json", "application/x-www-form-urlencoded"),
+    (b"payload=%5B%5D", "application/x-www-form-urlencoded"),
+])
+async def test_a_body_that_cannot_be_read_gets_400_not_a_retry(
+    bot: SlackBot, slack_emulator: SlackEmulator, body: bytes, content_type: str
+) -> None:
+    before = sample("relaybot_malformed_events_total", platform="slack")
+    assert (await slack_emulator.deliver_raw(bot.url, body, content_type=content_type)).status == 400
+    assert sample("relaybot_malformed_events_total", platform="slack") == before + 1
+
+
+async def test_a_signed_request_no_listener_takes_is_acknowledged(bot: SlackBot, slack_emulator: SlackEmulator) -> None:
+    """Slack retries anything but a 2xx: an event type the bot does not handle is acked, not answered 404."""
+    event = {"type": "reaction_added", "user": "U1", "reaction": "tada", "item": {"type": "message"}, "event_ts": "1.2"}
+    assert (await slack_emulator.deliver_event(bot.url, event)).status == 200
+    assert (await slack_emulator.deliver_event(bot.url, event, sign=False)).status == 401
 
 
 async def test_dm_top_level_is_one_rolling_conversation(
