@@ -41,9 +41,10 @@ PLATFORM_RATE_MARGIN = 0.02
 # (its message still shows the placeholder) go first, but only those requested up to this many
 # seconds after it, so it never starves.
 SHOWN_TEXT_FINAL_DEFER_S = 60.0
-# Learning from 429s (`learns=True`): a 429 halves the rate, but not below a little under the most the
-# platform accepted in a minute lately (Slack's limits are per minute), nor below this floor. 429s
-# within the pause of the one that slowed it down are the same overload and count once. After
+# Learning from 429s (`learns=True`): a 429 slows a told limit by a tenth (LEARNED_RATE_UNDER_ACCEPTED);
+# a guessed one it halves, but not below a little under the most the platform accepted in a minute
+# lately (Slack's limits are per minute). Neither goes below the floor. 429s within the pause of the
+# one that slowed it down are the same overload and count once. After
 # LEARNED_RATE_RECOVER_AFTER_S without one, the rate grows back by a quarter each time, up to where it
 # started.
 LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
@@ -109,9 +110,10 @@ class RateBudget:
     `parent`: a wider limit this one also counts against (Slack's workspace-wide chat.postMessage
     over each channel's, Discord's per-bot global limit over each channel's): every call takes a
     token of both, at the same priority, and a 429 pauses both, since a 429 rarely says its scope.
-    `learns`: a limit whose number the platform does not publish. Each 429 halves the rate (and the
-    burst); quiet minutes grow it back towards where it started. `known_limit=False`: the starting rate
-    is a guess, so two overloads close together measure the limit (see MEASURE_WITHIN_S).
+    `learns`: a limit whose number the platform does not publish. A 429 slows it down (and the burst);
+    quiet stretches grow it back towards where it started. `known_limit` (the operator told the number):
+    a 429 slows it by a tenth. Otherwise the starting rate is a guess: a 429 halves it, and two
+    overloads close together measure the limit (see MEASURE_WITHIN_S).
     """
 
     def __init__(
@@ -353,14 +355,19 @@ class RateBudget:
             # limit went down, and what was accepted before is no floor any more.
             self._most_accepted, self._most_accepted_at = self._accepted_in_window(), now
             self._measures.clear()
+        slower = self._refill_per_s * LEARNED_RATE_UNDER_ACCEPTED
         rate = self._refill_per_s * LEARNED_RATE_DECREASE
         measured = None if self._known_limit else self._measure(now)
-        if measured is not None:
+        if self._known_limit:
+            # A told number is trusted: a 429 is likelier noise (requests that arrived bunched, a busy
+            # platform) than a wrong number, so a tenth slower, and back after a quiet stretch.
+            rate = slower
+        elif measured is not None and measured >= rate:
             # The platform accepted that much, so the limit is at least the most measured lately (429s of
             # other causes, a busy platform, close together only measure too little). Still a little
-            # slower than now: a limit that really went down is found in a few overloads.
+            # slower than now: a limit that really went down is found in a few overloads. A measure
+            # under half the rate is too few calls to tell (or the pause took most of the time).
             self._measures.append((now, measured))
-            slower = self._refill_per_s * LEARNED_RATE_UNDER_ACCEPTED
             rate = max(rate, min(slower, self._ceiling(now) * LEARNED_RATE_UNDER_MEASURED))
         else:
             # The limit is at least the most the platform accepted in a minute lately: halving never goes
