@@ -14,7 +14,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.streaming import (
     CONNECTION_ERRORS, Clock, Priority, RateBudget, TransientSendError, classify_failure, parse_retry_after,
 )
-from adapters.streaming.rate_budget import LEARNED_RATE_FLOOR_PER_S, BudgetMap
+from adapters.streaming.rate_budget import (
+    BURST_SHARE_OF_MINUTE, LEARNED_RATE_FLOOR_PER_S, PLATFORM_BURST_RESERVE_CALLS, BudgetMap,
+)
 from adapters.streaming.send import send_paced as paced
 
 from .render import markdown_text
@@ -110,7 +112,13 @@ class SlackBudgets:
 
     def _new_workspace_posts(self, team_id: str) -> RateBudget:
         per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
-        learning = RateBudget.per_minute(per_minute, share=self._share, clock=self._clock)
+        # A told limit keeps a few calls of its burst back: a burst sent while the process is busy with
+        # many answers reaches Slack bunched with the calls after it. Window-safe either way (what the
+        # burst loses, the refill gains).
+        burst = max(1.0, per_minute * self._share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
+        learning = RateBudget.per_minute(
+            per_minute, share=self._share, clock=self._clock, burst=burst if self._workspace_posts_per_minute else None
+        )
         # A limit the operator told us is trusted at least half-way: 429s from other causes
         # (a busy Slack) must not talk the bot down to a trickle.
         floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
