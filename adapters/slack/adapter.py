@@ -243,9 +243,10 @@ class SlackAdapter:
         with observe.platform_scope(PLATFORM):
             try:
                 bolt_request = await to_bolt_request(request)
-            except (ValueError, AttributeError) as error:
-                # Bolt reads the body as it builds the request: JSON or a form that does not parse, or
-                # that is not an object. Slack never sends one; a 400 says so (a 500 asks for a retry).
+            except (ValueError, TypeError, AttributeError, LookupError) as error:
+                # Bolt reads the body and its context (team, user, channel) as it builds the request:
+                # JSON or a form that does not parse, is not an object, or has fields of the wrong shape.
+                # Slack never sends one; a 400 says so (a 500 would ask for a retry).
                 return _unreadable(f"a body Bolt cannot read ({type(error).__name__})")
             if bolt_request.body.get("type") == "event_callback" and not isinstance(bolt_request.body.get("event"), dict):
                 return _unreadable("an event_callback whose event is not an object")

@@ -111,21 +111,21 @@ class SlackBudgets:
         )
 
     def _new_workspace_posts(self, team_id: str) -> RateBudget:
-        per_minute = self._workspace_posts_per_minute or UNKNOWN_WORKSPACE_POSTS_PER_MINUTE
-        # A told limit keeps a few calls of its burst back: a burst sent while the process is busy with
-        # many answers reaches Slack bunched with the calls after it. Window-safe either way (what the
-        # burst loses, the refill gains).
-        burst = max(1.0, per_minute * self._share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
-        learning = RateBudget.per_minute(
-            per_minute, share=self._share, clock=self._clock, burst=burst if self._workspace_posts_per_minute else None
-        )
-        # A limit the operator told us is trusted at least half-way: 429s from other causes
-        # (a busy Slack) must not talk the bot down to a trickle.
-        floor = learning.refill_per_s / 2 if self._workspace_posts_per_minute else LEARNED_RATE_FLOOR_PER_S
-        capacity = learning.capacity if self._workspace_posts_per_minute else min(learning.capacity, UNKNOWN_WORKSPACE_POSTS_BURST)
+        told = self._workspace_posts_per_minute
+        if told:
+            # The burst keeps a few calls back: one sent while the process is busy with many answers
+            # reaches Slack bunched with the calls after it. Window-safe still (the refill gains them).
+            burst = max(1.0, told * self._share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
+            sized = RateBudget.per_minute(told, share=self._share, clock=self._clock, burst=burst)
+            # Trusted at least half-way: 429s of other causes (a busy Slack) never talk it down to a trickle.
+            return RateBudget(
+                capacity=sized.capacity, refill_per_s=sized.refill_per_s, clock=self._clock, learns=True,
+                learned_floor_per_s=sized.refill_per_s / 2, known_limit=True,
+            )
+        guess = RateBudget.per_minute(UNKNOWN_WORKSPACE_POSTS_PER_MINUTE, share=self._share, clock=self._clock)
         return RateBudget(
-            capacity=capacity, refill_per_s=learning.refill_per_s, clock=self._clock, learns=True,
-            learned_floor_per_s=floor, known_limit=bool(self._workspace_posts_per_minute),
+            capacity=min(guess.capacity, UNKNOWN_WORKSPACE_POSTS_BURST), refill_per_s=guess.refill_per_s,
+            clock=self._clock, learns=True, learned_floor_per_s=LEARNED_RATE_FLOOR_PER_S, known_limit=False,
         )
 
     @property

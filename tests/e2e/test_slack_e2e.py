@@ -98,6 +98,8 @@ async def test_bad_signature_and_stale_timestamp_get_401(bot: SlackBot, slack_em
     (b"[]", "application/json"),
     (b"null", "application/json"),
     (b'{"type": "event_callback", "event": []}', "application/json"),
+    (b'{"type": "event_callback", "authorizations": 5, "event": {"type": "app_mention"}}', "application/json"),
+    (b'{"type": "event_callback", "event": {"type": "app_mention", "user": 123, "channel": "C1"}}', "application/json"),
     (b"payload=%7Bnot-json", "application/x-www-form-urlencoded"),
     (b"payload=%5B%5D", "application/x-www-form-urlencoded"),
 ])
