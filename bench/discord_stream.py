@@ -124,7 +124,7 @@ async def run_scenario(
         )
     )
     time_done(engine, probes)
-    before_429 = dc.count_429
+    before_429, before_global = dc.count_429, dc.count_global_429
 
     sent: dict[str, int] = {}
 
@@ -168,7 +168,8 @@ async def run_scenario(
     finals_per_channel = count if one_channel else 1
     bound_s = adapter.budgets.bound_s(0) + finals_per_channel / _refill_per_s(adapter)
     print(f"{name}: {count} concurrent answers in {len(channels)} channel(s), {elapsed:.1f} s real")
-    print(f"  429s received:                     {dc.count_429 - before_429} (target 0)")
+    print(f"  429s received:                     {dc.count_429 - before_429} (target 0; "
+          f"{dc.count_global_429 - before_global} of them global)")
     print(f"  final texts delivered:             {len(delivered)}/{count} ({100 * len(delivered) / count:.0f}%)")
     print(f"  edits per message:                 mean {sum(edits) / max(1, len(edits)):.1f}, max {max(edits, default=0)}")
     print(f"  p95 event → first answer text:     {p95(first_text) * 1000:.0f} ms real"

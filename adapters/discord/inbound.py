@@ -15,6 +15,7 @@ from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
+from adapters.streaming import Priority
 from core.config import DirectMessagePolicy
 from core.engine import Engine
 from core.ports import KnownConversations
@@ -212,6 +213,11 @@ class DiscordInbound:
         workspace = workspace_of(message.guild.id if message.guild else None)
         if key is None:
             name = render.thread_name(render.clean_question(message.content))
+            bot_wide = self._surfaces.budgets.global_budget
+            if bot_wide is not None:
+                # Opening the thread counts against Discord's per-bot limit too: a burst of questions must
+                # not open fifty at once (the first text comes next, on the same budget).
+                await bot_wide.acquire(Priority.FIRST, channel.id)
             try:
                 thread = await message.create_thread(name=name)
             except discord.HTTPException:

@@ -392,3 +392,21 @@ async def test_commands_are_synced_once_then_only_when_their_definition_changes(
     async with running_bot(discord_emulator, db, openai_emulator):
         pass
     assert len(discord_emulator.requests_to("commands_put")) == 2
+
+
+async def test_a_burst_of_mentions_opens_every_thread_within_the_bot_wide_limit(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """Opening a thread counts against Discord's per-bot global limit: 60 mentions in 60 channels at once
+    open their threads paced by the bot-wide budget, never answered 429."""
+    dc = discord_emulator
+    w = make_world(dc)
+    channels = [dc.add_channel(w.guild_id, f"room-{n}") for n in range(60)]
+    openai_emulator.script_fn(lambda body: Text("Noted."))
+    async with running_bot(dc, db, openai_emulator):
+        asked = await asyncio.gather(*(
+            dc.send_user_message(channel, w.alice, f"question {n}", mentions_bot=True) for n, channel in enumerate(channels)
+        ))
+        threads = await asyncio.gather(*(dc.wait_for(lambda m=m: dc.thread_of(m), what="thread") for m in asked))
+        await asyncio.gather(*(wait_for_text(dc, thread.id, "Noted.") for thread in threads))
+    assert dc.count_global_429 == 0
