@@ -44,9 +44,8 @@ SHOWN_TEXT_FINAL_DEFER_S = 60.0
 # Learning from 429s (`learns=True`): a 429 slows a told limit by a tenth (LEARNED_RATE_UNDER_ACCEPTED);
 # a guessed one it halves, but not below a little under the most the platform accepted in a minute
 # lately (Slack's limits are per minute). Neither goes below the floor. 429s within the pause of the
-# one that slowed it down are the same overload and count once. After
-# LEARNED_RATE_RECOVER_AFTER_S without one, the rate grows back by a quarter each time, up to where it
-# started.
+# one that slowed it down are the same overload and count once. After LEARNED_RATE_RECOVER_AFTER_S
+# without one, the rate grows back by a quarter each time, up to where it started.
 LEARNED_RATE_FLOOR_PER_S = 1.0 / SECONDS_PER_MINUTE
 LEARNED_RATE_DECREASE = 0.5
 LEARNED_RATE_UNDER_ACCEPTED = 0.9
@@ -355,29 +354,31 @@ class RateBudget:
             # limit went down, and what was accepted before is no floor any more.
             self._most_accepted, self._most_accepted_at = self._accepted_in_window(), now
             self._measures.clear()
+        rate = max(self._learned_floor_per_s, self._slower_rate(now))
+        factor = min(1.0, rate / self._refill_per_s)
+        self._refill_per_s *= factor
+        self._capacity = max(1.0, self._capacity * factor)
+        self._tokens = min(self._tokens, self._capacity)
+
+    def _slower_rate(self, now: float) -> float:
+        """The rate after an overload (before the floor)."""
         slower = self._refill_per_s * LEARNED_RATE_UNDER_ACCEPTED
-        rate = self._refill_per_s * LEARNED_RATE_DECREASE
-        measured = None if self._known_limit else self._measure(now)
         if self._known_limit:
             # A told number is trusted: a 429 is likelier noise (requests that arrived bunched, a busy
             # platform) than a wrong number, so a tenth slower, and back after a quiet stretch.
-            rate = slower
-        elif measured is not None and measured >= rate:
+            return slower
+        halved = self._refill_per_s * LEARNED_RATE_DECREASE
+        measured = self._measure(now)
+        if measured is not None and measured >= halved:
             # The platform accepted that much, so the limit is at least the most measured lately (429s of
             # other causes, a busy platform, close together only measure too little). Still a little
             # slower than now: a limit that really went down is found in a few overloads. A measure
             # under half the rate is too few calls to tell (or the pause took most of the time).
             self._measures.append((now, measured))
-            rate = max(rate, min(slower, self._ceiling(now) * LEARNED_RATE_UNDER_MEASURED))
-        else:
-            # The limit is at least the most the platform accepted in a minute lately: halving never goes
-            # far below that, so 429s of other causes cannot talk the rate down to a trickle.
-            rate = max(rate, self._most_accepted / LEARNING_WINDOW_S * LEARNED_RATE_UNDER_ACCEPTED)
-        rate = max(self._learned_floor_per_s, rate)
-        factor = min(1.0, rate / self._refill_per_s)
-        self._refill_per_s *= factor
-        self._capacity = max(1.0, self._capacity * factor)
-        self._tokens = min(self._tokens, self._capacity)
+            return max(halved, min(slower, self._ceiling(now) * LEARNED_RATE_UNDER_MEASURED))
+        # The limit is at least the most the platform accepted in a minute lately: halving never goes far
+        # below that, so 429s of other causes cannot talk the rate down to a trickle.
+        return max(halved, self._most_accepted / LEARNING_WINDOW_S * LEARNED_RATE_UNDER_ACCEPTED)
 
     def _measure(self, now: float) -> float | None:
         """The rate two overloads close together show (this one the second), else None."""
