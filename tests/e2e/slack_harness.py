@@ -14,7 +14,7 @@ from core.engine import Engine
 from core.retrieval.retriever import Retriever
 from core.store.db import Database
 from core.store.live_messages import LiveMessages
-from core.tools import ToolRegistry, ToolServices
+from core.tools import ToolRegistry, ToolServices, ToolSpec, builtin_registry
 from core.tools.read_conversation import PlatformReaders
 from tests.emulators.slack import SlackEmulator, app_mention_event, channel_message_event, dm_message_event
 from tests.support.engine import make_engine
@@ -69,6 +69,22 @@ async def start_bot(
     await adapter.start()
     assert isinstance(ports.live, LiveMessages)
     return SlackBot(adapter=adapter, engine=engine, http=http, live=ports.live)
+
+
+def deploy_registry(deploys: list[str] | None = None) -> ToolRegistry:
+    """The built-in tools plus `deploy`, a side effect that needs approval; each run's env lands in `deploys`."""
+    async def deploy(context: Any, arguments: dict[str, Any]) -> str:
+        if deploys is not None:
+            deploys.append(arguments["env"])
+        return f"deployed to {arguments['env']}"
+
+    tools = builtin_registry()
+    tools.register(ToolSpec(
+        name="deploy", description="Deploy the service",
+        parameters={"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
+        run=deploy, requires_approval=True,
+    ))
+    return tools
 
 
 async def eventually(predicate: Callable[[], bool], *, limit_s: float = POLL_LIMIT_S) -> bool:

@@ -12,11 +12,11 @@ import pytest
 from adapters.slack.surface import SlackSurface
 from bot.jobs import expire_approvals
 from core.store.db import Database
-from core.tools import ToolSpec, builtin_registry
+from core.tools import ToolRegistry
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator
 from tests.support.click_path import MAX_CLICK_PATH_MODULES, StackRecorder
-from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, eventually, mention, start_bot
+from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, deploy_registry, eventually, mention, start_bot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,18 +29,8 @@ def deploys() -> list[str]:
 
 
 @pytest.fixture
-def registry(deploys: list[str]):  # type: ignore[no-untyped-def]
-    async def deploy(context: Any, arguments: dict[str, Any]) -> str:
-        deploys.append(arguments["env"])
-        return f"deployed to {arguments['env']}"
-
-    tools = builtin_registry()
-    tools.register(ToolSpec(
-        name="deploy", description="Deploy the service",
-        parameters={"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
-        run=deploy, requires_approval=True,
-    ))
-    return tools
+def registry(deploys: list[str]) -> ToolRegistry:
+    return deploy_registry(deploys)
 
 
 @pytest.fixture

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from adapters import wording
-from core.tools import ToolSpec, builtin_registry
+from core.tools import ToolRegistry
 from tests.emulators.openai_server import Call, Fault, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator, assistant_thread_started_event
-from tests.e2e.slack_harness import ALICE, SlackBot, bot_replies, dm, eventually, start_bot
+from tests.e2e.slack_harness import ALICE, SlackBot, bot_replies, deploy_registry, dm, eventually, start_bot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,17 +20,8 @@ DM_CHANNEL = "D0000ALICE"
 
 
 @pytest.fixture
-def registry():  # type: ignore[no-untyped-def]
-    async def deploy(context: Any, arguments: dict[str, Any]) -> str:
-        return f"deployed to {arguments['env']}"
-
-    tools = builtin_registry()
-    tools.register(ToolSpec(
-        name="deploy", description="Deploy the service",
-        parameters={"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
-        run=deploy, requires_approval=True,
-    ))
-    return tools
+def registry() -> ToolRegistry:
+    return deploy_registry()
 
 
 @pytest.fixture

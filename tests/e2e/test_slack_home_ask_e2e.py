@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from adapters import wording
-from core.tools import ToolSpec, builtin_registry
+from core.tools import ToolRegistry
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator, app_home_opened_event
-from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, eventually, mention, start_bot
+from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, deploy_registry, eventually, mention, start_bot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,18 +25,8 @@ def deploys() -> list[str]:
 
 
 @pytest.fixture
-def registry(deploys: list[str]):  # type: ignore[no-untyped-def]
-    async def deploy(context: Any, arguments: dict[str, Any]) -> str:
-        deploys.append(arguments["env"])
-        return f"deployed to {arguments['env']}"
-
-    tools = builtin_registry()
-    tools.register(ToolSpec(
-        name="deploy", description="Deploy the service",
-        parameters={"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
-        run=deploy, requires_approval=True,
-    ))
-    return tools
+def registry(deploys: list[str]) -> ToolRegistry:
+    return deploy_registry(deploys)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from aiohttp import web
 from core.retrieval.crawl import CrawlOptions, CrawlRootError, CrawlSkip, FetchPolicy, crawl
 from core.retrieval.loaders import LoadedDocument
 from core.retrieval.site_links import page_links, parse_sitemap
+from tests.support.loopback_site import LoopbackSite
 
 LOOPBACK = FetchPolicy(allowed_networks=["127.0.0.1/32"], timeout_s=10)
 
@@ -22,36 +23,17 @@ def page(title: str, body: str, *links: str) -> str:
     )
 
 
-class Site:
+class Site(LoopbackSite):
     """A loopback web site whose pages and robots.txt a test can change; it records every path asked for."""
 
+    PATH_PREFIX = "/"
+
     def __init__(self) -> None:
-        self.hits: list[str] = []
+        super().__init__()
         self.pages: dict[str, tuple[str, str]] = {}  # path -> (content type, body)
         self.robots: str | int = "User-agent: *\nDisallow: /private/\n"
-        self.port = 0
-        self._runner: web.AppRunner | None = None
 
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/{path:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        self.port = self._runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        path = "/" + request.match_info["path"]
-        self.hits.append(path)
+    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         if path == "/robots.txt":
             if isinstance(self.robots, int):
                 return web.Response(status=self.robots)

@@ -13,39 +13,16 @@ from aiohttp import web
 
 from core.retrieval.loaders import LoadedDocument, load_url
 from core.retrieval.url_guard import FetchError, UrlRefused, fetch_url
+from tests.support.loopback_site import LoopbackSite
 
 PAGE = "<html><head><title>Runbook</title></head><body><h1>Runbook</h1><p>Restart the relay.</p></body></html>"
 BIG_BYTES = 300_000
 
 
-class Site:
+class Site(LoopbackSite):
     """A local web server whose handlers record every path they serve."""
 
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/{name:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        self.hits.append(name)
+    async def handle(self, request: web.Request, name: str) -> web.StreamResponse:
         if name == "page.html":
             return web.Response(text=PAGE, content_type="text/html")
         if name == "notes.md":

@@ -23,6 +23,7 @@ from core.tools.read_url import ReadUrlConfig, needs_approval, normalise_url, re
 from tests.core.engine.support import events_of, request, tool_messages
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
+from tests.support.loopback_site import LoopbackSite
 
 ARTICLE = (Path(__file__).resolve().parents[2] / "fixtures" / "pages" / "article.html").read_text(encoding="utf-8")
 MAX_BYTES = 50_000
@@ -41,35 +42,21 @@ def handbook_docx() -> bytes:
     return buffer.getvalue()
 
 
-class Site:
+class Site(LoopbackSite):
     """A local web server that counts what it serves and can hold a body back until it stops."""
 
     def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.port = 0
+        super().__init__()
         self.release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{path}"
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/{name:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        return f"{self.base}/{path}"
 
     async def stop(self) -> None:
         self.release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await super().stop()
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        self.hits.append(name)
+    async def handle(self, request: web.Request, name: str) -> web.StreamResponse:
         if name == "article":
             return web.Response(text=ARTICLE, content_type="text/html")
         if name == "to-article":
