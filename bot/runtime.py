@@ -17,6 +17,7 @@ from core import metrics
 from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
+from core.loop_watch import LoopWatch
 from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
 from core.api_access import API_PLATFORM
@@ -299,11 +300,17 @@ async def serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # First, so every task of the process is known to it and a stall in startup is seen too.
+    watch = LoopWatch()
+    watch.start()
     try:
         await runtime.start()
         log.info("relaybot is running")
         await stop.wait()
         log.info("shutting down")
     finally:
-        await runtime.stop()
+        try:
+            await runtime.stop()
+        finally:
+            await watch.stop()
     return 0
