@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,6 +35,11 @@ HINTS: dict[str, str] = {
     "LLM_REQUEST_TIMEOUT_S": "a number of seconds, e.g. 60",
     "LLM_IDLE_TIMEOUT_S": "a number of seconds, e.g. 30",
     "LLM_MODEL_OVERRIDES": 'a JSON object, e.g. {"context_limit": 32000, "supports_vision": false}',
+    "LLM_TEMPERATURE": "a number between 0 and 2, or leave it unset",
+    "LLM_MAX_TOKENS": "a whole number of tokens, or 0 for the model's own limit",
+    "SYSTEM_PROMPT_FILE": "the path of a readable text file, or leave it unset",
+    "EMBEDDING_DIMENSION": "a whole number of dimensions, e.g. 1536, or leave it unset",
+    "INGEST_MAX_URL_BYTES": "a number of bytes, e.g. 5000000",
     "HTTP_PORT": "a TCP port number between 0 and 65535",
     "API_ENABLED": "true or false",
     "API_MAX_BODY_BYTES": "a number of bytes of at least 1024, e.g. 1000000",
@@ -112,10 +118,41 @@ def check_url(value: str, *, schemes: tuple[str, ...]) -> str:
     return value
 
 
+MODEL_OVERRIDE_INTS = ("context_limit", "max_output_tokens")
+MODEL_OVERRIDE_BOOLS = ("supports_tools", "supports_structured_output", "supports_vision")
+FLAG_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+# Larger than any model's window; past it a typo (an extra zero or three) is likelier than a model.
+MODEL_OVERRIDE_MAX_TOKENS = 100_000_000
+
+
+def check_model_overrides(value: dict[str, Any]) -> dict[str, Any]:
+    """LLM_MODEL_OVERRIDES with whole positive token counts and true/false flags, or ValueError naming the key."""
+    checked: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in MODEL_OVERRIDE_BOOLS:
+            if isinstance(item, str) and item.strip().lower() in FLAG_WORDS:
+                item = FLAG_WORDS[item.strip().lower()]
+            if not isinstance(item, bool):
+                raise ValueError(f"{key} must be true or false")
+            checked[key] = item
+        elif key in MODEL_OVERRIDE_INTS:
+            if isinstance(item, str) and item.strip().isdigit():
+                item = int(item.strip())
+            # JSON reads 1e309 as infinity and 5.0 as a float; a bool is an int to Python but not a count.
+            whole = isinstance(item, int) or (isinstance(item, float) and math.isfinite(item) and item.is_integer())
+            if isinstance(item, bool) or not whole or not 0 < item <= MODEL_OVERRIDE_MAX_TOKENS:
+                raise ValueError(f"{key} must be a whole number of tokens between 1 and {MODEL_OVERRIDE_MAX_TOKENS:,}")
+            checked[key] = int(item)
+        else:
+            raise ValueError(f"{key!r} is not an override; known: {', '.join(MODEL_OVERRIDE_INTS + MODEL_OVERRIDE_BOOLS)}")
+    return checked
+
+
 class Settings(BaseSettings):
     """Everything relaybot reads from its environment."""
 
-    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+    # No setting means infinity or NaN: `inf` seconds or tokens would pass `gt=0` and fail deep inside a run.
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", allow_inf_nan=False)
 
     # Storage
     database_url: str | None = Field(default=None, repr=False)  # may hold a password
@@ -131,8 +168,8 @@ class Settings(BaseSettings):
     llm_model_overrides: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
     llm_request_timeout_s: float = Field(default=60.0, gt=0)
     llm_idle_timeout_s: float = Field(default=30.0, gt=0)
-    llm_temperature: float | None = None
-    llm_max_tokens: int = 0
+    llm_temperature: float | None = Field(default=None, ge=0, le=2)
+    llm_max_tokens: int = Field(default=0, ge=0)  # 0: the model's own limit
     agent_model: str | None = None
 
     # Agent
@@ -159,12 +196,12 @@ class Settings(BaseSettings):
     embedding_model: str | None = None
     embedding_base_url: str | None = None
     embedding_api_key: str | None = Field(default=None, repr=False)
-    embedding_dimension: int | None = None
+    embedding_dimension: int | None = Field(default=None, ge=1)
 
     # Ingestion
     ingest_allow_private: bool = False
     ingest_allowed_networks: CommaList = ()
-    ingest_max_url_bytes: int = 5_000_000
+    ingest_max_url_bytes: int = Field(default=5_000_000, ge=1)
     # Fresh sources: every `relaybot run` process looks this often for sources whose sync interval has
     # passed (set per source with `relaybot ingest --sync-every`); a lease lets one process sync each.
     source_sync_enabled: bool = True
@@ -323,6 +360,19 @@ class Settings(BaseSettings):
         parse_policy(value)  # a ValueError names the malformed rule
         return value
 
+    @field_validator("llm_model_overrides", mode="after")
+    @classmethod
+    def _check_model_overrides(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_model_overrides(value)
+
+    @field_validator("system_prompt_file", mode="after")
+    @classmethod
+    def _check_system_prompt_file(cls, value: Path | None) -> Path | None:
+        # Read when the engine is built, after the database is open: a missing file must stop the start here.
+        if value is not None and not value.is_file():
+            raise ValueError("no readable file is there")
+        return value
+
     @field_validator("mcp_servers", mode="after")
     @classmethod
     def _check_mcp_servers(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +395,13 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_json_object(cls, value: object) -> object:
         if isinstance(value, str):
-            return json.loads(value) if value.strip() else {}
+            try:
+                parsed = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError:
+                raise ValueError("it is not JSON") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("it is not a JSON object")
+            return parsed
         return value
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +148,41 @@ def test_redacting_formatter_covers_arguments_and_tracebacks() -> None:
     line = formatter.format(record)
     assert "Traceback" in line and "xoxb-live-token" not in line and "u:p@" not in line and "app:pw" not in line
     assert "https://***@h/x" in line and "postgresql://***@db/app with ***" in line
+
+
+@pytest.mark.parametrize("value", ['{"context_limit": -5}', '{"context_limit": "big"}', '{"max_output_tokens": 0}',
+                                   '{"context_limit": 1e309}', '{"supports_vision": 2}', '{"context_limit": 1.5}'])
+def test_a_wrong_model_override_is_one_sentence_at_load(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"^The setting LLM_MODEL_OVERRIDES is invalid \((context_limit|max_output_tokens|supports_vision) must be"):
+        load_settings(_env_file=None, llm_model_overrides=value)
+
+
+def test_model_overrides_in_range_are_read_as_numbers_and_flags() -> None:
+    settings = Settings(_env_file=None, llm_model_overrides='{"context_limit": 32000.0, "supports_vision": "false"}')
+    assert settings.llm_model_overrides == {"context_limit": 32000, "supports_vision": False}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("LLM_REQUEST_TIMEOUT_S", "inf"), ("SHUTDOWN_GRACE_S", "nan"), ("LLM_TEMPERATURE", "-1"), ("LLM_MAX_TOKENS", "-5"),
+     ("EMBEDDING_DIMENSION", "0"), ("INGEST_MAX_URL_BYTES", "0"), ("SYSTEM_PROMPT_FILE", "/nonexistent/prompt.md")],
+)
+def test_values_that_would_fail_later_are_refused_at_load(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=rf"^The setting {variable} is invalid "):
+        load_settings(_env_file=None)
+
+
+@pytest.mark.parametrize("value", ['{"context_limit": -5}', '{"context_limit": "big"}', '{"context_limit": 0}',
+                                   '{"context_limit": 1e309}'])
+def test_relaybot_run_with_a_wrong_override_exits_2_before_opening_the_database(tmp_path: Path, value: str) -> None:
+    # Nothing listens on port 1: a run that got as far as the database would fail there instead (exit 1).
+    env = {key: item for key, item in os.environ.items() if key in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env.update(HF_HUB_OFFLINE="1", LLM_MODEL_OVERRIDES=value, DATABASE_URL="postgresql://relaybot@127.0.0.1:1/relaybot",
+               DATA_DIR=str(tmp_path / "data"), EMBEDDING_PROVIDER="none")
+    result = subprocess.run([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("relaybot: The setting LLM_MODEL_OVERRIDES is invalid (context_limit must be")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists()
