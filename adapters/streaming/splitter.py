@@ -6,6 +6,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# `regex`'s \X is Unicode's extended grapheme cluster (UAX #29: ZWJ sequences, skin tones, variation selectors,
+# flag pairs, combining marks, Hangul), kept current with each Unicode release; tiktoken needs the package anyway.
+import regex
+
 FENCE = "```"
 # Room kept free in a part that is cut inside a code block, for the "\n```" that closes it.
 CLOSE_RESERVE_CHARS = len("\n" + FENCE)
@@ -18,6 +22,7 @@ LINE_MIN_SHARE = 0.3
 SPACE_MIN_SHARE = 0.1
 
 _FENCE_INFO = re.compile(r"[A-Za-z0-9_+#.-]+")
+_GRAPHEME = regex.compile(r"\X")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +132,24 @@ def _cut_position(text: str, room: int) -> int:
         (" ", SPACE_MIN_SHARE),
     ):
         found = text.rfind(separator, 0, room)
-        if found != -1 and found + len(separator) >= max(1, room * min_share):
+        # A space followed by a combining mark is part of one character with it.
+        if found != -1 and found + len(separator) >= max(1, room * min_share) and \
+                grapheme_start(text, found + len(separator)) == found + len(separator):
             return found + len(separator)
-    cut = room
+    # A cut inside a character (👨‍👩‍👧‍👦, 👍🏽, 🇫🇷, é as e + accent) would show two broken halves.
+    cut = grapheme_start(text, room) or room  # one character longer than a part is cut where it must be
     # Never cut through a ``` marker: each half would pair with the wrong fence.
     while cut > 1 and text[cut - 1] == "`" and text[cut] == "`":
         cut -= 1
     return cut
+
+
+def grapheme_start(text: str, index: int) -> int:
+    """The start of the user-perceived character (grapheme cluster) that holds `text[index]`; `index` when one starts
+    there. `text` must begin at a character's start."""
+    if index <= 0 or index >= len(text):
+        return index
+    for cluster in _GRAPHEME.finditer(text):
+        if cluster.end() > index:
+            return cluster.start()
+    return index
