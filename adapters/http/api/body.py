@@ -1,8 +1,10 @@
-"""Reading a request body: size-capped JSON object, and typed field checks that say what is wrong."""
+"""Reading a request body: size-capped JSON object, parsed within bounds, and typed field checks that say what is wrong."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -11,9 +13,24 @@ from adapters.http.api.errors import ApiError, bad_request
 
 T = TypeVar("T")
 
+# Deeper than any request the API takes (a tool schema is the deepest): refused before anything walks it.
+MAX_DEPTH = 64
+# An integer longer than this is no count or id we take; int() of a long digit string is quadratic.
+MAX_INT_DIGITS = 100
+# A body this large is parsed in a worker thread, so the loop keeps serving while the C parser runs.
+THREAD_PARSE_BYTES = 64 * 1024
+# A lone surrogate can only come from a `\ud800`-style escape: valid UTF-8 carries none.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Refused(ValueError):
+    """A value the parser met that the API refuses; its sentence is the 400's."""
+
 
 async def read_json(request: web.Request, *, max_bytes: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past the cap (read no further), 400 when it is not a JSON object."""
+    """The body as a JSON object; 413 past the cap (read no further), 400 when it is not a JSON object or passes
+    a bound (nesting, integer length, a lone surrogate)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
     raw = bytearray()
@@ -21,13 +38,74 @@ async def read_json(request: web.Request, *, max_bytes: int) -> dict[str, Any]:
         raw.extend(chunk)
         if len(raw) > max_bytes:
             raise _too_large(max_bytes)
-    try:
-        value = json.loads(raw.decode("utf-8")) if raw else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise bad_request("The body is not valid JSON.", "invalid_json") from None
+    data = bytes(raw)
+    value = await asyncio.to_thread(parse, data) if len(data) > THREAD_PARSE_BYTES else parse(data)
     if not isinstance(value, dict):
         raise bad_request("The body must be a JSON object.", "invalid_json")
     return value
+
+
+def parse(raw: bytes) -> Any:
+    """JSON within the API's bounds, or the ApiError (400) that names the bound; linear in the body's size."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("The body is not valid UTF-8 JSON.", "invalid_json") from None
+    if not text:
+        return None
+    # Counting openers is one C scan: a body with few of them cannot nest deeply, and is not walked for depth.
+    may_nest = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+    may_surrogate = _SURROGATE_ESCAPE.search(raw) is not None
+    try:
+        value = json.loads(text, parse_int=_int, parse_constant=_constant)
+    except _Refused as refused:
+        raise bad_request(str(refused), "invalid_json") from None
+    except RecursionError:
+        raise _too_deep() from None
+    except (json.JSONDecodeError, ValueError):
+        raise bad_request("The body is not valid JSON.", "invalid_json") from None
+    if may_nest or may_surrogate:
+        _check(value, depth=may_nest, surrogates=may_surrogate)
+    return value
+
+
+def _int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"The body has an integer of more than {MAX_INT_DIGITS} digits.")
+    return int(digits)
+
+
+def _constant(name: str) -> float:
+    raise _Refused(f"The body has {name}, which is not JSON.")
+
+
+def _check(value: Any, *, depth: bool, surrogates: bool) -> None:
+    """Walk the parsed value without recursion: 400 past MAX_DEPTH, or for a string with a lone surrogate."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            if depth and level > MAX_DEPTH:
+                raise _too_deep()
+            for name, child in item.items():
+                if surrogates and _SURROGATE.search(name):
+                    raise _lone_surrogate()
+                stack.append((child, level + 1))
+        elif isinstance(item, list):
+            if depth and level > MAX_DEPTH:
+                raise _too_deep()
+            stack.extend((child, level + 1) for child in item)
+        elif surrogates and isinstance(item, str) and _SURROGATE.search(item):
+            raise _lone_surrogate()
+
+
+def _too_deep() -> ApiError:
+    return bad_request(f"The body nests deeper than {MAX_DEPTH} levels.", "invalid_json")
+
+
+def _lone_surrogate() -> ApiError:
+    return bad_request("The body has a string with a lone UTF-16 surrogate (such as \\ud800), which is not text.",
+                       "invalid_json")
 
 
 def _too_large(max_bytes: int) -> ApiError:
