@@ -147,7 +147,8 @@ class Runs:
                 attachments = prepare_attachments(request.attachments, model=self._deps.model)
                 query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
                 context = RunContext(
-                    conversation_id=conversation_id, conversation=request.conversation, user=request.user, turn_id=turn_id
+                    conversation_id=conversation_id, conversation=request.conversation, user=request.user, turn_id=turn_id,
+                    question=request.question,  # the asker's own words, without the attached files' text
                 )
                 agent = cls(
                     deps=self._deps_for(channel.model, executor), config=self.config(cls.agent_type, request, channel=channel),
@@ -185,6 +186,7 @@ class Runs:
                 conversation=state.conversation,
                 user=Actor(id=state.user_id, name=state.user_name),
                 turn_id=state.turn_id,
+                question=state.question,
             )
             # The channel's settings as they are now (scope, tools, rules); the model the run began with.
             channel = await self._channels.resolve(state.conversation)
@@ -310,6 +312,8 @@ class Runs:
                                     break
                                 case Finished() | Paused() | Failed():
                                     ended = True
+                                    if signal is not None:
+                                        signal.finish()  # a Stop from now on is too late: the answer is whole
                                     usage = output.usage if isinstance(output, Finished) else (
                                         output.state.usage if isinstance(output, Paused) else None
                                     )

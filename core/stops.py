@@ -8,7 +8,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -28,9 +27,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.4
 # With LISTEN a notification wakes the watcher at once; the poll stays as a net for a missed one.
 LISTEN_POLL_S = 3.0
-# How often a process says its runs are alive; a run not seen for DEAD_AFTER_S died with its process.
+# How often a process says its runs are alive; a run not seen for run_stops.DEAD_AFTER_S (judged by the
+# database's clock, the one that wrote seen_at: a process's own may be minutes off) died with its process.
 SEEN_EVERY_S = 10.0
-DEAD_AFTER_S = 60.0
 
 StopOutcome = Literal["stopping", "already_stopping", "ended", "not_found", "refused"]
 
@@ -53,12 +52,13 @@ class StopSignal:
         self.run_id = run_id
         self.by = ""
         self.outcome = "cancelled"  # how the run ended, for its row; the run sets it
+        self.finished = False  # the run reached its own end (answer, approval, failure): a stop is too late
         self._set = False
         self._stepping: asyncio.Task[Any] | None = None  # the task waiting inside `step`, if one is
         self._interrupted = False
 
     def set(self, by: str) -> None:
-        if self._set:
+        if self._set or self.finished:
             return
         self.by = by
         self._set = True
@@ -71,10 +71,15 @@ class StopSignal:
     def is_set(self) -> bool:
         return self._set
 
+    def finish(self) -> None:
+        """The run has its ending (a final answer, an approval, a failure) and is storing it: a stop that comes
+        now is too late, and one that came as the last step ended no longer counts."""
+        self.finished = True
+
     async def step(self, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
         """(True, its result) — or (False, None) when a stop came first, the step cancelled where it waited
         (a model stream closes, a tool call in progress is cut off)."""
-        if self._set:
+        if self._set and not self.finished:
             close = getattr(awaitable, "close", None)
             if close is not None:
                 close()  # never awaited: say so to the coroutine, not to the event loop's warnings
@@ -125,7 +130,8 @@ class RunStops:
                 self._watcher.cancel()
                 self._watcher = None
             try:
-                await asyncio.shield(self._store.ended(run_id, "stopped" if signal.is_set() else signal.outcome))
+                stopped = signal.is_set() and not signal.finished
+                await asyncio.shield(self._store.ended(run_id, "stopped" if stopped else signal.outcome))
             except (psycopg.Error, PoolTimeout):
                 # A row left open is taken for dead once it is no longer seen; a late click is told so.
                 log.warning("could not record the end of run %s", run_id, exc_info=True)
@@ -141,7 +147,8 @@ class RunStops:
         row = await self._store.get(run_id)
         if row is None:
             return StopResult(outcome="not_found", message=wording.stop_not_found())
-        if row.ended_at is not None or _dead(row.seen_at):
+        local = self._local.get(run_id)
+        if row.ended_at is not None or row.dead or (local is not None and local.finished):
             return StopResult(outcome="ended", message=wording.stop_too_late())
         policy = await self._policy_of(row.conversation)
         if not policy.may_decide(actor=actor.id, requested_by=row.asked_by, actor_roles=actor.roles, actor_is_admin=actor.is_admin):
@@ -153,12 +160,11 @@ class RunStops:
             return StopResult(outcome="already_stopping", message=wording.stop_already_requested(row.stop_by))
         if not await self._store.request_stop(run_id, by_id=actor.id, by=actor.display):
             current = await self._store.get(run_id)
-            if current is None or current.ended_at is not None:
+            if current is None or current.ended_at is not None or current.dead:
                 return StopResult(outcome="ended", message=wording.stop_too_late())
             return StopResult(outcome="already_stopping", message=wording.stop_already_requested(current.stop_by or ""))
         log.info("run %s: stop asked by %s", run_id, actor.display,
                  extra={"audit": "stop", "run_id": run_id, "actor": actor.id, "actor_name": actor.name})
-        local = self._local.get(run_id)
         if local is not None:
             local.set(actor.display)
         return StopResult(outcome="stopping", message=wording.stop_requested())
@@ -233,10 +239,6 @@ class RunStops:
             await _close_quietly(listener)
             await asyncio.sleep(self._poll_s)
             return None
-
-
-def _dead(seen_at: datetime) -> bool:
-    return datetime.now(timezone.utc) - seen_at > timedelta(seconds=DEAD_AFTER_S)
 
 
 async def _close_quietly(conn: psycopg.AsyncConnection) -> None:

@@ -15,6 +15,8 @@ STOP_CHANNEL = "relaybot_run_stop"
 # A run's row is kept this long after it ended (or was last seen, if its process died): a Stop click on
 # it says "already finished" meanwhile, and "not running" after.
 RUN_STOP_RETENTION_DAYS = 7
+# A run not seen for this long died with its process (its process says so every 10 s while it runs).
+DEAD_AFTER_S = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +31,8 @@ class RunRow:
     outcome: str | None
     stop_by_id: str | None
     stop_by: str | None
+    # Not seen for the dead-after time, by the database's clock (a process's own clock may be minutes off).
+    dead: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,12 +73,13 @@ class RunStopStore:
             )
             return cursor.rowcount
 
-    async def get(self, run_id: str) -> RunRow | None:
+    async def get(self, run_id: str, *, dead_after_s: float = DEAD_AFTER_S) -> RunRow | None:
+        """The run's row; `dead` when it was last seen longer than `dead_after_s` ago, by the database's clock."""
         async with self._db.connection() as conn:
             cursor = await conn.execute(
                 "SELECT run_id, platform, workspace, channel, thread, asked_by, seen_at, ended_at, outcome,"
-                " stop_by_id, stop_by FROM run_stops WHERE run_id = %s",
-                (uuid.UUID(run_id),),
+                " stop_by_id, stop_by, seen_at < now() - make_interval(secs => %s) FROM run_stops WHERE run_id = %s",
+                (dead_after_s, uuid.UUID(run_id)),
             )
             row = await cursor.fetchone()
         if row is None:
@@ -82,6 +87,7 @@ class RunStopStore:
         return RunRow(
             run_id=str(row[0]), conversation=ConversationKey(platform=row[1], workspace=row[2], channel=row[3], thread=row[4]),
             asked_by=row[5], seen_at=row[6], ended_at=row[7], outcome=row[8], stop_by_id=row[9], stop_by=row[10],
+            dead=bool(row[11]),
         )
 
     async def request_stop(self, run_id: str, *, by_id: str, by: str) -> bool:
@@ -91,8 +97,9 @@ class RunStopStore:
             async with conn.transaction():
                 cursor = await conn.execute(
                     "UPDATE run_stops SET stop_by_id = %s, stop_by = %s, stop_at = now()"
-                    " WHERE run_id = %s AND ended_at IS NULL AND stop_at IS NULL RETURNING run_id",
-                    (by_id, by, uuid.UUID(run_id)),
+                    " WHERE run_id = %s AND ended_at IS NULL AND stop_at IS NULL"
+                    " AND seen_at >= now() - make_interval(secs => %s) RETURNING run_id",
+                    (by_id, by, uuid.UUID(run_id), DEAD_AFTER_S),
                 )
                 taken = await cursor.fetchone() is not None
                 if taken:
