@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 from core.ports import EventDedup
 
 log = logging.getLogger(__name__)
+
+# The dedup insert is the event's durable record; where a platform waits for the ack (Slack: 3 s), a
+# database that does not answer by then counts as down, so the event is refused and redelivered.
+RECORD_TIMEOUT_S = 2.0
+# Outcomes recorded before the ack and not yet asked for by a listener (events no listener takes).
+ADMITTED_MAX = 10_000
+
+Admission = Literal["new", "taken", "unavailable"]
+
+
+class EventNotRecorded(Exception):
+    """The event's dedup record could not be written (the database is down): it is not taken yet."""
 
 
 class Gate:
@@ -22,6 +36,7 @@ class Gate:
         self._dedup = dedup
         self.accepting = True
         self._tasks: set[asyncio.Task[object]] = set()
+        self._admitted: OrderedDict[str, Admission] = OrderedDict()
 
     def allows(self, workspace: str | None) -> bool:
         """No allowlist, or a workspace on it; None (a Discord DM) passes."""
@@ -30,9 +45,37 @@ class Gate:
         log.info("ignoring a %s event from %s, which is not in %s", self.platform, workspace, self._setting)
         return False
 
+    async def admit(self, event_id: str, *, timeout_s: float = RECORD_TIMEOUT_S) -> Admission:
+        """Before the ack: write the event's record; "unavailable" when the database cannot (do not ack then).
+        The outcome is kept for the listener's first_time."""
+        try:
+            new = await asyncio.wait_for(self._dedup.first_time(self.platform, event_id), timeout_s)
+        except Exception as error:
+            log.warning("could not record %s event %s (%r); not acknowledging it", self.platform, event_id, error)
+            return "unavailable"
+        self.hand_on(event_id, "new" if new else "taken")
+        return "new" if new else "taken"
+
+    def hand_on(self, event_id: str, admission: Admission) -> None:
+        """What the listener of this event will be told by first_time (bounded: events no listener takes)."""
+        self._admitted[event_id] = admission
+        while len(self._admitted) > ADMITTED_MAX:
+            self._admitted.popitem(last=False)
+
     async def first_time(self, event_id: str) -> bool:
-        """True for exactly one handler per event id, whichever process it runs in; no id counts as new."""
-        if not event_id or await self._dedup.first_time(self.platform, event_id):
+        """True for exactly one handler per event id, whichever process it runs in; no id counts as new.
+        Raises EventNotRecorded when the record cannot be written (the database is down)."""
+        if not event_id:
+            return True
+        admission = self._admitted.pop(event_id, None)
+        if admission is None:
+            try:
+                admission = "new" if await self._dedup.first_time(self.platform, event_id) else "taken"
+            except Exception as error:
+                raise EventNotRecorded(f"{self.platform} event {event_id}") from error
+        if admission == "unavailable":
+            raise EventNotRecorded(f"{self.platform} event {event_id}")
+        if admission == "new":
             return True
         log.info("%s event %s was already taken (a redelivery, or another process)", self.platform, event_id)
         return False

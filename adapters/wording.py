@@ -51,6 +51,11 @@ def approval_not_shown() -> str:
     return "⚠️ I couldn't post the approval request, so nothing was run. Please ask again."
 
 
+def database_unreachable() -> str:
+    """A question that could not be recorded, so will not be answered (the platform's last redelivery, or held too long)."""
+    return "I can't reach my database right now — ask again in a minute."
+
+
 def shutting_down() -> str:
     return "The bot is restarting; please try again in a moment."
 

@@ -183,6 +183,8 @@ class Settings(BaseSettings):
     channel_admins: CommaList = ()
     channel_admin_roles: CommaList = ()
     approval_expiry_s: float = Field(default=24 * 3600, gt=0)
+    # A reminder whose delivery fails is retried with backoff until this long after its due time.
+    reminder_retry_grace_s: float = Field(default=900.0, gt=0)
     tool_approval_overrides: Annotated[dict[str, bool], NoDecode] = Field(default_factory=dict)
     # Admin rules per tool (core/tools/approval_policy.py); they win over TOOL_APPROVAL_OVERRIDES.
     tool_approval_policy: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)

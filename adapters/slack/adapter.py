@@ -12,6 +12,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.middleware.authorization.async_single_team_authorization import AsyncSingleTeamAuthorization
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
@@ -42,7 +43,7 @@ from .native_stream import NativeSlackSurfaces, NativeStreaming
 from .clicks import SlackClicks
 from .controls import STOP_ACTION, SlackStops
 from .feedback import FEEDBACK_ACTION, WHY_VIEW, SlackFeedback
-from .inbound import SlackInbound
+from .inbound import SlackInbound, is_question_event
 from .notifier import SlackNotifier
 from .reader import BotIdentity, SlackReader
 from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
@@ -258,7 +259,9 @@ class SlackAdapter:
             return web.Response(status=200)
         return await to_aiohttp_response(response)
 
-    async def _gate_middleware(self, body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> BoltResponse | None:
+    async def _gate_middleware(
+        self, body: dict[str, Any], req: AsyncBoltRequest, next: Callable[[], Awaitable[Any]]
+    ) -> BoltResponse | None:
         # Dropping here must still answer 200, or Slack retries (and Bolt would say 404).
         if body.get("type") == "url_verification":
             return await next()
@@ -270,6 +273,11 @@ class SlackAdapter:
         if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
         return await next()
+        # Ahead of Bolt's ack: a question whose record cannot be written is refused (HTTP 503, no Socket
+        # Mode ack), so Slack redelivers it instead of it being acked into silence.
+        retry_num = str((req.headers.get("x-slack-retry-num") or ["0"])[0])
+        if is_question_event(body) and not await self.inbound.record(body, retry_num=int(retry_num) if retry_num.isdigit() else 0):
+            return BoltResponse(status=503, body="")
 
     async def _on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
         await self.inbound.on_app_mention(body, event, _bot(context))

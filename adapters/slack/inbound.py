@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import Gate
+from adapters.gate import EventNotRecorded, Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
 from core import metrics
 from core.config import DirectMessagePolicy, Settings
@@ -33,6 +33,8 @@ DOWNLOAD_TIMEOUT_S = 20.0
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 # Message subtypes that are a person writing: a file share, and a thread reply also sent to the channel.
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+# Slack redelivers an event it got no 2xx (or Socket Mode ack) for three times, numbering them 1-3.
+SLACK_LAST_RETRY_NUM = 3
 
 Access = Literal["allowed", "refused", "direct_messages_off"]
 
@@ -103,15 +105,26 @@ class SlackInbound:
             await self._session.close()
             self._session = None
 
+    async def record(self, body: dict[str, Any], *, retry_num: int) -> bool:
+        """Before the ack, a question's durable record (its dedup row). False: do not ack, Slack redelivers it;
+        on Slack's last retry it is acked anyway and its listener tells the asker (never silence)."""
+        event_id = str(body.get("event_id") or "")
+        if await self._gate.admit(event_id) != "unavailable":
+            return True
+        if retry_num >= SLACK_LAST_RETRY_NUM:
+            self._gate.hand_on(event_id, "unavailable")
+            return True
+        return False
+
     async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
             if _not_from_a_person(event) or not self._may_ask(body, event):
                 return
-            if not await self._gate.first_time(str(body.get("event_id") or "")):
-                return
             ts = str(event["ts"])
             thread_ts = str(event.get("thread_ts") or ts)
             team_id = _team(body, event)
+            if not await self._first_time(body, ReplyTarget(team_id=team_id, channel=str(event["channel"]), thread_ts=thread_ts)):
+                return
             context: tuple[PriorMessage, ...] = ()
             if thread_ts != ts:
                 context = await self._thread_context(team_id, str(event["channel"]), thread_ts, before_ts=ts, bot=bot)
@@ -129,12 +142,12 @@ class SlackInbound:
             if event.get("channel_type") == "im":
                 access = self.access.person(str(event.get("user")), asker_teams(event), direct=True, shared=_shared(body))
                 # Top-level DMs are one rolling conversation; a thread in a DM is its own.
-                if not await self._gate.first_time(str(body.get("event_id") or "")):
+                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
+                if not await self._first_time(body, target):
                     return
                 key = ConversationKey(
                     platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""), direct=True
                 )
-                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
                 if access != "allowed":
                     # The same DM rule, and the same sentences, as on every platform.
                     refusal = wording.direct_messages_off() if access == "direct_messages_off" else wording.direct_messages_members_only()
@@ -149,7 +162,13 @@ class SlackInbound:
                 return
             if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
                 return
-            if not await self._gate.first_time(str(body.get("event_id") or "")):
+            try:
+                if not await self._gate.first_time(str(body.get("event_id") or "")):
+                    return
+            except EventNotRecorded:
+                # Whether the bot is in this thread is itself in the database: a sentence could land in a
+                # thread of strangers, so a follow-up that cannot be recorded is only logged.
+                logger.warning("a thread follow-up in %s could not be recorded (database down); not answered", channel)
                 return
             key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts))
             if not await self._conversations.exists(key) or not self._may_ask(body, event):
@@ -158,6 +177,15 @@ class SlackInbound:
                 return
             await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts)),
                                bot_user_id=bot.user_id)
+
+    async def _first_time(self, body: dict[str, Any], target: ReplyTarget) -> bool:
+        """The gate's answer; a question that cannot be recorded (Slack's last retry) gets the one sentence."""
+        try:
+            return await self._gate.first_time(str(body.get("event_id") or ""))
+        except EventNotRecorded:
+            logger.warning("Slack event %s could not be recorded (database down); telling the asker", body.get("event_id"))
+            await self._surfaces.at(target).show_notice(wording.database_unreachable())
+            return False
 
     def _may_ask(self, body: dict[str, Any], event: dict[str, Any]) -> bool:
         """In a channel: the asker's own workspace must be allowed, not only the channel's."""
@@ -241,6 +269,21 @@ def _trusted(url: str, trusted_hosts: set[str]) -> bool:
     parts = urlsplit(url)
     host = parts.netloc.lower()
     return host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX)))
+
+
+def is_question_event(body: dict[str, Any]) -> bool:
+    """An event a listener may answer as a question (recorded before the ack): a person's mention, DM or thread reply."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, dict) or not body.get("event_id"):
+        return False
+    if event.get("type") not in ("app_mention", "message"):
+        return False
+    subtype = event.get("subtype")
+    if event.get("bot_id") or (subtype is not None and subtype not in PERSON_SUBTYPES) or _malformed(event) is not None:
+        return False
+    if event["type"] == "app_mention" or event.get("channel_type") == "im":
+        return True
+    return bool(event.get("thread_ts")) and event.get("thread_ts") != event.get("ts")
 
 
 def _not_from_a_person(event: dict[str, Any]) -> bool:

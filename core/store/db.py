@@ -91,6 +91,9 @@ class Database:
             open=False,
         )
         try:
+            # After a database restart the idle connections are dead: checked before each hand-out, a dead
+            # one is replaced instead of failing the first questions after recovery.
+            check=AsyncConnectionPool.check_connection,
             await self._pool.open(wait=True)
         except psycopg.Error as error:
             reason = error_reason(error, url=self.url)

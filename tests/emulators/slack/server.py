@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import replace
@@ -48,6 +49,9 @@ DEFAULT_SIGNING_SECRET = "emulator-signing-secret"
 DEFAULT_APP_TOKEN = "xapp-1-A0000EMU1-emulator-app-token"
 DELIVERY_TIMEOUT_S = 10.0
 SOCKET_ACK_TIMEOUT_S = 5.0
+# Slack redelivers an event the app did not take (no 2xx over HTTP, no Socket Mode ack) three times:
+# at once, after a minute, after five (Slack time; the emulator scales it).
+EVENT_RETRY_DELAYS_S = (0.0, 60.0, 300.0)
 
 _LOGIN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
 
@@ -105,6 +109,8 @@ class SlackEmulator:
         self._session: aiohttp.ClientSession | None = None
         self.port = 0
         self.response_url_posts: list[JsonDict] = []
+        # Every delivery deliver_event_until_taken made (redeliveries too), in order.
+        self.event_deliveries: list[Delivery] = []
 
     # --- lifecycle ---
     async def start(self) -> None:
@@ -571,6 +577,33 @@ class SlackEmulator:
                                 signing_secret=signing_secret, timestamp=timestamp, sign=sign,
                                 extra=extra_headers or {})
 
+    async def deliver_event_until_taken(
+        self, url: str, event: JsonDict, *, team_id: str | None = None, event_id: str | None = None,
+        retry_delays_s: tuple[float, ...] = EVENT_RETRY_DELAYS_S,
+    ) -> list[Delivery]:
+        """Delivers an event as Slack does: the same envelope again (X-Slack-Retry-Num 1, 2, 3) after each
+        answer that is not a 2xx (or none in time: status 0), until one is; every delivery, in order."""
+        envelope = self.event_envelope(event, team_id=team_id, event_id=event_id)
+        deliveries: list[Delivery] = []
+        reason = ""
+        for attempt in range(len(retry_delays_s) + 1):
+            extra: dict[str, str] = {}
+            if attempt:
+                await asyncio.sleep(retry_delays_s[attempt - 1] * self.time_scale)
+                extra = {"X-Slack-Retry-Num": str(attempt), "X-Slack-Retry-Reason": reason}
+            started = time.perf_counter()
+            try:
+                delivery = await self._post(url, events.event_body(envelope), "application/json",
+                                            signing_secret=None, timestamp=None, sign=True, extra=extra)
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                delivery = Delivery(status=0, latency_s=time.perf_counter() - started, body="")
+            deliveries.append(delivery)
+            self.event_deliveries.append(delivery)
+            if 200 <= delivery.status < 300:
+                break
+            reason = "http_timeout" if delivery.status == 0 else "http_error"
+        return deliveries
+
     async def deliver_interaction(self, url: str, payload: JsonDict, *, signing_secret: str | None = None,
                                   timestamp: int | None = None, sign: bool = True) -> Delivery:
         """POSTs `payload=<json>` form-encoded, as Slack sends block_actions."""
@@ -631,6 +664,23 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
     """Query string, then form or JSON body: slack_sdk uses all three depending on the method."""
     params: dict[str, Any] = dict(request.query)
     if not request.can_read_body:
+    async def push_socket_event_until_acked(
+        self, payload: JsonDict, *, timeout_s: float = SOCKET_ACK_TIMEOUT_S,
+        retry_delays_s: tuple[float, ...] = EVENT_RETRY_DELAYS_S,
+    ) -> list[SocketAck | None]:
+        """An events_api envelope pushed as Slack does: again (retry_attempt 1, 2, 3, reason "timeout") while
+        no ack comes within `timeout_s`; every push's ack or None, in order."""
+        acks: list[SocketAck | None] = []
+        for attempt in range(len(retry_delays_s) + 1):
+            if attempt:
+                await asyncio.sleep(retry_delays_s[attempt - 1] * self.time_scale)
+            ack = await self.push_socket_event(payload, timeout_s=timeout_s, retry_attempt=attempt,
+                                               retry_reason="timeout" if attempt else "")
+            acks.append(ack)
+            if ack is not None:
+                break
+        return acks
+
         return params
     if request.content_type == "application/json":
         try:
