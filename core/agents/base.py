@@ -87,6 +87,8 @@ class RunContext:
     conversation: ConversationKey
     user: Actor
     turn_id: str
+    # The asker's own words this turn, apart from attached files' text (which anyone may have written).
+    question: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +280,7 @@ class BaseAgent(ABC):
             client_tools=[client_tool_json(tool) for tool in self.config.client_tools],
             response_format=self.config.response_format,
             request_sources=list(self.config.request_sources) if self.config.request_sources is not None else None,
+            question=self.context.question,
         )
 
     async def llm_gen(
@@ -425,18 +428,10 @@ class BaseAgent(ABC):
             source_scope=self.config.source_scope,
             channel_tool_rules=self.config.tool_rules,
             retrieval_chunks=self.config.retrieval_chunks,
-            question=self._question(),
+            # The asker's own words, which tools may treat as vouched for: never the turn's message, which
+            # also carries the attached files' text.
+            question=self.context.question,
         )
-
-    def _question(self) -> str:
-        """The asker's words this turn (text parts only), which tools may treat as vouched for."""
-        state = self._state
-        if state is None or not 0 <= state.turn_start < len(state.messages):
-            return ""
-        content = state.messages[state.turn_start].get("content")
-        if isinstance(content, list):
-            return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
-        return content if isinstance(content, str) else ""
 
     def _append_results(self, state: RunState, results: list[ToolResult]) -> None:
         """Add tool results in call order, each capped so the next call still fits the context."""

@@ -50,6 +50,9 @@ class RunState:
     client_tools: list[dict[str, Any]] = field(default_factory=list)
     response_format: dict[str, Any] | None = None
     request_sources: list[str] | None = None  # the request's narrowing of the channel's sources (an API key's)
+    # The asker's own words this turn, apart from attached files' text (ToolContext.question); a state saved
+    # before this field vouches for no written URL.
+    question: str = ""
     schema_version: int = RUN_STATE_SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:

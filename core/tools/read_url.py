@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import re
 import weakref
@@ -35,55 +36,84 @@ EXTRACTION_GRACE_S = 15.0
 _URL_RE = re.compile(r"https?://[^\s<>\"'`|\\]+", re.IGNORECASE)
 _TRAILING_PUNCTUATION = ".,;:!?*_~"
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
+_TAIL_CHARS = _TRAILING_PUNCTUATION + "".join(_CLOSERS)
+# The asker's text is looked through up to here (a URL written past it needs approval like any other),
+# and at most this many URLs of it count: the check runs on every read_url call, over text anyone can send.
+MAX_SCAN_CHARS = 100_000
+MAX_VOUCHED_URLS = 500
 
 
-def urls_in_text(text: str) -> list[str]:
-    """The http(s) URLs written in a chat message, in order, without the punctuation around them."""
+def _trim(url: str) -> str:
+    """url without the punctuation after it and the closing brackets it did not open.
+
+    The same as stripping one character at a time from the end while it is punctuation or a closer
+    with more closers than openers in what is left, but in a few linear scans however long the tail is.
+    """
+    body = url.rstrip(_TAIL_CHARS)
+    tail = url[len(body) :]
+    keep = 0  # characters of the tail kept: up to the last closer that closes a bracket opened in the URL
+    for closer, opener in _CLOSERS.items():
+        # Closers of brackets opened before the URL (Markdown's "(…)"): stripped from the end, this many.
+        unmatched = max(url.count(closer) - url.count(opener), 0)
+        if tail.count(closer) > unmatched:
+            # Counting back from the end, the one after those closes a bracket inside the URL: kept, and all before it.
+            head = tail.rsplit(closer, unmatched + 1)[0]
+            keep = max(keep, len(head) + 1)
+    return body + tail[:keep]
+
+
+def urls_in_text(text: str, *, limit: int | None = None) -> list[str]:
+    """The http(s) URLs written in a chat message, in order, without the punctuation around them (at most `limit`)."""
     # Slack escapes &, < and > in message text (also inside links).
     found = []
     for match in _URL_RE.finditer(html.unescape(text)):
-        url = match.group(0)
-        while url:
-            last = url[-1]
-            if last in _TRAILING_PUNCTUATION:
-                url = url[:-1]
-            elif last in _CLOSERS and url.count(last) > url.count(_CLOSERS[last]):
-                url = url[:-1]  # closes a bracket opened before the URL, e.g. Markdown's (…)
-            else:
-                break
+        url = _trim(match.group(0))
         if url:
             found.append(url)
+            if limit is not None and len(found) >= limit:
+                break
     return found
 
 
 def normalise_url(raw: str) -> str | None:
-    """One spelling per address (scheme and host case, default port, empty path, no fragment); None if not http(s)."""
+    """One spelling per address (scheme and host case, default port, empty path, no fragment); None if not http(s).
+
+    Never raises: text a page or a person wrote ends here, and a URL that cannot be spelt is simply not one.
+    """
     try:
         url = URL(raw.strip())
-    except (ValueError, TypeError):
-        return None
-    if url.scheme not in ("http", "https") or not url.raw_host:
-        return None
-    return str(
-        URL.build(
-            scheme=url.scheme,
-            user=url.raw_user,
-            password=url.raw_password,
-            host=url.raw_host,
-            port=None if url.is_default_port() else url.port,
-            path=url.raw_path or "/",
-            query_string=url.raw_query_string,
-            encoded=True,
+        if url.scheme not in ("http", "https") or not url.raw_host:
+            return None
+        return str(
+            URL.build(
+                scheme=url.scheme,
+                user=url.raw_user,
+                password=url.raw_password,
+                host=url.host_subcomponent or "",  # an IPv6 literal keeps its brackets
+                port=None if url.is_default_port() else url.port,
+                path=url.raw_path or "/",
+                query_string=url.raw_query_string,
+                encoded=True,
+            )
         )
-    )
+    except (ValueError, TypeError, UnicodeError):
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _written_urls(scanned: str) -> frozenset[str]:
+    # Cached: every read_url call of a run asks about the same question.
+    named = urls_in_text(scanned, limit=MAX_VOUCHED_URLS)
+    return frozenset(url for url in map(normalise_url, named) if url is not None)
 
 
 def vouched_urls(ctx: ToolContext) -> set[str]:
-    """URLs a person vouched for: written in the asker's message, or already a source of this run."""
-    named = list(urls_in_text(ctx.question))
+    """URLs a person vouched for: written in the asker's own message, or already a source of this run."""
+    vouched = set(_written_urls(ctx.question[:MAX_SCAN_CHARS]))
     if ctx.sources is not None:
-        named.extend(item.uri for item in ctx.sources.items if item.uri)
-    return {url for url in map(normalise_url, named) if url is not None}
+        cited = (normalise_url(item.uri) for item in ctx.sources.items if item.uri)
+        vouched.update(url for url in cited if url is not None)
+    return vouched
 
 
 def needs_approval(ctx: ToolContext, arguments: dict[str, Any]) -> bool:
