@@ -157,7 +157,10 @@ class Runtime:
         for adapter in self.adapters:
             self.readers.register(adapter.platform, adapter.reader)
         notifiers: dict[str, Notifier] = {adapter.platform: adapter.notifier for adapter in self.adapters}
-        self.reminders = ReminderService(self.db, self.scheduler, notifiers)
+        # Its claims name this process's heartbeat owner, so another process takes them over only if it dies.
+        self.reminders = ReminderService(
+            self.db, self.scheduler, notifiers, instance=self.owner, retry_grace_s=self.settings.reminder_retry_grace_s
+        )
         self._schedule_jobs(engine, self.reminders, notifiers)
         self.scheduler.start()
         await self.reminders.rearm_all()

@@ -1,4 +1,4 @@
-"""Reminders: a Postgres row is the truth; apscheduler wakes us; firing claims the row, so it fires once."""
+"""Reminders: a Postgres row is the truth; apscheduler wakes us; claim → deliver → mark delivered, retried and taken over."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from core.notifier import Notifier
 from core.requests import ConversationKey
 from core.store.db import Database
+from core.store.heartbeats import STALE_AFTER_S
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,20 @@ SWEEP_INTERVAL_S = 10
 # Each sweep arms a precise wake-up for reminders due before the sweep after next, so a reminder
 # written by the create_reminder tool (which only stores the row) fires on time.
 ARM_AHEAD_S = 2 * SWEEP_INTERVAL_S
+# A failed delivery is tried again after 5 s, 10 s, 20 s … (at most 2 minutes apart) until the grace.
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 120.0
+DEFAULT_RETRY_GRACE_S = 900.0
+
+_STAMP = (
+    "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
+    " ON CONFLICT (owner) DO UPDATE SET seen_at = now()"
+)
+# A claim whose process stopped beating (died, or stopped after the claim) may be taken over.
+_CLAIM_ABANDONED = (
+    "(r.status = 'fired' AND NOT EXISTS (SELECT 1 FROM process_heartbeats h WHERE h.owner = r.fired_by"
+    " AND h.seen_at >= now() - make_interval(secs => %(stale_s)s)))"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,16 +74,28 @@ class ReminderBook:
 
 
 class ReminderService:
-    """Arms in-memory wake-ups for the reminders of the platforms this process serves, and fires each once across instances."""
+    """Arms in-memory wake-ups for the reminders of the platforms this process serves and delivers each once.
+
+    Delivery has the outbox's guarantees: the row is claimed ('fired', by this process's heartbeat owner
+    `instance`), delivered, then marked 'delivered'. A failed delivery goes back to 'pending' with a
+    backoff until `retry_grace_s` after its due time; a claim whose process died is taken over.
+    """
 
     def __init__(
-        self, db: Database, scheduler: AsyncIOScheduler, notifiers: Mapping[str, Notifier], *, instance: str | None = None
+        self, db: Database, scheduler: AsyncIOScheduler, notifiers: Mapping[str, Notifier], *, instance: str | None = None,
+        retry_grace_s: float = DEFAULT_RETRY_GRACE_S, stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self._db = db
         self._scheduler = scheduler
         self._notifiers = dict(notifiers)
         self._platforms = sorted(self._notifiers)
         self.instance = instance or instance_name()
+        self._retry_grace_s = retry_grace_s
+        self._stale_after_s = stale_after_s
+        # Claimed and being delivered by this process now: its own claims are resumed only when not here.
+        self._delivering: set[int] = set()
+        # Delivered, but the mark could not be written (the database went away): marked, never re-sent.
+        self._unmarked: set[int] = set()
 
     async def create(self, *, conversation: ConversationKey, user_id: str, text: str, due_at: datetime) -> Reminder:
         reminder = await _insert(self._db, conversation=conversation, user_id=user_id, text=text, due_at=due_at)
@@ -88,61 +115,110 @@ class ReminderService:
         )
 
     async def rearm_all(self) -> int:
-        """At startup: arm every pending reminder of the platforms this process serves."""
+        """At startup: arm every pending reminder of the platforms this process serves (at its next attempt)."""
         async with self._db.connection() as conn:
             cursor = await conn.execute(
-                "SELECT id, due_at FROM reminders WHERE status = 'pending' AND platform = ANY(%s)", (self._platforms,)
+                "SELECT id, greatest(due_at, coalesce(next_attempt_at, due_at)) FROM reminders"
+                " WHERE status = 'pending' AND platform = ANY(%s)", (self._platforms,)
             )
             rows = await cursor.fetchall()
-        for reminder_id, due_at in rows:
-            self.arm(int(reminder_id), due_at)
+        for reminder_id, at in rows:
+            self.arm(int(reminder_id), at)
         return len(rows)
 
     async def sweep(self) -> int:
-        """Fire due reminders nobody fired yet, and arm those due before the next sweeps; returns how many fired."""
+        """Fire due reminders nobody holds (pending, or claimed by a dead process, or this process's own stuck
+        claims), and arm those due before the next sweeps; returns how many were delivered."""
+        await self._mark_unmarked()
         async with self._db.connection() as conn:
             cursor = await conn.execute(
-                "SELECT id, due_at, due_at <= now() FROM reminders WHERE status = 'pending' AND platform = ANY(%s)"
-                " AND due_at <= now() + make_interval(secs => %s)",
-                (self._platforms, ARM_AHEAD_S),
+                "SELECT r.id, greatest(r.due_at, coalesce(r.next_attempt_at, r.due_at)) AS at,"
+                " greatest(r.due_at, coalesce(r.next_attempt_at, r.due_at)) <= now() OR r.status = 'fired'"
+                " FROM reminders r WHERE r.platform = ANY(%(platforms)s) AND r.due_at <= now() + make_interval(secs => %(ahead)s)"
+                f" AND ((r.status = 'pending' AND coalesce(r.next_attempt_at, r.due_at) <= now() + make_interval(secs => %(ahead)s))"
+                f"  OR (r.status = 'fired' AND r.fired_by = %(me)s) OR {_CLAIM_ABANDONED})",
+                {"platforms": self._platforms, "ahead": ARM_AHEAD_S, "me": self.instance, "stale_s": self._stale_after_s},
             )
             rows = await cursor.fetchall()
         fired = 0
-        for reminder_id, due_at, overdue in rows:
-            if overdue:
+        for reminder_id, at, now_due in rows:
+            if now_due:
                 fired += await self.fire(int(reminder_id))
             else:
-                self.arm(int(reminder_id), due_at)
+                self.arm(int(reminder_id), at)
         return fired
 
     async def fire(self, reminder_id: int) -> bool:
-        """Claim the row with one conditional UPDATE; only the winner delivers."""
+        """Claim the row with one conditional UPDATE, deliver, mark delivered; only the claim's holder delivers."""
+        if reminder_id in self._delivering or reminder_id in self._unmarked:
+            return False
+        self._delivering.add(reminder_id)
+        try:
+            return await self._fire(reminder_id)
+        finally:
+            self._delivering.discard(reminder_id)
+
+    async def _fire(self, reminder_id: int) -> bool:
+        async with self._db.connection() as conn:
+            # The claimer is alive by definition: its claim must not look abandoned to the next sweep.
+            await conn.execute(_STAMP, (self.instance,))
         async with self._db.connection() as conn:
             cursor = await conn.execute(
-                "UPDATE reminders SET status = 'fired', fired_at = now(), fired_by = %s"
-                " WHERE id = %s AND status = 'pending' AND due_at <= now()"
-                " RETURNING platform, workspace, channel, thread, user_id, text, due_at",
-                (self.instance, reminder_id),
+                "UPDATE reminders r SET status = 'fired', fired_at = now(), fired_by = %(me)s"
+                " WHERE r.id = %(id)s AND r.platform = ANY(%(platforms)s) AND r.due_at <= now()"
+                "  AND ((r.status = 'pending' AND coalesce(r.next_attempt_at, r.due_at) <= now())"
+                f"   OR (r.status = 'fired' AND r.fired_by = %(me)s) OR {_CLAIM_ABANDONED})"
+                " RETURNING platform, workspace, channel, thread, user_id, text",
+                {"me": self.instance, "id": reminder_id, "platforms": self._platforms, "stale_s": self._stale_after_s},
             )
             row = await cursor.fetchone()
         if row is None:
             return False
-        platform, workspace, channel, thread, user_id, text, _due = row
-        notifier = self._notifiers.get(platform)
+        platform, workspace, channel, thread, user_id, text = row
         conversation = ConversationKey(platform=platform, workspace=workspace, channel=channel, thread=thread)
-        if notifier is None:
-            log.warning("reminder %s is for %s, which this process does not serve", reminder_id, platform)
-            await self._mark_failed(reminder_id)
-            return False
         try:
-            await notifier.deliver_reminder(conversation=conversation, user=user_id, text=text)
-        except Exception:
-            log.exception("could not deliver reminder %s", reminder_id)
-            await self._mark_failed(reminder_id)
+            await self._notifiers[platform].deliver_reminder(conversation=conversation, user=user_id, text=text)
+        except Exception as error:
+            await self._retry_later(reminder_id, error)
             return False
+        self._unmarked.add(reminder_id)
+        await self._mark_unmarked()
         return True
 
-    async def _mark_failed(self, reminder_id: int) -> None:
+    async def _retry_later(self, reminder_id: int, error: Exception) -> None:
+        """Back to 'pending' with a backoff, or 'failed' past the grace; armed for the next attempt."""
         async with self._db.connection() as conn:
-            await conn.execute("UPDATE reminders SET status = 'failed' WHERE id = %s", (reminder_id,))
+            cursor = await conn.execute(
+                "UPDATE reminders SET attempts = attempts + 1,"
+                " status = CASE WHEN now() >= due_at + make_interval(secs => %(grace)s) THEN 'failed' ELSE 'pending' END,"
+                " next_attempt_at = now() + make_interval(secs => least(%(first)s * power(2, attempts), %(max)s))"
+                " WHERE id = %(id)s AND status = 'fired' AND fired_by = %(me)s RETURNING status, next_attempt_at, attempts",
+                {"grace": self._retry_grace_s, "first": RETRY_FIRST_S, "max": RETRY_MAX_S, "id": reminder_id,
+                 "me": self.instance},
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            return
+        status, next_attempt_at, attempts = row
+        if status == "failed":
+            log.error("reminder %s could not be delivered in %d attempts within %.0f s of its due time; giving up (%r)",
+                      reminder_id, attempts, self._retry_grace_s, error)
+            return
+        log.warning("could not deliver reminder %s (attempt %d, %r); trying again at %s", reminder_id, attempts, error,
+                    next_attempt_at.isoformat())
+        self.arm(reminder_id, next_attempt_at)
 
+    async def _mark_unmarked(self) -> None:
+        """Mark what this process delivered; kept in memory while the database cannot take it."""
+        for reminder_id in sorted(self._unmarked):
+            try:
+                async with self._db.connection() as conn:
+                    await conn.execute(
+                        "UPDATE reminders SET status = 'delivered', delivered_at = now() WHERE id = %s AND status = 'fired'",
+                        (reminder_id,),
+                    )
+            except Exception:
+                log.warning("reminder %s was delivered but cannot be marked yet; marking it at the next sweep", reminder_id,
+                            exc_info=True)
+                return
+            self._unmarked.discard(reminder_id)

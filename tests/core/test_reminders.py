@@ -104,3 +104,91 @@ async def test_a_process_fires_only_the_reminders_of_the_platforms_it_serves(db:
     async with db.connection() as conn:
         cursor = await conn.execute("SELECT status FROM reminders WHERE text = 'for discord'")
         assert await cursor.fetchone() == ("pending",), "left for a process that serves Discord, not marked failed"
+
+
+class BlippingNotifier(RecordingNotifier):
+    """Fails its first `failures` deliveries, as a platform in a blip would."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.attempts = 0
+
+    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise ConnectionError("platform unreachable")
+        await super().deliver_reminder(conversation=conversation, user=user, text=text)
+
+
+async def _insert_due(db: Database, text: str, **columns: Any) -> int:
+    names = ", ".join(("platform", "workspace", "channel", "thread", "user_id", "text", "due_at", *columns))
+    values = ", ".join(["'test'", "'W'", "'C'", "'t1'", "'U1'", "%s", "now() - interval '1 second'", *(["%s"] * len(columns))])
+    async with db.connection() as conn:
+        cursor = await conn.execute(f"INSERT INTO reminders ({names}) VALUES ({values}) RETURNING id", (text, *columns.values()))
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _row(db: Database, reminder_id: int) -> tuple[Any, ...]:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT status, attempts, fired_by FROM reminders WHERE id = %s", (reminder_id,))
+        row = await cursor.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_a_platform_blip_retries_the_reminder_with_backoff_and_delivers_it_once(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("core.reminders.RETRY_FIRST_S", 0.1)
+    notifier = BlippingNotifier(failures=2)
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    service = ReminderService(db, scheduler, {"test": notifier}, instance="blip-process")
+    reminder_id = await _insert_due(db, "after the blip")
+    scheduler.start()
+    try:
+        assert await service.sweep() == 0  # the first attempt fails: back to pending, armed for its next attempt
+        assert (await _row(db, reminder_id))[:2] == ("pending", 1)
+        await _wait_until(lambda: notifier.reminders)
+        await asyncio.sleep(0.3)
+        assert [text for _, _, text in notifier.reminders] == ["after the blip"]
+        assert notifier.attempts == 3
+        assert (await _row(db, reminder_id))[0] == "delivered"
+        assert await service.sweep() == 0
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+async def test_a_reminder_still_failing_after_the_grace_is_marked_failed(db: Database) -> None:
+    notifier = BlippingNotifier(failures=1_000)
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    service = ReminderService(db, scheduler, {"test": notifier}, instance="grace-process", retry_grace_s=0.5)
+    reminder_id = await _insert_due(db, "never reachable")
+    assert await service.sweep() == 0
+    assert (await _row(db, reminder_id))[0] == "failed", "due 1 s ago with a grace of 0.5 s: given up, not retried"
+    assert await service.sweep() == 0
+    assert notifier.attempts == 1
+
+
+async def test_a_claim_left_by_a_dead_process_is_taken_over_and_delivered_once(db: Database) -> None:
+    notifier = RecordingNotifier()
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    survivor = ReminderService(db, scheduler, {"test": notifier}, instance="survivor")
+    # A process claimed it, then died before delivering: its heartbeat is stale.
+    async with db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO process_heartbeats (owner, seen_at) VALUES ('dead-process', now() - interval '5 minutes')"
+        )
+    dead = await _insert_due(db, "claimed by the dead", status="fired", fired_by="dead-process")
+    # One claimed by a process still beating is left to it.
+    async with db.connection() as conn:
+        await conn.execute("INSERT INTO process_heartbeats (owner, seen_at) VALUES ('live-process', now())")
+    live = await _insert_due(db, "claimed by the living", status="fired", fired_by="live-process")
+    assert await survivor.sweep() == 1
+    assert [text for _, _, text in notifier.reminders] == ["claimed by the dead"]
+    assert await _row(db, dead) == ("delivered", 0, "survivor")
+    assert (await _row(db, live))[0] == "fired"
+    assert await survivor.sweep() == 0
+    assert len(notifier.reminders) == 1
