@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
+from core.quota import QuotaRefusal
 from core.requests import ConversationKey
 
 API_PLATFORM = "api"
@@ -29,13 +30,13 @@ class ApiKey:
     revoked_at: datetime | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class QuotaRefusal:
-    """Why a request was refused: which limit, and when the day's counters start again (UTC midnight)."""
-
-    limit: QuotaLimit
-    allowed: int
-    resets_at: datetime
+def quota_refusal(limit: QuotaLimit, allowed: int, resets_at: datetime) -> QuotaRefusal:
+    """A key's refusal, with the sentence every surface shows for it (a 429's message, a stream's error)."""
+    what = "requests" if limit == "requests_per_day" else "tokens"
+    resets = resets_at.astimezone(timezone.utc)
+    return QuotaRefusal(limit=limit, allowed=allowed, resets_at=resets, sentence=(
+        f"This key has used its {allowed} {what} for today; the count starts again at "
+        f"{resets.strftime('%Y-%m-%d %H:%M')} UTC."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,14 @@ def api_conversation_key(key_id: int, conversation: str) -> ConversationKey:
                            thread=conversation)
 
 
+def api_key_of(conversation: ConversationKey) -> int | None:
+    """The key an API conversation lives under (api_conversation_key's inverse); None for any other conversation."""
+    if conversation.platform != API_PLATFORM or not conversation.workspace.startswith("key:"):
+        return None
+    digits = conversation.workspace[4:]
+    return int(digits) if digits.isdigit() else None
+
+
 def api_key_audience(key_id: int) -> str:
     """Whom a source is granted to for one key (core/channels.py's channel scope of every conversation of the key):
     a restricted source granted here is seen by that key's answers only."""
@@ -71,8 +80,6 @@ class ApiKeys(Protocol):
     async def take_request(self, key: ApiKey) -> QuotaRefusal | None: ...
 
     async def give_back(self, key: ApiKey) -> None: ...
-
-    async def add_tokens(self, key: ApiKey, tokens: int) -> None: ...
 
 
 class ApiConversationLog(Protocol):

@@ -16,9 +16,11 @@ from core.config import Settings, SettingsError
 from core.events import Done, Event, Failed, SourceItem, Sources, ToolCallFinished, ToolCallStarted
 from core.history import TurnHistory
 from core.llm import LLMClient, ModelInfo, resolve_model
+from core.quota import TokenQuota
 from core.requests import ConversationKey, Request
 from core.retrieval.retriever import Retriever
 from core.runs import Runs
+from core.store.api_keys import ApiKeyStore
 from core.store.channel_config import ChannelConfigStore
 from core.store.continuations import ContinuationStore
 from core.store.conversations import ConversationStore
@@ -117,6 +119,8 @@ class Engine:
             retriever=retriever,
             counter=self.counter,
             tool_services=tool_services or ToolServices(),
+            # One reservation per model call against the accounts that pay for it (core/quota.py): API keys' days.
+            quota=TokenQuota([ApiKeyStore(db)]),
         )
         self.runs = Runs(
             settings=settings,

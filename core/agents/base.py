@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -24,6 +25,7 @@ from core.events import (
     Usage,
 )
 from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
+from core.quota import Grant, QuotaExceeded, QuotaFailed, TokenQuota, used_tokens
 from core.requests import Actor, ClientTool, ConversationKey
 from core.retrieval.retriever import Retriever, SourceScope
 from core.store.continuations import Decision
@@ -77,6 +79,8 @@ class AgentDeps:
     retriever: Retriever | None
     counter: TokenCounter
     tool_services: ToolServices = field(default_factory=ToolServices)
+    # Reserves each model call's tokens against the accounts that pay for it (an API key's day), settles after.
+    quota: TokenQuota | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +177,8 @@ class BaseAgent(ABC):
         try:
             async for event in events:
                 yield event
+        except QuotaExceeded as error:
+            yield QuotaFailed(message=error.refusal.sentence, retryable=False, refusal=error.refusal)
         except LLMError as error:
             log.warning("model call failed: %r", error)
             yield Failed(message=error.message, retryable=error.retryable)
@@ -297,15 +303,49 @@ class BaseAgent(ABC):
         # Only what is available now: a tool offered earlier in the run may have gone with its MCP server.
         tools = [name for name in tools if name in registry]
         tool_specs = registry.openai_tools(tools) if tools and model.supports_tools else None
-        async for piece in self.deps.llm.stream(
-            model=model,
-            messages=messages,
-            tools=tool_specs or None,
-            response_format=response_format if response_format and model.supports_structured_output else None,
-            temperature=self.config.temperature,
-            max_tokens=self.config.max_tokens if self.config.max_tokens and self.config.max_tokens > 0 else None,
-        ):
-            yield piece
+        max_tokens = self.config.max_tokens if self.config.max_tokens and self.config.max_tokens > 0 else None
+        grant = await self._reserve(messages, tool_specs, model, max_tokens)
+        if grant is not None and grant.max_output is not None:
+            max_tokens = grant.max_output  # never more than the reservation left room for
+        completion: Completion | None = None
+        received: list[str] = []
+        try:
+            async for piece in self.deps.llm.stream(
+                model=model,
+                messages=messages,
+                tools=tool_specs or None,
+                response_format=response_format if response_format and model.supports_structured_output else None,
+                temperature=self.config.temperature,
+                max_tokens=max_tokens,
+            ):
+                if isinstance(piece, Completion):
+                    completion = piece
+                else:
+                    received.append(piece.text)
+                yield piece
+        finally:
+            if grant is not None:
+                await asyncio.shield(grant.settle(self._used(grant, completion, received)))
+
+    async def _reserve(self, messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]] | None,
+                       model: ModelInfo, max_tokens: int | None) -> Grant | None:
+        """This call's reservation (QuotaExceeded when it cannot fit); None when no account pays for this run."""
+        quota = self.deps.quota
+        if quota is None or not quota.applies(conversation=self.context.conversation, user=self.context.user):
+            return None
+        counter = self.deps.counter
+        prompt = sum(counter.count_message(message) for message in messages)
+        if tool_specs:
+            prompt += counter.count(json.dumps(tool_specs))
+        return await quota.reserve(conversation=self.context.conversation, user=self.context.user,
+                                   prompt_tokens=prompt, max_output=max_tokens or model.max_output_tokens)
+
+    def _used(self, grant: Grant, completion: Completion | None, received: list[str]) -> int:
+        """The tokens the model reported; for a call that broke off (or reported none), the prompt and what came."""
+        if completion is not None and used_tokens(completion.usage) > 0:
+            return used_tokens(completion.usage)
+        came = "".join(received) + ("".join(call.arguments for call in completion.tool_calls) if completion else "")
+        return grant.prompt_tokens + (self.deps.counter.count(came) if came else 0)
 
     # ----- the loop -----------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import psycopg
 
-from core.api_access import ApiKey, QuotaRefusal
+from core.api_access import ApiKey, QuotaLimit, api_key_of, quota_refusal
+from core.quota import Held, QuotaRefusal
+from core.requests import Actor, ConversationKey
 from core.store.db import Database
 
 KEY_PREFIX = "rb-"
@@ -28,6 +30,10 @@ def _next_reset(today: date) -> datetime:
     return datetime.combine(today + timedelta(days=1), time(0), tzinfo=timezone.utc)
 
 
+def _refusal(limit: QuotaLimit, allowed: int, day: date) -> QuotaRefusal:
+    return quota_refusal(limit, allowed, _next_reset(day))
+
+
 def _key(row: tuple) -> ApiKey:  # type: ignore[type-arg]
     return ApiKey(
         id=row[0], name=row[1], prefix=row[2], sources=tuple(row[3]) if row[3] is not None else None,
@@ -36,7 +42,8 @@ def _key(row: tuple) -> ApiKey:  # type: ignore[type-arg]
 
 
 class ApiKeyStore:
-    """Create, list, revoke and look up keys; take a day's request and record its tokens."""
+    """Create, list, revoke and look up keys; take a day's request; reserve and settle its model calls' tokens
+    (the core.quota.TokenLedger of API keys)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -109,14 +116,14 @@ class ApiKeyStore:
             if taken is not None:
                 # A limit of 0: the first row was inserted over it. Undo within this transaction.
                 await conn.rollback()
-                return QuotaRefusal(limit="requests_per_day", allowed=key.requests_per_day or 0, resets_at=_next_reset(day))
+                return _refusal("requests_per_day", key.requests_per_day or 0, day)
             cursor = await conn.execute(
                 "SELECT requests, tokens FROM api_key_usage WHERE key_id = %s AND day = %s", (key.id, day)
             )
             row = await cursor.fetchone()
         if row is not None and key.tokens_per_day is not None and row[1] >= key.tokens_per_day:
-            return QuotaRefusal(limit="tokens_per_day", allowed=key.tokens_per_day, resets_at=_next_reset(day))
-        return QuotaRefusal(limit="requests_per_day", allowed=key.requests_per_day or 0, resets_at=_next_reset(day))
+            return _refusal("tokens_per_day", key.tokens_per_day, day)
+        return _refusal("requests_per_day", key.requests_per_day or 0, day)
 
     async def give_back(self, key: ApiKey, *, today: date | None = None) -> None:
         """Uncount a request taken today that was refused after all (it lost a race for a paused run)."""
@@ -127,16 +134,47 @@ class ApiKeyStore:
                 (key.id, day),
             )
 
-    async def add_tokens(self, key: ApiKey, tokens: int, *, today: date | None = None) -> None:
-        """Add a finished request's tokens to today's count (a request under way is never cut short by it)."""
-        if tokens <= 0:
+    def account(self, conversation: ConversationKey, user: Actor) -> str | None:
+        """An API conversation's key pays for its model calls; chat conversations are no key's."""
+        key_id = api_key_of(conversation)
+        return None if key_id is None else str(key_id)
+
+    async def reserve(self, account: str, *, want: int, floor: int, today: date | None = None) -> Held | QuotaRefusal:
+        """Set aside `want` tokens of the key's day, or what is left when less (refused below `floor`).
+
+        The day's row is locked while it is read and raised, so concurrent reservations in any number of processes
+        queue on it and together never pass the limit. A key without a token limit is counted all the same.
+        """
+        key_id, day = int(account), today or datetime.now(timezone.utc).date()
+        async with self._db.connection() as conn:
+            cursor = await conn.execute("SELECT tokens_per_day FROM api_keys WHERE id = %s", (key_id,))
+            row = await cursor.fetchone()
+            limit = row[0] if row is not None else None
+            await conn.execute(
+                "INSERT INTO api_key_usage (key_id, day) VALUES (%s, %s) ON CONFLICT (key_id, day) DO NOTHING",
+                (key_id, day),
+            )
+            cursor = await conn.execute(
+                "SELECT tokens FROM api_key_usage WHERE key_id = %s AND day = %s FOR UPDATE", (key_id, day)
+            )
+            used = await cursor.fetchone()
+            assert used is not None
+            granted = want if limit is None else min(want, limit - used[0])
+            if granted < floor:
+                return _refusal("tokens_per_day", limit or 0, day)
+            await conn.execute(
+                "UPDATE api_key_usage SET tokens = tokens + %s WHERE key_id = %s AND day = %s", (granted, key_id, day)
+            )
+        return Held(ledger=self, account=account, day=day, tokens=granted)
+
+    async def settle(self, held: Held, used: int) -> None:
+        """The call's reported tokens replace its reservation, on the day it was reserved."""
+        if used == held.tokens:
             return
-        day = today or datetime.now(timezone.utc).date()
         async with self._db.connection() as conn:
             await conn.execute(
-                "INSERT INTO api_key_usage AS u (key_id, day, tokens) VALUES (%s, %s, %s)"
-                " ON CONFLICT (key_id, day) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens",
-                (key.id, day, tokens),
+                "UPDATE api_key_usage SET tokens = GREATEST(0, tokens + %s) WHERE key_id = %s AND day = %s",
+                (used - held.tokens, int(held.account), held.day),
             )
 
     async def used(self, key: ApiKey, *, today: date | None = None) -> tuple[int, int]:

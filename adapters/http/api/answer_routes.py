@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.http.api.answers import ApiAnswers, Started, ToolAction
-from adapters.http.api.auth import authenticate, scoped_sources
+from adapters.http.api.auth import authenticate, quota_error, scoped_sources
 from adapters.http.api.body import field, read_json, string_list
 from adapters.http.api.errors import ApiError, bad_request
 from adapters.http.api.events import Summary
@@ -42,6 +42,8 @@ class AnswerRoutes:
         async for _ in self._answers.play(key, started, summary):
             continue  # the summary collects what the events say
         if summary.error is not None and summary.pending is None and not summary.answer:
+            if summary.refusal is not None:
+                raise quota_error(summary.refusal)  # the first model call did not fit the key's tokens
             status = 503 if summary.error["kind"] == "temporary" else 502
             raise ApiError(status, summary.error["message"], "answer_failed",
                            extra={"conversation_id": started.conversation_id})

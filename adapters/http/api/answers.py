@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.http.api.auth import actor_for, take_quota
@@ -14,11 +13,9 @@ from adapters.http.api.events import ApiEvent, Summary, translate, usage_json
 from core.api_access import ApiConversationLog, ApiKey, ApiKeys, api_conversation_key
 from core.approvals import ApprovalView, Decision
 from core.engine import Engine
-from core.events import ApprovalRequired, Done, Event, Usage
+from core.events import ApprovalRequired, Done, Event
 from core.requests import ClientTool, PriorMessage, Request
 from core.tools.client_tools import client_spec
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +34,6 @@ class Started:
 
     conversation_id: str
     events: AsyncIterator[Event]
-    # Tokens the turn had used before this run (a resumed one's pause): not counted again for the key.
-    baseline: Usage = field(default_factory=Usage)
 
 
 class ApiAnswers:
@@ -112,7 +107,7 @@ class ApiAnswers:
         await take_quota(self.keys, key)
         result = await self.engine.approvals.submit(view.continuation_id, decisions, actor=actor)
         if result.events is not None:
-            return Started(conversation_id=conversation_id, events=result.events, baseline=view.usage)
+            return Started(conversation_id=conversation_id, events=result.events)
         # Another request claimed it between our look and our claim: this one is refused, and not counted.
         await self.keys.give_back(key)
         if lost_ok and result.outcome == "already_handled":
@@ -124,7 +119,8 @@ class ApiAnswers:
         raise ApiError(status, result.message or "This paused answer cannot be continued.", kind)
 
     async def play(self, key: ApiKey, started: Started, summary: Summary | None = None) -> AsyncIterator[ApiEvent]:
-        """The run's API events, ending in `end` (an answer, or a pause) or `error`; tokens are counted for the key."""
+        """The run's API events, ending in `end` (an answer, or a pause) or `error`. The key's tokens are counted
+        by the engine, each model call reserved and settled on its own (core/quota.py)."""
         summary = summary if summary is not None else Summary()
         async for event in started.events:
             summary.see(event)
@@ -133,13 +129,6 @@ class ApiAnswers:
                 yield api_event
             if isinstance(event, (Done, ApprovalRequired)):
                 yield "end", self._end(started.conversation_id, summary)
-        # A paused run's tokens count too; a resumed one's count starts where its pause left off.
-        tokens = (summary.usage.prompt_tokens + summary.usage.completion_tokens
-                  - started.baseline.prompt_tokens - started.baseline.completion_tokens)
-        try:
-            await self.keys.add_tokens(key, tokens)
-        except Exception:
-            log.warning("could not count %d tokens for API key %s", tokens, key.name, exc_info=True)
 
     @staticmethod
     def _end(conversation_id: str, summary: Summary) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 from aiohttp import web
 
 from adapters.http.api.errors import ApiError
-from core.api_access import ApiKey, ApiKeys, QuotaRefusal
+from core.api_access import ApiKey, ApiKeys
+from core.quota import QuotaRefusal
 from core.requests import Actor
 
 
@@ -28,16 +29,23 @@ async def take_quota(keys: ApiKeys, key: ApiKey) -> None:
 
 
 def quota_error(refusal: QuotaRefusal) -> ApiError:
-    what = "requests" if refusal.limit == "requests_per_day" else "tokens"
+    """429 with the refusal's sentence (core.api_access.quota_refusal words it for every surface)."""
     resets = refusal.resets_at.astimezone(timezone.utc)
     retry_after = max(1, int((resets - datetime.now(timezone.utc)).total_seconds()))
     return ApiError(
-        429, f"This key has used its {refusal.allowed} {what} for today; the count starts again at "
-        f"{resets.strftime('%Y-%m-%d %H:%M')} UTC.", "quota_exceeded",
+        429, refusal.sentence, "quota_exceeded",
         # The openai client retries a 429 unless told not to; waiting a few seconds would not help.
         headers={"x-should-retry": "false", "Retry-After": str(retry_after)},
         extra={"limit": refusal.limit, "allowed": refusal.allowed, "resets_at": resets.isoformat()},
     )
+
+
+def refusal_of(error: dict[str, object]) -> QuotaRefusal | None:
+    """The quota refusal an API `error` event carries (kind `quota`), or None."""
+    if error.get("kind") != "quota":
+        return None
+    return QuotaRefusal(limit=str(error["limit"]), allowed=int(str(error["allowed"])),
+                        resets_at=datetime.fromisoformat(str(error["resets_at"])), sentence=str(error["message"]))
 
 
 def actor_for(key: ApiKey) -> Actor:

@@ -8,6 +8,7 @@ from typing import Any
 from core.events import (
     AnswerDelta, ApprovalRequired, Done, Event, Failed, Sources, ToolCallFinished, ToolCallStarted, Usage,
 )
+from core.quota import QuotaFailed, QuotaRefusal
 
 ApiEvent = tuple[str, dict[str, Any]]
 TERMINAL = frozenset({"end", "error"})
@@ -38,8 +39,17 @@ def translate(event: Event) -> ApiEvent | None:
         case Done():
             return None  # becomes the end event, which knows the conversation
         case Failed():
-            return "error", {"message": event.message, "kind": "temporary" if event.retryable else "failed"}
+            return "error", error_json(event)
     return None
+
+
+def error_json(event: Failed) -> dict[str, Any]:
+    """A failed run's error; a model call past the key's token quota is kind `quota`, with the limit and reset."""
+    if isinstance(event, QuotaFailed) and event.refusal is not None:
+        refusal = event.refusal
+        return {"message": event.message, "kind": "quota", "limit": refusal.limit, "allowed": refusal.allowed,
+                "resets_at": refusal.resets_at.isoformat()}
+    return {"message": event.message, "kind": "temporary" if event.retryable else "failed"}
 
 
 def pending_json(event: ApprovalRequired) -> dict[str, Any]:
@@ -62,6 +72,7 @@ class Summary:
     pending: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
     error: dict[str, Any] | None = None
+    refusal: QuotaRefusal | None = None  # the run was refused a model call by the key's token quota
     _since_tools: str = ""
 
     def see(self, event: Event) -> None:
@@ -93,7 +104,8 @@ class Summary:
                 self.final_answer = self._since_tools
                 self.usage = event.usage
             case Failed():
-                self.error = {"message": event.message, "kind": "temporary" if event.retryable else "failed"}
+                self.error = error_json(event)
+                self.refusal = event.refusal if isinstance(event, QuotaFailed) else None
 
     @property
     def after_tools(self) -> str:

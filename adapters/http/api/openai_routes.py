@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.http.api.answers import ApiAnswers
-from adapters.http.api.auth import authenticate, scoped_sources
+from adapters.http.api.auth import authenticate, quota_error, refusal_of, scoped_sources
 from adapters.http.api.body import field, read_json
 from adapters.http.api.errors import ApiError, bad_request
 from adapters.http.api.events import ApiEvent
@@ -111,6 +111,9 @@ class OpenAIRoutes:
             async for item in events:
                 reply.see(item)
         if reply.error is not None:
+            refusal = refusal_of(reply.error)
+            if refusal is not None and not reply.text:
+                raise quota_error(refusal)
             raise ApiError(503 if reply.error.get("kind") == "temporary" else 502, reply.error.get("message", ""),
                            "answer_failed")
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}

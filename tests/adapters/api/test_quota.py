@@ -1,4 +1,4 @@
-"""Quotas hold across processes: two API servers, each with its own engine and connection pool, one database."""
+"""Quotas hold across processes (two API servers, one database), and token reservations hold per model call."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ from pathlib import Path
 
 import aiohttp
 
+from core.api_access import api_conversation_key
+from core.quota import Grant, QuotaExceeded, TokenQuota
+from core.requests import Actor, ConversationKey
+from core.store.api_keys import ApiKeyStore
 from core.store.db import Database
 from tests.adapters.api.harness import auth, serve_api
-from tests.emulators.openai_server import OpenAIEmulator
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 
 
 async def test_twenty_concurrent_requests_over_two_servers_take_exactly_ten(
@@ -34,3 +38,44 @@ async def test_twenty_concurrent_requests_over_two_servers_take_exactly_ten(
             assert len(openai_emulator.chat_requests) == 10
     finally:
         await other_db.close()
+
+
+async def test_thirty_concurrent_reservations_never_hold_more_than_the_day(db: Database) -> None:
+    keys = ApiKeyStore(db)
+    key, _ = await keys.create("reserve fifty", tokens_per_day=50)
+    quota = TokenQuota([keys])
+    where = api_conversation_key(key.id, "c")
+
+    async def reserve() -> Grant | QuotaExceeded:
+        try:
+            return await quota.reserve(conversation=where, user=Actor(id="u"), prompt_tokens=5, max_output=10)
+        except QuotaExceeded as refused:
+            return refused
+
+    outcomes = await asyncio.gather(*(reserve() for _ in range(30)))
+    grants = [outcome for outcome in outcomes if isinstance(outcome, Grant)]
+    refusals = [outcome for outcome in outcomes if isinstance(outcome, QuotaExceeded)]
+    assert sum(grant.held[0].tokens for grant in grants) == (await keys.used(key))[1] == 45
+    assert len(grants) == 3 and len(refusals) == 27  # 15 + 15 + 15, and 5 left is less than a prompt and a token
+    assert all(r.refusal.sentence.startswith("This key has used its 50 tokens for today") for r in refusals)
+    for grant in grants:
+        await grant.settle(7)  # the model used less: the rest is given back
+    assert (await keys.used(key))[1] == 21
+    # What is left is granted, clamped: the call may ask for 24 tokens of output, not 10 more than the day holds.
+    clamped = await quota.reserve(conversation=where, user=Actor(id="u"), prompt_tokens=5, max_output=4096)
+    assert clamped.max_output == 24 and (await keys.used(key))[1] == 50
+    # A chat conversation is no key's: nothing is reserved, nothing limits it.
+    assert not quota.applies(conversation=ConversationKey(platform="slack", workspace="T", channel="C"), user=Actor(id="u"))
+
+
+async def test_each_model_call_of_an_agentic_run_reserves_and_settles(db: Database, openai_emulator: OpenAIEmulator) -> None:
+    openai_emulator.script(ToolCalls([Call("calculator", '{"expression": "6*7"}', id="call_calc")]), Text("42."))
+    async with serve_api(db, openai_emulator.base_url) as api, aiohttp.ClientSession() as http:
+        key, secret = await api.keys.create("per call", tokens_per_day=3000)
+        async with http.post(f"{api.url}/api/answer", json={"question": "6*7?"}, headers=auth(secret)) as response:
+            assert response.status == 200, await response.text()
+            body = await response.json()
+        first, second = openai_emulator.chat_requests
+        # Each call asked for what was left of the day then: the second after the first had settled.
+        assert 0 < second["max_tokens"] < first["max_tokens"] < 3000
+        assert (await api.keys.used(key))[1] == body["usage"]["total_tokens"] > 0
