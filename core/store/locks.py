@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 
 LEASE_S = 60.0
 RENEW_EVERY_S = 20.0
+# A renewal that failed (a database blip) is tried again this soon, doubling up to RENEW_EVERY_S: waiting the
+# full interval would let a 40 s failover run the lease out while its run still goes.
+RENEW_RETRY_FIRST_S = 1.0
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 0.5
 GIVE_BACK_ATTEMPTS = 2
@@ -29,8 +32,9 @@ class ConversationLocks:
     crashed holder's lease simply runs out. Same-process waiters queue on an asyncio lock first.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, renew_every_s: float = RENEW_EVERY_S) -> None:
         self._db = db
+        self.renew_every_s = renew_every_s
         self._local: dict[int, asyncio.Lock] = {}
         self._users: dict[int, int] = {}
         self._instance = f"{socket.gethostname()}:{os.getpid()}"
@@ -62,13 +66,16 @@ class ConversationLocks:
             )
             return await cursor.fetchone() is not None
 
-    async def _renew(self, conversation_id: int, holder: str) -> None:
+    async def _renew(self, conversation_id: int, holder: str) -> bool:
+        """Extends the lease if `holder` still has it; False when it ran out and another run took it (or gave
+        it back) meanwhile. A lease that ran out but nobody took is still this holder's, and is extended."""
         async with self._db.connection() as conn:
-            await conn.execute(
+            cursor = await conn.execute(
                 "UPDATE conversation_leases SET expires_at = now() + make_interval(secs => %s)"
-                " WHERE conversation_id = %s AND holder = %s",
+                " WHERE conversation_id = %s AND holder = %s RETURNING 1",
                 (LEASE_S, conversation_id, holder),
             )
+            return await cursor.fetchone() is not None
 
     async def _give_back(self, conversation_id: int, holder: str) -> None:
         async with self._db.connection() as conn:
@@ -105,7 +112,9 @@ class HeldLock:
                 await asyncio.sleep(pause)
                 pause = min(POLL_MAX_S, pause * 2)
             self._holder = holder
-            self._renewer = asyncio.create_task(self._keep_renewing(self._id, holder))
+            owner = asyncio.current_task()
+            assert owner is not None
+            self._renewer = asyncio.create_task(self._keep_renewing(self._id, holder, owner))
         except BaseException:
             await asyncio.shield(self._release())
             raise
@@ -115,13 +124,26 @@ class HeldLock:
     ) -> None:
         await asyncio.shield(self._release())
 
-    async def _keep_renewing(self, conversation_id: int, holder: str) -> None:
+    async def _keep_renewing(self, conversation_id: int, holder: str, owner: asyncio.Task[object]) -> None:
+        every = self._locks.renew_every_s
+        pause, retry = every, min(every, RENEW_RETRY_FIRST_S)
         while True:
-            await asyncio.sleep(RENEW_EVERY_S)
+            await asyncio.sleep(pause)
             try:
-                await self._locks._renew(conversation_id, holder)
+                held = await self._locks._renew(conversation_id, holder)
             except Exception:
-                log.warning("could not renew the lease of conversation %s; retrying", conversation_id, exc_info=True)
+                pause, retry = retry, min(every, retry * 2)
+                log.warning("could not renew the lease of conversation %s; retrying in %.0f s", conversation_id, pause,
+                            exc_info=True)
+                continue
+            if not held:
+                # Another run has the conversation now: this one must not go on writing its turn beside it.
+                log.error("the lease of conversation %s ran out and another run took it; cancelling this run",
+                          conversation_id)
+                self._holder = None
+                owner.cancel(msg="conversation lease lost")
+                return
+            pause, retry = every, min(every, RENEW_RETRY_FIRST_S)
 
     async def _give_back(self, holder: str) -> None:
         assert self._id is not None

@@ -89,3 +89,51 @@ async def test_a_crashed_holders_lease_runs_out(db: Database) -> None:
     async with asyncio.timeout(10):
         async with ConversationLocks(db).hold(conversation):
             pass
+
+
+async def _lease_holder(db: Database, conversation: int) -> str | None:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT holder FROM conversation_leases WHERE conversation_id = %s", (conversation,))
+        row = await cursor.fetchone()
+    return None if row is None else row[0]
+
+
+async def test_a_run_whose_lease_another_process_took_is_cancelled_not_renewed_beside_it(
+    db: Database, database_url: str, tmp_path
+) -> None:
+    from core.requests import ConversationKey
+    from core.store.conversations import ConversationStore
+
+    conversation = await ConversationStore(db).get_or_create(ConversationKey(platform="t", workspace="w", channel="lost"))
+    other_db = Database(url=database_url, data_dir=tmp_path)
+    await other_db.open()
+    try:
+        mine, theirs = ConversationLocks(db, renew_every_s=0.05), ConversationLocks(other_db, renew_every_s=0.05)
+        inside, went_on = asyncio.Event(), []
+
+        async def run() -> None:
+            async with mine.hold(conversation):
+                inside.set()
+                await asyncio.sleep(30)
+                went_on.append(True)
+
+        first = asyncio.create_task(run())
+        await asyncio.wait_for(inside.wait(), 10)
+        # Its renewals failed past the lease (a long database outage, a paused VM): the lease ran out.
+        async with db.connection() as conn:
+            await conn.execute("UPDATE conversation_leases SET expires_at = now() - interval '1 second'"
+                               " WHERE conversation_id = %s", (conversation,))
+        async with asyncio.timeout(10):
+            async with theirs.hold(conversation):
+                taken_by = await _lease_holder(db, conversation)
+                try:
+                    await asyncio.wait_for(first, 5)
+                except asyncio.CancelledError:
+                    pass
+                assert first.cancelled() and not went_on, "the first run went on beside the one that took its lease"
+                # The first run's renewal did not take the lease back, nor did its exit give the other's away.
+                assert await _lease_holder(db, conversation) == taken_by and taken_by is not None
+        assert await _lease_holder(db, conversation) is None
+    finally:
+        await other_db.close()
+
