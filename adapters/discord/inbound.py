@@ -13,7 +13,7 @@ import discord
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import Gate
+from adapters.gate import DATABASE_DOWN, Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
 from adapters.streaming import Priority
 from core.config import DirectMessagePolicy
@@ -156,6 +156,16 @@ class DiscordInbound:
 
     async def on_message(self, me: discord.ClientUser, message: discord.Message) -> None:
         with self._gate.track():
+        # Nothing redelivers a gateway message: one that cannot be recorded is held until the database is back.
+        try:
+            await self._take(me, message)
+        except DATABASE_DOWN:
+            self._gate.hold(
+                str(message.id), take=lambda: self._take(me, message),
+                tell=lambda: _reply_once(ChannelTransport(message.channel, reply_to=message.id), wording.database_unreachable()),
+            )
+
+    async def _take(self, me: discord.ClientUser, message: discord.Message) -> None:
             # Who may ask
             if not self._gate.accepting or message.author.bot or message.author.id == me.id:
                 return
