@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from core.store.db import Database
 from core.tools import ToolContext, ToolServices
 from core.tools.registry import ToolError
 from core.tools.reminders import CREATE_REMINDER, parse_when
+from tests.support.outage import DatabaseOutage
 
 KEY = ConversationKey(platform="test", workspace="W", channel="C", thread="t1")
 
@@ -192,3 +194,33 @@ async def test_a_claim_left_by_a_dead_process_is_taken_over_and_delivered_once(d
     assert (await _row(db, live))[0] == "fired"
     assert await survivor.sweep() == 0
     assert len(notifier.reminders) == 1
+
+
+async def test_a_delivery_whose_mark_cannot_be_written_is_marked_later_and_never_sent_again(
+    pg_server: str, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("core.store.db.POOL_TIMEOUT_S", 1.0)
+    outage = DatabaseOutage(admin_url=pg_server, database_url=database_url)
+    database = Database(url=database_url, data_dir=tmp_path)
+    await database.open()
+    try:
+        delivered: list[str] = []
+
+        class DatabaseDiesAfterDelivery(RecordingNotifier):
+            async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+                delivered.append(text)
+                await outage.down()  # the platform took it; the database goes before the mark
+
+        scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        me = ReminderService(database, scheduler, {"test": DatabaseDiesAfterDelivery()}, instance="marker")
+        other = ReminderService(database, scheduler, {"test": RecordingNotifier()}, instance="other")
+        reminder_id = await _insert_due(database, "delivered, unmarked")
+        assert await me.fire(reminder_id)
+        await outage.up()
+        assert await other.sweep() == 0, "the claim's process is alive: not taken over"
+        assert await me.sweep() == 0, "marked, not delivered again"
+        assert delivered == ["delivered, unmarked"]
+        assert (await _row(database, reminder_id))[0] == "delivered"
+    finally:
+        await outage.up()
+        await database.close()
