@@ -27,6 +27,8 @@ HINTS: dict[str, str] = {
     "SQL_QUERY_DSN": "a postgresql:// URL of the database sql_query reads (as a read-only role), or leave it unset",
     "SQL_QUERY_MAX_ROWS": "a number of rows between 1 and 10000, e.g. 100",
     "SQL_QUERY_TIMEOUT_S": "a number of seconds, e.g. 5",
+    "SQL_QUERY_MAX_VALUE_BYTES": "a number of bytes between 16 and 1000000, e.g. 1000",
+    "SQL_QUERY_MAX_RESULT_BYTES": "a number of bytes between 1000 and 100000000, e.g. 100000",
     "LLM_BASE_URL": "the base URL of an OpenAI-compatible API, e.g. https://api.openai.com/v1",
     "EMBEDDING_BASE_URL": "the base URL of an OpenAI-compatible embeddings API, or leave it unset to use LLM_BASE_URL",
     "SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/",
@@ -220,6 +222,9 @@ class Settings(BaseSettings):
     sql_query_max_rows: int = Field(default=100, ge=1, le=10_000)
     sql_query_timeout_s: float = Field(default=5.0, gt=0)
     sql_query_schema_tokens: int = Field(default=1500, ge=0)
+    # Bytes one value, and a whole result, may bring over the wire (cut by the database itself).
+    sql_query_max_value_bytes: int = Field(default=1000, ge=16, le=1_000_000)
+    sql_query_max_result_bytes: int = Field(default=100_000, ge=1000, le=100_000_000)
 
     # MCP servers whose tools the model may call (the `mcp` extra); their tools need approval unless trusted here.
     mcp_servers: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict, repr=False)  # may hold tokens

@@ -4,6 +4,9 @@ Read-only by construction, so it needs no approval: the statement must pass sql_
 Postgres parse; only reads, no denied functions), then runs in a READ ONLY transaction with a
 statement timeout that is always rolled back, its rows fetched through a server-side cursor up to
 the cap. A superuser role is refused unless settings allow it: a superuser could undo any of this.
+
+Memory is capped in SQL too: the statement is wrapped (sql_caps) so no value brings more than its
+byte cap over the wire, and rows stop being fetched once the result passes its own.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from core.redact import error_reason
 from core.tokens import TokenCounter
 from core.tools.context import ToolContext
 from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolError, ToolSpec
+from core.tools.sql_caps import MIN_VALUE_BYTES, WrapError, capped_statement
 from core.tools.sql_guard import Allowed, check_sql
 from core.tools.sql_schema import describe_schema, read_schema
 from core.tools.sql_table import QueryResult, format_table
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 
 TOOL_NAME = "sql_query"
 CURSOR_NAME = "relaybot_sql_query"
+DESCRIBE_CURSOR_NAME = "relaybot_sql_describe"
 APPLICATION_NAME = "relaybot sql_query"
 # libpq counts connect_timeout in whole seconds and treats anything under 2 as 2.
 MIN_CONNECT_TIMEOUT_S = 2
@@ -51,6 +56,8 @@ class SqlQueryConfig:
     max_rows: int = 100
     timeout_s: float = 5.0
     schema_tokens: int = 1500
+    max_value_bytes: int = 1000
+    max_result_bytes: int = 100_000
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SqlQueryConfig | None:
@@ -63,6 +70,8 @@ class SqlQueryConfig:
             max_rows=settings.sql_query_max_rows,
             timeout_s=settings.sql_query_timeout_s,
             schema_tokens=settings.sql_query_schema_tokens,
+            max_value_bytes=settings.sql_query_max_value_bytes,
+            max_result_bytes=settings.sql_query_max_result_bytes,
         )
 
     @property
@@ -135,7 +144,7 @@ async def run_query(config: SqlQueryConfig, sql: str, *, max_chars: int = DEFAUL
         if not config.allow_superuser and await is_superuser(conn):
             raise ToolError(superuser_refusal())
         try:
-            result = await _fetch(conn, verdict, cap=config.max_rows)
+            result = await fetch_result(conn, verdict, config=config)
         except psycopg.errors.QueryCanceled:
             raise ToolError(
                 f"the query was stopped after the {config.timeout_s:g} s statement timeout; "
@@ -152,20 +161,65 @@ async def run_query(config: SqlQueryConfig, sql: str, *, max_chars: int = DEFAUL
     return format_table(result, max_rows=config.max_rows, max_chars=max_chars)
 
 
-async def _fetch(conn: AsyncConnection[Any], verdict: Allowed, *, cap: int) -> QueryResult:
+async def fetch_result(conn: AsyncConnection[Any], verdict: Allowed, *, config: SqlQueryConfig) -> QueryResult:
+    """At most max_rows rows of the statement, each value at most its byte cap, the rows stopped past the result's."""
+    cap = config.max_rows
     if verdict.explain:
-        # EXPLAIN cannot be a cursor's query (DECLARE takes a SELECT or VALUES); its plan is a few rows.
+        # EXPLAIN cannot be a cursor's query (DECLARE takes a SELECT or VALUES); its plan is a few rows, each
+        # line as long as the statement's text allows at most.
         async with conn.cursor() as cursor:
             await cursor.execute(verdict.sql)
             records = await cursor.fetchmany(cap + 1)
             columns = tuple(column.name for column in cursor.description or ())
-    else:
-        # A server-side cursor: the database produces only the rows fetched, never the whole result.
+        return QueryResult(columns=columns, rows=tuple(tuple(r) for r in records[:cap]), more=len(records) > cap)
+    # Declaring a cursor plans the statement and names its columns without producing a row.
+    async with conn.cursor(name=DESCRIBE_CURSOR_NAME) as cursor:
+        await cursor.execute(verdict.sql)
+        columns = tuple(column.name for column in cursor.description or ())
+    if not columns:
         async with conn.cursor(name=CURSOR_NAME) as cursor:
             await cursor.execute(verdict.sql)
             records = await cursor.fetchmany(cap + 1)
-            columns = tuple(column.name for column in cursor.description or ())
-    return QueryResult(columns=columns, rows=tuple(tuple(record) for record in records[:cap]), more=len(records) > cap)
+        return QueryResult(columns=(), rows=tuple(() for _ in records[:cap]), more=len(records) > cap)
+    # Each value gets at most an equal share of the result's cap, so one row never passes it alone.
+    value_bytes = max(MIN_VALUE_BYTES, min(config.max_value_bytes, config.max_result_bytes // len(columns)))
+    try:
+        sql = capped_statement(verdict.sql, columns=len(columns), value_bytes=value_bytes)
+    except WrapError:
+        raise ToolError("refused, nothing was run: the statement could not be wrapped to cap its values.") from None
+    row_bytes = value_bytes * len(columns)
+    rows: list[tuple[str | None, ...]] = []
+    cut: set[int] = set()
+    used = 0
+    stopped_at_bytes = more = False
+    # A server-side cursor: the database produces only the rows fetched, never the whole result; each batch is
+    # as many rows as the bytes left could hold at their largest.
+    async with conn.cursor(name=CURSOR_NAME) as cursor:
+        await cursor.execute(sql)
+        while True:
+            if used >= config.max_result_bytes:
+                stopped_at_bytes = True
+                break
+            batch = max(1, min(cap + 1 - len(rows), (config.max_result_bytes - used) // row_bytes))
+            records = await cursor.fetchmany(batch)
+            for record in records:
+                values = record[0::2]
+                cut.update(index for index, flag in enumerate(record[1::2]) if flag == "true")
+                used += sum(len(value.encode("utf-8")) for value in values if value is not None)
+                rows.append(tuple(values))
+            if len(rows) > cap:
+                more = True
+                break
+            if len(records) < batch:
+                break
+    return QueryResult(
+        columns=columns,
+        rows=tuple(rows[:cap]),
+        more=more,
+        cut_columns=tuple(columns[index] for index in sorted(cut)),
+        value_cap_bytes=value_bytes,
+        stopped_at_bytes=config.max_result_bytes if stopped_at_bytes else None,
+    )
 
 
 def _message(error: psycopg.Error) -> str:

@@ -16,6 +16,9 @@ class QueryResult:
     columns: tuple[str, ...]
     rows: tuple[tuple[str | None, ...], ...]
     more: bool
+    cut_columns: tuple[str, ...] = ()  # columns with a value cut to value_cap_bytes by the database
+    value_cap_bytes: int | None = None
+    stopped_at_bytes: int | None = None  # rows stopped being fetched once the result passed this many bytes
 
 
 def format_cell(value: str | None, *, max_chars: int = MAX_CELL_CHARS) -> str:
@@ -34,8 +37,9 @@ def format_table(result: QueryResult, *, max_rows: int, max_chars: int) -> str:
     size = len(lines[0])
     shown = 0
     cut_for_size = False
-    # Room kept for the closing sentence, so the whole output stays within max_chars.
-    budget = max_chars - 160
+    cut_note = _value_cut_sentence(result.cut_columns, result.value_cap_bytes) if result.cut_columns else ""
+    # Room kept for the closing sentences, so the whole output stays within max_chars.
+    budget = max_chars - 160 - len(cut_note)
     for row in result.rows[:max_rows]:
         line = SEPARATOR.join(format_cell(value) for value in row)
         if shown and size + 1 + len(line) > budget:
@@ -44,12 +48,31 @@ def format_table(result: QueryResult, *, max_rows: int, max_chars: int) -> str:
         lines.append(line)
         size += 1 + len(line)
         shown += 1
-    lines.append(_count_sentence(shown, more=result.more or len(result.rows) > max_rows, cut_for_size=cut_for_size))
+    lines.append(_count_sentence(shown, more=result.more or len(result.rows) > max_rows, cut_for_size=cut_for_size,
+                                 stopped_at_bytes=result.stopped_at_bytes))
+    if cut_note:
+        lines.append(cut_note)
     return "\n".join(lines)
 
 
-def _count_sentence(shown: int, *, more: bool, cut_for_size: bool) -> str:
+def _value_cut_sentence(columns: tuple[str, ...], cap_bytes: int | None) -> str:
+    names = ", ".join(format_cell(name, max_chars=60) for name in columns[:10])
+    if len(columns) > 10:
+        names += f" and {len(columns) - 10} more"
+    where = "column" if len(columns) == 1 else "columns"
+    return (
+        f"(Values longer than {cap_bytes} bytes were cut to their first {cap_bytes} bytes by the database, in {where} "
+        f"{names}; select left(…), length(…) or a substring to see other parts.)"
+    )
+
+
+def _count_sentence(shown: int, *, more: bool, cut_for_size: bool, stopped_at_bytes: int | None = None) -> str:
     rows = "1 row" if shown == 1 else f"{shown} rows"
+    if stopped_at_bytes is not None and not cut_for_size:
+        return (
+            f"({rows} shown: the rows stopped once the result passed {stopped_at_bytes} bytes; there may be more. "
+            "Select fewer or shorter columns, fewer rows, or aggregate.)"
+        )
     if cut_for_size:
         return f"({rows} shown: cut at {shown} rows to fit the output; there are more. Select fewer columns or rows, or aggregate.)"
     if more:

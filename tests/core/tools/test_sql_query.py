@@ -3,13 +3,17 @@ refused or stopped, and the database is checked unchanged after each."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 import pytest
@@ -20,7 +24,8 @@ from core.events import Done
 from core.store.db import Database
 from core.tokens import get_token_counter
 from core.tools import ToolError, ToolRegistry, builtin_registry
-from core.tools.sql_query import SqlQueryConfig, read_only_session, run_query, sql_query_tool
+from core.tools.sql_guard import Allowed, check_sql
+from core.tools.sql_query import SqlQueryConfig, fetch_result, read_only_session, run_query, sql_query_tool
 from core.tools.sql_schema import describe_schema, read_schema
 from tests.core.engine.support import events_of, request
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
@@ -311,3 +316,114 @@ async def test_a_model_counts_with_sql_and_every_write_it_tries_is_refused(
     for content in refusals:
         assert "refused" in content and "count\n" not in content
     assert _state(shop_url) == before
+
+
+# ----- bytes: values cut by the database, results stopped at their cap ----------------------------------
+
+
+class ServerBytes:
+    """A Unix-socket hop between psycopg and Postgres that counts the bytes the server sends: what crossed the wire."""
+
+    def __init__(self, url: str) -> None:
+        query = parse_qs(urlsplit(url).query)
+        [socket_dir] = query["host"]
+        port = query.get("port", ["5432"])[0]
+        self.target = Path(socket_dir) / f".s.PGSQL.{port}"
+        self.directory = Path(tempfile.mkdtemp(prefix="pgbytes-"))  # short: a socket path has ~100 characters
+        self.url = url.replace(f"host={socket_dir}", f"host={self.directory}")
+        self.received = 0
+        self._server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> ServerBytes:
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.directory / self.target.name))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_unix_connection(str(self.target))
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool) -> None:
+            try:
+                while data := await reader.read(65536):
+                    if count:
+                        self.received += len(data)
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        await asyncio.gather(pipe(client_reader, server_writer, count=False), pipe(server_reader, client_writer, count=True))
+
+
+async def test_a_huge_value_never_crosses_the_wire_whole_and_the_answer_says_where_it_cut(shop_url: str) -> None:
+    async with ServerBytes(shop_url) as wire:
+        table = await run_query(_config(wire.url), "SELECT repeat('x', 10000000) AS blob, 1 AS n FROM generate_series(1, 4)")
+    # 40 MB of values; what came over the wire is the cut values and the protocol around them.
+    assert wire.received < 50_000
+    lines = table.splitlines()
+    assert lines[:5] == ["blob | n"] + ["x" * 199 + "… | 1"] * 4
+    assert lines[5] == "(4 rows)"
+    assert lines[6].startswith("(Values longer than 1000 bytes were cut to their first 1000 bytes by the database, in column blob;")
+
+
+async def test_values_are_cut_at_their_byte_cap_without_splitting_a_character(shop_url: str) -> None:
+    sql = "SELECT repeat('é', 600) AS two, repeat('😀', 300) AS four, repeat('x', 999) || 'é' AS edge, 'short' AS s, NULL AS n"
+    async with read_only_session(_config(shop_url)) as conn:
+        result = await fetch_result(conn, _allowed(sql), config=_config(shop_url, max_value_bytes=1000))
+    [row] = result.rows
+    assert row[0] == "é" * 500 and row[1] == "😀" * 250 and row[2] == "x" * 999
+    assert row[3:] == ("short", None)
+    assert result.cut_columns == ("two", "four", "edge") and result.value_cap_bytes == 1000
+    assert result.stopped_at_bytes is None and not result.more
+
+
+async def test_rows_stop_once_the_result_passes_its_byte_cap(shop_url: str) -> None:
+    config = _config(shop_url, max_value_bytes=1000, max_result_bytes=10_000)
+    async with read_only_session(config) as conn:
+        result = await fetch_result(conn, _allowed("SELECT repeat('y', 900) FROM generate_series(1, 1000)"), config=config)
+    fetched = sum(len(value or "") for row in result.rows for value in row)
+    assert 10_000 <= fetched < 11_000 and len(result.rows) == 12
+    assert result.stopped_at_bytes == 10_000 and result.cut_columns == ()
+    table = await run_query(config, "SELECT repeat('y', 900) FROM generate_series(1, 1000)")
+    assert "the rows stopped once the result passed 10000 bytes; there may be more" in table.splitlines()[-1]
+    # Many columns share the result's cap: each value gets at most its share, so one row alone never passes it.
+    wide = ", ".join(f"repeat('z', 500) AS z{i}" for i in range(40))
+    async with read_only_session(config) as conn:
+        result = await fetch_result(conn, _allowed(f"SELECT {wide}"), config=config)
+    assert result.value_cap_bytes == 250 and {len(value or "") for value in result.rows[0]} == {250}
+
+
+async def test_the_wrapper_keeps_order_names_types_and_comments_of_the_statement(shop_url: str) -> None:
+    table = await run_query(
+        _config(shop_url), "SELECT id, id AS id, paid, placed FROM orders ORDER BY id DESC -- newest first"
+    )
+    assert table.splitlines() == ["id | id | paid | placed", "3 | 3 | true | infinity", "2 | 2 | false | NULL",
+                                  "1 | 1 | true | 2026-01-05", "(3 rows)"]
+    assert await run_query(_config(shop_url), "VALUES (1, 'a'), (2, 'b')") == "column1 | column2\n1 | a\n2 | b\n(2 rows)"
+    assert await run_query(_config(shop_url), "SELECT FROM orders") == "(no columns)\n\n\n\n(3 rows)"
+    # Text that looks like the wrapper's own is only a value.
+    sneaky = await run_query(_config(shop_url), "SELECT ')) AS w; SELECT 1 --' AS escape")
+    assert sneaky == "escape\n)) AS w; SELECT 1 --\n(1 row)"
+
+
+def _allowed(sql: str) -> Allowed:
+    verdict = check_sql(sql)
+    assert isinstance(verdict, Allowed), verdict
+    return verdict
+
+
+def test_settings_name_the_byte_caps() -> None:
+    config = SqlQueryConfig.from_settings(
+        load_settings(_env_file=None, sql_query_dsn="postgresql://db.example/shop", sql_query_max_value_bytes=64,
+                      sql_query_max_result_bytes=5000)
+    )
+    assert config is not None and (config.max_value_bytes, config.max_result_bytes) == (64, 5000)
+    with pytest.raises(SettingsError, match="SQL_QUERY_MAX_VALUE_BYTES"):
+        load_settings(_env_file=None, sql_query_max_value_bytes=3)
