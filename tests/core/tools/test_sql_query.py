@@ -333,6 +333,7 @@ class ServerBytes:
         self.url = url.replace(f"host={socket_dir}", f"host={self.directory}")
         self.received = 0
         self._server: asyncio.AbstractServer | None = None
+        self._hops: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> ServerBytes:
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.directory / self.target.name))
@@ -342,9 +343,17 @@ class ServerBytes:
         assert self._server is not None
         self._server.close()
         await self._server.wait_closed()
+        # The client has closed its connection: each hop ends once both sides have seen that.
+        if self._hops:
+            _, left = await asyncio.wait(self._hops, timeout=5)
+            for hop in left:
+                hop.cancel()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._hops.add(task)
         server_reader, server_writer = await asyncio.open_unix_connection(str(self.target))
 
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool) -> None:
