@@ -1,4 +1,4 @@
-"""Citations in a finished answer: `[n]` that match no source removed, and the sources cited, by their numbers."""
+"""Citations in a finished answer: `[n]` that match no source removed, and the sources cited, by their numbers; streamed text held from where one may begin."""
 
 from __future__ import annotations
 
@@ -150,3 +150,72 @@ def _code_spans(text: str, blocks: list[tuple[int, int]]) -> list[tuple[int, int
         spans.append((opening.start(), runs[closing].end()))
         index = closing + 1
     return spans
+
+
+# Where a citation may begin in streamed text: a bracket, maybe a footnote caret, then a digit.
+_MAY_CITE = re.compile(r"\[\s*\^?\d")
+# What cite() may remove before a citation it drops (`foo, ([9])`): a comma, spaces, an opening parenthesis.
+_BEFORE_CITATION = ",( \t"
+# Text held back at a piece's end while it might still become a citation (`see [`); longer runs are let go.
+_MAX_TAIL = 32
+
+
+class HeldCitations:
+    """Streamed answer text checked against sources not known until the answer ends (a stream cannot take back
+    what it sent): text goes out as it comes until a citation may begin; from there it is held, and `finish`
+    gives the rest as cite() leaves it. Linear in the text: each piece is scanned once, plus a short tail."""
+
+    def __init__(self) -> None:
+        self._sent: list[str] = []
+        self._pending = ""
+        self._holding = False
+
+    def add(self, text: str) -> str:
+        """What of `text` (and of the tail held before it) may be sent now."""
+        if self._holding:
+            self._pending += text
+            return ""
+        pending = self._pending + text
+        found = _MAY_CITE.search(pending)
+        if found is not None:
+            self._holding = True
+            cut = _start_before(pending, found.start())
+        else:
+            cut = _start_before(pending, _open_tail(pending))
+        out, self._pending = pending[:cut], pending[cut:]
+        if out:
+            self._sent.append(out)
+        return out
+
+    def finish(self, sources: Sequence[SourceItem]) -> str:
+        """The rest of a finished answer, its citations of no source removed, as cite() would on the whole."""
+        sent, pending = "".join(self._sent), self._pending
+        self._pending = ""
+        cleaned = cite(sent + pending, sources).text
+        if cleaned.startswith(sent):
+            return cleaned[len(sent):]
+        return cite(pending, sources).text  # what went out early is kept; only the held part is cleaned
+
+    def flush(self) -> str:
+        """The rest as it is, for an answer with no sources to check against (a pause, a failure)."""
+        pending, self._pending = self._pending, ""
+        return pending
+
+
+def _open_tail(text: str) -> int:
+    """Where an unfinished citation at the end of `text` (`[`, `[ ^`) begins; len(text) when there is none."""
+    end = len(text)
+    position = end
+    while position > 0 and end - position < _MAX_TAIL and text[position - 1] in "^ \t\n":
+        position -= 1
+    if position > 0 and text[position - 1] == "[":
+        return position - 1
+    return end
+
+
+def _start_before(text: str, index: int) -> int:
+    """`index` moved back over what cite() may remove with a citation starting there."""
+    position = index
+    while position > 0 and index - position < _MAX_TAIL and text[position - 1] in _BEFORE_CITATION:
+        position -= 1
+    return position

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.citations import cite
 from core.events import (
-    AnswerDelta, ApprovalRequired, Done, Event, Failed, Sources, ToolCallFinished, ToolCallStarted, Usage,
+    AnswerDelta, ApprovalRequired, Done, Event, Failed, SourceItem, Sources, ToolCallFinished, ToolCallStarted, Usage,
 )
 from core.quota import QuotaFailed, QuotaRefusal
 
@@ -52,6 +53,15 @@ def error_json(event: Failed) -> dict[str, Any]:
     return {"message": event.message, "kind": "temporary" if event.retryable else "failed"}
 
 
+def source_json(n: int, item: SourceItem) -> dict[str, Any]:
+    return {"n": n, "title": item.title, "uri": item.uri, "source": item.source, "text": item.text}
+
+
+def source_item(data: dict[str, Any]) -> SourceItem:
+    """A `sources` event's item back as the SourceItem it was (what cite() checks numbers against)."""
+    return SourceItem(title=data["title"], uri=data["uri"], text=data["text"], source=data["source"])
+
+
 def pending_json(event: ApprovalRequired) -> dict[str, Any]:
     return {
         "continuation_id": event.continuation_id, "expires_at": event.expires_at,
@@ -74,6 +84,7 @@ class Summary:
     error: dict[str, Any] | None = None
     refusal: QuotaRefusal | None = None  # the run was refused a model call by the key's token quota
     _since_tools: str = ""
+    _items: list[SourceItem] = field(default_factory=list)
 
     def see(self, event: Event) -> None:
         match event:
@@ -97,11 +108,12 @@ class Summary:
                 self.usage = event.usage
             case Sources():
                 self.sources = translate(event)[1]["items"]  # type: ignore[index]
+                self._items = list(event.items)
             case Done():
                 # Done's text (every round's, citations of no source removed) is the answer; the final answer
-                # is what came after the last tool round.
+                # is what came after the last tool round, its citations checked the same way (the chats' rule).
                 self.answer = event.answer
-                self.final_answer = self._since_tools
+                self.final_answer = cite(self._since_tools, self._items).text
                 self.usage = event.usage
             case Failed():
                 self.error = error_json(event)

@@ -15,7 +15,7 @@ from adapters.http.api.answers import ApiAnswers
 from adapters.http.api.auth import authenticate, quota_error, refusal_of, scoped_sources
 from adapters.http.api.body import field, read_json
 from adapters.http.api.errors import ApiError, bad_request
-from adapters.http.api.events import ApiEvent
+from adapters.http.api.events import ApiEvent, source_item, source_json
 from adapters.http.api.openai_tools import (
     ToolRound, actions, client_tools, content_text, round_stream, tool_calls, tool_round,
 )
@@ -23,6 +23,8 @@ from adapters.http.api.sse import KEEPALIVE, Batcher, open_stream, send
 from adapters.http.api.streams import StreamHub
 from core.agents.factory import AGENTS
 from core.api_access import ApiKey
+from core.citations import CitedAnswer, HeldCitations, cite
+from core.events import SourceItem
 from core.requests import PriorMessage
 
 CREATED = int(time.time())
@@ -116,7 +118,8 @@ class OpenAIRoutes:
                 raise quota_error(refusal)
             raise ApiError(503 if reply.error.get("kind") == "temporary" else 502, reply.error.get("message", ""),
                            "answer_failed")
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        cited = cite(reply.text, reply.items) if reply.pending is None else None
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text if cited is None else cited.text}
         finish = "stop"
         if reply.pending is not None:
             if agent_mode:
@@ -129,6 +132,8 @@ class OpenAIRoutes:
             "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": agent,
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             "usage": reply.usage,
+            # An extension field (OpenAI clients keep it as an extra): the sources the answer cites, by number.
+            "sources": cited_json(cited),
         })
 
     async def _stream(self, request: web.Request, events: AsyncIterator[Any], completion_id: str,
@@ -150,16 +155,24 @@ class OpenAIRoutes:
             return before + _encode_json(text).encode() + after
 
         reply = _Reply()
+        # Sources are known when the answer ends: text from where a citation may begin waits for them.
+        held = HeldCitations()
         async with Batcher(response, text_event=text_chunk) as out, aclosing(events):
             async for item in events:
                 if item is not None and item[0] == "answer_delta":
                     text = item[1]["text"]
                     reply.parts.append(text)
-                    await out.add(text)
+                    ready = held.add(text)
+                    if ready:
+                        await out.add(ready)
                 elif item is None:
                     await out.add(KEEPALIVE)
                 else:
                     reply.see(item)
+        cited = cite(reply.text, reply.items) if reply.error is None and reply.pending is None else None
+        rest = held.flush() if cited is None else held.finish(reply.items)
+        if rest:
+            await send(response, data=chunk({"content": rest}))
         if reply.error is not None:
             # The OpenAI clients raise an APIError for an `error` object in the stream.
             await send(response, data={"error": {"message": reply.error.get("message", ""), "type": "answer_failed",
@@ -175,7 +188,7 @@ class OpenAIRoutes:
             else:
                 await self._answers.engine.approvals.withdraw(reply.pending["continuation_id"])
                 await send(response, data=chunk({"content": APPROVAL_NOT_HERE}))
-        await send(response, data=chunk({}, finish))
+        await send(response, data={**chunk({}, finish), "sources": cited_json(cited)})
         if include_usage:
             await send(response, data={"id": completion_id, "object": "chat.completion.chunk", "created": created,
                                        "model": agent, "choices": [], "usage": reply.usage})
@@ -192,6 +205,7 @@ class _Reply:
         self.pending: dict[str, Any] | None = None
         self.usage: dict[str, int] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self.error: dict[str, Any] | None = None
+        self.items: list[SourceItem] = []  # what the answer may cite, from its `sources` event
 
     @property
     def text(self) -> str:
@@ -209,6 +223,15 @@ class _Reply:
             self.usage = data["usage"]
         elif name == "error":
             self.error = data
+        elif name == "sources":
+            self.items = [source_item(item) for item in data["items"]]
+
+
+def cited_json(cited: CitedAnswer | None) -> list[dict[str, Any]]:
+    """/v1's `sources` extension: each source the answer cites, under the number it cites it by."""
+    if cited is None:
+        return []
+    return [source_json(c.number, c.item) for c in cited.citations]
 
 
 def _response_format(value: dict[str, Any] | None) -> dict[str, Any] | None:
