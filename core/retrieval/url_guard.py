@@ -164,6 +164,13 @@ async def _resolve_host(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
+def _literal_address(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
 async def vet_url(
     url: URL,
     *,
@@ -178,14 +185,16 @@ async def vet_url(
     if not host:
         raise UrlRefused(f"The URL {url} has no host.")
     port = url.port or (443 if url.scheme == "https" else 80)
+    # An IPv6 literal's zone ("fe80::1%25eth0") is not part of its address.
+    literal = host.strip("[]").split("%", 1)[0]
     try:
-        addresses: list[IPAddress] = [ipaddress.ip_address(host.strip("[]").split("%", 1)[0])]
+        addresses: list[IPAddress] = [ipaddress.ip_address(literal)]
     except ValueError:
         addresses = await _resolve_host(host, port)
     for ip in addresses:
         reason = address_refusal(ip, allow_private=allow_private, allowed_networks=allowed_networks)
         if reason is not None:
-            where = f"the address {ip}" if str(ip) == host.strip("[]") else f"{host} resolves to {ip}, which"
+            where = f"the address {ip}" if ip == _literal_address(literal) else f"{host} resolves to {ip}, which"
             raise UrlRefused(
                 f"Refused to fetch {url}: {where} is {reason}. "
                 "Private addresses are only fetched when the operator allows them."
@@ -230,7 +239,10 @@ async def _fetch_hops(
                 location = resp.headers.get("Location")
                 if not location:
                     raise FetchError(f"{url} answered a redirect without a Location header.")
-                url = url.join(URL(location))
+                try:
+                    url = url.join(URL(location))
+                except (ValueError, TypeError):
+                    raise UrlRefused(f"{url} redirected to {location[:200]!r}, which is not a valid URL.") from None
                 continue
             if resp.status >= 400:
                 raise FetchError(

@@ -67,7 +67,9 @@ class ToolContext:
     # The channel's approval rules, tool → core.tools.approval_policy.PolicyRule (typed loosely: that module imports this one).
     channel_tool_rules: Mapping[str, Any] = field(default_factory=dict)
     retrieval_chunks: int = 6
-    question: str = ""  # the asker's message this turn, e.g. to tell a URL they named from one a page injected
+    # The asker's own words this turn (never the text of files they attached, which anyone may have written),
+    # e.g. to tell a URL they named from one a page or a file injected.
+    question: str = ""
 
     @property
     def platform(self) -> str:

@@ -73,6 +73,8 @@ class Site(LoopbackSite):
             raise web.HTTPFound("/article")
         if name == "to-private":
             raise web.HTTPFound("http://10.0.0.1/admin")
+        if name == "to-broken":
+            return web.Response(status=302, headers={"Location": "http://[::1"})
         if name == "handbook.docx":
             return web.Response(
                 body=handbook_docx(),
@@ -396,6 +398,12 @@ async def test_the_url_guard_judges_ipv6_literals_by_their_address(site: Site) -
     refused = await executor.run(parsed, context())
     assert refused.status == "error" and "loopback" in refused.output
     assert site.hits == ["article"]
+
+
+async def test_a_redirect_to_a_url_that_cannot_be_parsed_is_a_sentence(site: Site) -> None:
+    result = await read(context(), site.url("to-broken"))
+    assert result.status == "error"
+    assert result.output == f"Error: {site.url('to-broken')} redirected to 'http://[::1', which is not a valid URL."
 
 
 async def test_an_ipv6_url_fails_only_its_own_call_and_the_others_in_the_run_still_work(
