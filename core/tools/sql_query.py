@@ -232,8 +232,8 @@ def describe_tool(config: SqlQueryConfig, schema: str) -> str:
         "Run one read-only SQL query (PostgreSQL) on the team's database and get the rows back as a table. "
         "Only one SELECT, WITH … SELECT, VALUES, TABLE or EXPLAIN (without ANALYZE) per call; writes, DDL, "
         f"COPY and functions that touch files, settings or other sessions are refused. At most {config.max_rows} "
-        f"rows come back and a query stops after {config.timeout_s:g} s, so aggregate in SQL (count, sum, "
-        "GROUP BY) rather than fetching rows to count them.\n"
+        f"rows come back, each value cut to {config.max_value_bytes} bytes, and a query stops after "
+        f"{config.timeout_s:g} s, so aggregate in SQL (count, sum, GROUP BY) rather than fetching rows to count them.\n"
         f"Tables (schema.table: column type \"comment\"):\n{schema}"
     )
 

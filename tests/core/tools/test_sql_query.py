@@ -240,6 +240,7 @@ async def test_the_schema_is_described_with_types_and_comments(shop_url: str) ->
     assert "private.keys: k text" in spec.description
     assert spec.requires_approval is False
     assert spec.timeout_s > 5.0  # the database's statement timeout fires first
+    assert "each value cut to 1000 bytes" in spec.description
 
 
 async def test_the_schema_is_cut_to_its_token_budget_with_a_note(shop_url: str) -> None:
