@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-import psycopg
-
+from adapters.held import DATABASE_DOWN, EventNotRecorded, HeldEvents, Step
 from core.ports import EventDedup
 
 log = logging.getLogger(__name__)
@@ -22,21 +20,9 @@ RECORD_TIMEOUT_S = 2.0
 # Outcomes recorded before the ack and not yet asked for by a listener (events no listener takes).
 ADMITTED_MAX = 10_000
 
-# Where nothing redelivers (the Discord gateway), a question that could not be recorded is held in memory:
-# at most this many, taken again this often, told after this long (the database still down).
-HELD_MAX = 100
-HELD_RETRY_S = 2.0
-HELD_GIVE_UP_S = 120.0
-
 Admission = Literal["new", "taken", "unavailable"]
 
-
-class EventNotRecorded(Exception):
-    """The event's dedup record could not be written (the database is down): it is not taken yet."""
-
-
-# What a handler's steps before the answer raise while the database is down (PoolTimeout is a psycopg.Error).
-DATABASE_DOWN: tuple[type[Exception], ...] = (EventNotRecorded, psycopg.Error)
+__all__ = ["DATABASE_DOWN", "Admission", "EventNotRecorded", "Gate"]
 
 
 class Gate:
@@ -50,7 +36,7 @@ class Gate:
         self.accepting = True
         self._tasks: set[asyncio.Task[object]] = set()
         self._admitted: OrderedDict[str, Admission] = OrderedDict()
-        self._held: dict[str, asyncio.Task[None]] = {}
+        self._held = HeldEvents(platform=platform)
 
     def allows(self, workspace: str | None) -> bool:
         """No allowlist, or a workspace on it; None (a Discord DM) passes."""
@@ -95,53 +81,14 @@ class Gate:
         log.info("%s event %s was already taken (a redelivery, or another process)", self.platform, event_id)
         return False
 
-    def hold(
-        self, event_id: str, *, take: Callable[[], Awaitable[None]], tell: Callable[[], Awaitable[None]],
-    ) -> None:
-        """Where nothing redelivers: `take` the event again every retry_s until the database is back (once per
-        event id); `tell` the asker instead when the queue is full, it stays down past give_up_s, or the
-        process stops taking events."""
-        if event_id in self._held:
-            return
-        if len(self._held) >= HELD_MAX:
-            log.warning("%s event %s cannot be held (%d held already); telling the asker", self.platform, event_id, HELD_MAX)
-            self._held[event_id] = asyncio.create_task(self._tell(event_id, tell))
-            return
-        log.warning("%s event %s could not be recorded (database down); holding it", self.platform, event_id)
-        self._held[event_id] = asyncio.create_task(
-            self._retry(event_id, take, tell, retry_s=HELD_RETRY_S, give_up_s=HELD_GIVE_UP_S)
-        )
+    def hold(self, event_id: str, *, take: Step, tell: Step) -> None:
+        """Where nothing redelivers: `take` the event again until the database is back (once per event id);
+        `tell` the asker instead when the queue is full, the database stays down too long, or the process stops."""
+        self._held.hold(event_id, take=take, tell=tell)
 
     @property
     def held(self) -> int:
         return len(self._held)
-
-    async def _retry(
-        self, event_id: str, take: Callable[[], Awaitable[None]], tell: Callable[[], Awaitable[None]], *,
-        retry_s: float, give_up_s: float,
-    ) -> None:
-        started = time.monotonic()
-        try:
-            while self.accepting and time.monotonic() - started < give_up_s:
-                await asyncio.sleep(retry_s)
-                if not self.accepting:
-                    break
-                try:
-                    await take()
-                except DATABASE_DOWN:
-                    continue
-                return
-            log.warning("%s event %s held %.0f s without the database; telling the asker", self.platform, event_id,
-                        time.monotonic() - started)
-            await tell()
-        finally:
-            self._held.pop(event_id, None)
-
-    async def _tell(self, event_id: str, tell: Callable[[], Awaitable[None]]) -> None:
-        try:
-            await tell()
-        finally:
-            self._held.pop(event_id, None)
 
     @contextmanager
     def track(self) -> Iterator[None]:
@@ -158,7 +105,8 @@ class Gate:
     async def cancel_handlers(self, timeout_s: float) -> None:
         """Cancel handlers still running (at close) and wait for them up to timeout_s."""
         self.accepting = False
-        tasks = [task for task in [*self._tasks, *self._held.values()] if not task.done() and task is not asyncio.current_task()]
+        left = await self._held.release(timeout_s)
+        tasks = [task for task in [*self._tasks, *left] if not task.done() and task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         if tasks:

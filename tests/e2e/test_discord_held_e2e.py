@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters import gate, wording
+from adapters import held, wording
 from core.store.db import Database
 from tests.adapters.discord.harness import bot_messages, make_world, running_bot, wait_for_text
 from tests.emulators.discord import DiscordEmulator
@@ -26,7 +26,7 @@ async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOut
 
 @pytest.fixture(autouse=True)
 def quick_hold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate, "HELD_RETRY_S", 0.5)
+    monkeypatch.setattr(held, "HELD_RETRY_S", 0.5)
 
 
 async def test_a_question_asked_while_the_database_is_down_is_held_and_answered_once_it_is_back(
@@ -50,7 +50,7 @@ async def test_a_question_held_past_the_bound_gets_one_sentence_never_silence(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, outage: DatabaseOutage,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gate, "HELD_GIVE_UP_S", 3.0)
+    monkeypatch.setattr(held, "HELD_GIVE_UP_S", 3.0)
     dc = discord_emulator
     w = make_world(dc)
     async with running_bot(dc, db, openai_emulator) as (adapter, _engine):
@@ -66,7 +66,7 @@ async def test_when_the_held_queue_is_full_the_next_question_is_told_at_once(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, outage: DatabaseOutage,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gate, "HELD_MAX", 1)
+    monkeypatch.setattr(held, "HELD_MAX", 1)
     dc = discord_emulator
     w = make_world(dc)
     openai_emulator.script(Text("The held one."))
@@ -78,3 +78,17 @@ async def test_when_the_held_queue_is_full_the_next_question_is_told_at_once(
         await wait_for_text(dc, dc.dm_channel_id(w.bob), wording.database_unreachable())
         await outage.up()
         await wait_for_text(dc, dc.dm_channel_id(w.alice), "The held one.")
+
+
+async def test_a_question_held_when_the_bot_shuts_down_gets_the_sentence_before_it_goes(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, outage: DatabaseOutage
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _engine):
+        await outage.down()
+        await dc.send_dm(w.alice, "asked just before a deploy")
+        await dc.wait_for(lambda: adapter.gate.held == 1 or None, 10.0, what="the question held")
+        await adapter.stop_accepting()
+    # Nothing else would ever answer it: the closing process told the asker.
+    assert [m.content for m in bot_messages(dc, dc.dm_channel_id(w.alice))] == [wording.database_unreachable()]
