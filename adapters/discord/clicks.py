@@ -76,6 +76,9 @@ class DiscordClicks:
                     raise RuntimeError("a button click without its message or channel")
                 if await self._refused_in_dm(interaction, reply):
                     return
+                if not _shown_to_clicker(interaction, target.continuation_id):
+                    await reply.tell(engine_wording.approval_not_found())
+                    return
                 # Built before the click: once it claims the run, nothing may stop the run from being shown.
                 surface = self._resumed_surface(interaction, channel, message_id=message.id, channel_id=channel_id)
                 reply.shown = buttons.part_of_message(target.continuation_id, buttons.custom_ids_of(message))
@@ -102,6 +105,9 @@ class DiscordClicks:
             )
             try:
                 if await self._refused_in_dm(interaction, reply):
+                    return
+                if not _shown_to_clicker(interaction, continuation_id):
+                    await reply.tell(engine_wording.approval_not_found())
                     return
                 view = await self._approvals.view(continuation_id)
                 if view is None:
@@ -174,6 +180,14 @@ class DiscordClicks:
             thread=str(channel_id) if is_thread else "",
             reply_to=message_id,
         )
+
+
+def _shown_to_clicker(interaction: discord.Interaction, continuation_id: str) -> bool:
+    """Whether the clicker may see the approval's channel: the click's channel permissions (computed by Discord
+    for this member there) include View Channel. discord.py only routes a custom_id the clicked message carries,
+    so the message is the approval's own; a member who cannot view its channel (a hand-made request naming it,
+    a permission revoked since) decides nothing and reads no arguments, told as if the approval did not exist."""
+    return interaction.guild_id is None or interaction.permissions.view_channel
 
 
 class _ClickReply:

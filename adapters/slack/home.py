@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Container
+from functools import partial
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck
@@ -20,6 +22,7 @@ from .clicks import SlackClicks
 from .inbound import SlackAccess
 from .render import sentence
 from .surface import PLATFORM, SlackSurfaces
+from .transport import send_paced
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,16 @@ INTRO_BLOCKS = 4
 # A click from the Home tab is shown in the approval's thread; the tab is drawn again once the click is
 # decided, or after this long (real seconds) while a resumed run still plays.
 REPUBLISH_AFTER_S = 2.0
+# Conversations whose membership one drawing of the tab reads at most; the rest count as not readable.
+MAX_CONVERSATIONS_CHECKED = 20
+MAX_MEMBER_PAGES = 10
+MEMBER_PAGE_SIZE = 200
+
+
+def approvals_elsewhere(count: int, where: str) -> str:
+    """Approvals in conversations the viewer cannot read: named, never shown. (`where` is formatted by Slack.)"""
+    what = "An approval waits" if count == 1 else f"{count} approvals wait"
+    return f"{what} in {where}, where you cannot read: its calls are shown only to people in that conversation."
 
 
 class SlackHome:
@@ -61,12 +74,50 @@ class SlackHome:
                 pending = await self._approvals.pending_for(Actor(id=user), platform=PLATFORM, workspace=team)
             except Exception:
                 logger.exception("could not list the approvals of %s", user)
-        blocks, refs = home_blocks(pending)
+        readable = await self._readable(user, team, pending)
+        blocks, refs = home_blocks(pending, readable=readable)
         view = {"type": "home", "blocks": blocks, "private_metadata": json.dumps(refs, separators=(",", ":"))}
         try:
             await self._surfaces.client.views_publish(user_id=user, view=view)
         except Exception:
             logger.exception("could not publish the Home tab of %s", user)
+
+    async def _readable(self, user: str, team: str, pending: list[PendingApproval]) -> set[str]:
+        """The channels of `pending` the viewer can read: public channels, and others they are a member of.
+        A global approver decides calls from anywhere, but their arguments are the conversation's words."""
+        channels = list(dict.fromkeys(where["c"] for where in map(_where, pending) if where is not None))
+        readable: set[str] = set()
+        for channel in channels[:MAX_CONVERSATIONS_CHECKED]:
+            try:
+                if await self._can_read(user, team, channel):
+                    readable.add(channel)
+            except Exception:
+                # Unknown counts as unreadable: the approval is named, its arguments not shown.
+                logger.warning("could not read who may see %s; its approvals are named only", channel, exc_info=True)
+        return readable
+
+    async def _can_read(self, user: str, team: str, channel: str) -> bool:
+        client, budgets, clock = self._surfaces.client, self._surfaces.budgets, self._surfaces.clock
+        info = await send_paced(
+            partial(client.conversations_info, channel=channel), budget=budgets.read(team, "conversations.info"),
+            clock=clock,
+        )
+        conversation = info.get("channel") or {}
+        if conversation.get("is_im"):
+            return str(conversation.get("user") or "") == user
+        if conversation.get("is_channel") and not conversation.get("is_private") and not conversation.get("is_mpim"):
+            return True
+        cursor = ""
+        budget = budgets.read(team, "conversations.members")
+        for _ in range(MAX_MEMBER_PAGES):
+            page = {"channel": channel, "limit": MEMBER_PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
+            response = await send_paced(partial(client.conversations_members, **page), budget=budget, clock=clock)
+            if user in (response.get("members") or ()):
+                return True
+            cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                return False
+        return False
 
     async def on_click(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         """A button of the Home tab: decided exactly as the same button in the approval's thread (the clicks
@@ -125,8 +176,11 @@ async def _already_acked(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def home_blocks(pending: list[PendingApproval]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The tab's blocks, and for each approval shown where its messages are (the view's private metadata)."""
+def home_blocks(
+    pending: list[PendingApproval], *, readable: Container[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The tab's blocks, and for each approval shown where its messages are (the view's private metadata).
+    Approvals in a channel not in `readable` are named by their channel only: no calls, no buttons."""
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": wording.home_title()}},
         {"type": "section", "text": {"type": "mrkdwn", "text": sentence(wording.home_how_to())}},
@@ -135,10 +189,16 @@ def home_blocks(pending: list[PendingApproval]) -> tuple[list[dict[str, Any]], d
     refs: dict[str, Any] = {}
     located = [(item, _where(item)) for item in pending]
     located = [(item, where) for item, where in located if where is not None]
-    if not located:
+    elsewhere: dict[str, int] = {}
+    for _, where in located:
+        if where["c"] not in readable:
+            elsewhere[where["c"]] = elsewhere.get(where["c"], 0) + 1
+    located = [(item, where) for item, where in located if where["c"] in readable]
+    if not located and not elsewhere:
         blocks.append(_context(sentence(wording.home_no_approvals())))
         return blocks, refs
-    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": sentence(wording.home_approvals_heading(len(located)))}})
+    heading = wording.home_approvals_heading(len(located) + sum(elsewhere.values()))
+    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": sentence(heading)}})
     shown = 0
     for number, (item, where) in enumerate(located[:HOME_MAX_APPROVALS]):
         drawn = [_for_home(block, number) for block in approval_blocks(item.view, first=0)]
@@ -151,7 +211,15 @@ def home_blocks(pending: list[PendingApproval]) -> tuple[list[dict[str, Any]], d
         shown += 1
     if shown < len(located):
         blocks.append(_context(sentence(wording.home_more_approvals(len(located) - shown))))
+    _name_elsewhere(blocks, elsewhere)
     return blocks, refs
+
+
+def _name_elsewhere(blocks: list[dict[str, Any]], elsewhere: dict[str, int]) -> None:
+    for channel, count in elsewhere.items():
+        if len(blocks) >= HOME_MAX_BLOCKS:
+            return
+        blocks.append(_context(sentence(approvals_elsewhere(count, f"<#{channel}>"))))
 
 
 def _where(item: PendingApproval) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ def interaction_payload(world: World, interaction: Interaction, data: JSONDict) 
     }
     if interaction.guild_id is not None:
         member = member_payload(world, interaction.guild_id, interaction.user_id)
-        member["permissions"] = str(world.member_permissions(interaction.guild_id, interaction.user_id))
+        member["permissions"] = str(world.channel_permissions(interaction.guild_id, channel.id, interaction.user_id))
         payload.update(
             guild_id=str(interaction.guild_id),
             guild={"id": str(interaction.guild_id), "locale": "en-US", "features": []},

@@ -19,6 +19,7 @@ from tests.emulators.discord.models import (
 )
 
 ADMINISTRATOR_PERMISSION = 1 << 3
+VIEW_CHANNEL_PERMISSION = 1 << 10
 ALL_PERMISSIONS = (1 << 51) - 1
 # VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY, EMBED_LINKS, ATTACH_FILES, ADD_REACTIONS,
 # USE_APPLICATION_COMMANDS, CREATE_PUBLIC_THREADS, SEND_MESSAGES_IN_THREADS: a typical @everyone.
@@ -49,6 +50,8 @@ class World:
     typing_channel_ids: list[int] = field(default_factory=list)
     request_log: list[RequestRecord] = field(default_factory=list)
     dm_channel_by_user: dict[int, int] = field(default_factory=dict)
+    # Channels some users may not view (a permission overwrite denying VIEW_CHANNEL); their threads too.
+    hidden_channels: dict[int, set[int]] = field(default_factory=dict)
     bot_user_id: int = 0
 
     def __post_init__(self) -> None:
@@ -75,6 +78,15 @@ class World:
         for role_id in self.member_role_ids(guild_id, user_id):
             permissions |= self.roles[role_id].permissions
         return ALL_PERMISSIONS if permissions & ADMINISTRATOR_PERMISSION else permissions
+
+    def channel_permissions(self, guild_id: int, channel_id: int, user_id: int) -> int:
+        """The member's permissions in one channel: the guild's, less VIEW_CHANNEL where it is hidden from them."""
+        permissions = self.member_permissions(guild_id, user_id)
+        channel = self.channels.get(channel_id)
+        hidden = {channel_id} | ({channel.parent_id} if channel is not None and channel.parent_id else set())
+        if permissions != ALL_PERMISSIONS and any(user_id in self.hidden_channels.get(c, ()) for c in hidden):
+            permissions &= ~VIEW_CHANNEL_PERMISSION
+        return permissions
 
     def guild_members(self, guild_id: int) -> list[int]:
         # Unless a test names a guild's members, every user is a member of every guild: tests stay short.

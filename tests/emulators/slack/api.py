@@ -86,6 +86,7 @@ class WebApi:
             "users.info": self.users_info,
             "bots.info": self.bots_info,
             "conversations.info": self.conversations_info,
+            "conversations.members": self.conversations_members,
             "chat.postMessage": self.chat_post_message,
             "chat.update": self.chat_update,
             "chat.postEphemeral": self.chat_post_ephemeral,
@@ -155,8 +156,20 @@ class WebApi:
         if channel is None:
             return error("channel_not_found")
         cid = channel.channel_id
-        return {"ok": True, "channel": {"id": cid, "name": cid.lower(), "is_im": cid.startswith("D"),
-                                        "is_channel": cid.startswith("C"), "is_private": cid.startswith("G")}}
+        private = cid.startswith("G") or cid in self._store.private_members
+        info: JsonDict = {"id": cid, "name": cid.lower(), "is_im": cid.startswith("D"), "is_channel": cid.startswith("C"),
+                          "is_private": private}
+        if cid in self._store.dm_users:
+            info["user"] = self._store.dm_users[cid]
+        return {"ok": True, "channel": info}
+
+    async def conversations_members(self, team: Team, params: JsonDict) -> JsonDict:
+        """Only private channels' members are tracked (set_private_members); one page, sorted."""
+        channel = self._channel(team, params)
+        if channel is None:
+            return error("channel_not_found")
+        members = sorted(self._store.private_members.get(channel.channel_id, set()))
+        return {"ok": True, "members": members, "response_metadata": {"next_cursor": ""}}
 
     # --- messages ---
     async def chat_post_message(self, team: Team, params: JsonDict) -> JsonDict:

@@ -230,6 +230,14 @@ class SlackEmulator:
         self._faults.setdefault(method, []).append(
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
 
+    def set_private_members(self, channel: str, users: list[str]) -> None:
+        """`channel` is private, with these members (conversations.info says is_private; conversations.members lists them)."""
+        self._store.private_members[channel] = set(users)
+
+    def set_dm_user(self, channel: str, user: str) -> None:
+        """`channel` is the bot's DM with `user` (conversations.info names them)."""
+        self._store.dm_users[channel] = user
+
     def remove_bot_from(self, channel: str) -> None:
         """The bot is not a member of `channel` (never invited, or removed): posting there gets not_in_channel."""
         self._store.bot_not_member.add(channel)

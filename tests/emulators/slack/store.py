@@ -50,6 +50,9 @@ class SlackStore:
         self.assistant_calls: list[AssistantRecord] = []
         # Channels the bot is not a member of: posting there is refused with not_in_channel.
         self.bot_not_member: set[str] = set()
+        # Private channels' members (a channel listed here is private), and each DM's person.
+        self.private_members: dict[str, set[str]] = {}
+        self.dm_users: dict[str, str] = {}
 
     # --- identities ---
     def add_team(self, *, team_id: str, name: str, app_id: str) -> Team:
