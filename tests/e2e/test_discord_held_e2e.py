@@ -3,6 +3,7 @@ cannot be written is held in memory (bounded, once per message) and answered whe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -37,13 +38,18 @@ async def test_a_question_asked_while_the_database_is_down_is_held_and_answered_
     openai_emulator.script(Text("Held, then answered."))
     async with running_bot(dc, db, openai_emulator) as (adapter, _engine):
         await outage.down()
-        await dc.send_dm(w.alice, "are you there?")
+        asked = await dc.send_dm(w.alice, "are you there?")
         await dc.wait_for(lambda: adapter.gate.held == 1 or None, 10.0, what="the question held")
+        # The same gateway event again (a resumed session replays it): held once, by message id.
+        await dc.dispatch_message("MESSAGE_CREATE", dc.message(asked))
+        await asyncio.sleep(0.3)
+        assert adapter.gate.held == 1
         await outage.up()
         dm = dc.dm_channel_id(w.alice)
         await wait_for_text(dc, dm, "Held, then answered.")
         await dc.wait_for(lambda: adapter.gate.held == 0 or None, 10.0, what="nothing held")
     assert [m.content for m in bot_messages(dc, dm)] == ["Held, then answered."]
+    assert len(openai_emulator.chat_requests) == 1
 
 
 async def test_a_question_held_past_the_bound_gets_one_sentence_never_silence(

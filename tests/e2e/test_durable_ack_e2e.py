@@ -10,7 +10,7 @@ import pytest
 
 from adapters import wording
 from core.store.db import Database
-from tests.e2e.slack_harness import bot_replies, eventually, mention, start_bot
+from tests.e2e.slack_harness import bot_replies, channel_message, eventually, mention, start_bot
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
 from tests.support.outage import DatabaseOutage
@@ -109,5 +109,39 @@ async def test_the_first_question_after_the_database_restarts_is_answered_not_lo
         [delivery] = await slack.deliver_event_until_taken(bot.url, event, retry_delays_s=())
         assert delivery.status == 200
         assert await eventually(lambda: "Fresh connection." in texts(slack, event["ts"]))
+    finally:
+        await bot.stop()
+
+
+async def test_socket_mode_acks_slacks_last_retry_and_tells_the_asker(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, outage: DatabaseOutage
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, socket_mode=True)
+    try:
+        assert await slack.wait_socket_connected(timeout_s=5.0)
+        event = mention(slack, CHANNEL, "socket, still down?")
+        await outage.down()
+        acks = await slack.push_socket_event_until_acked(slack.event_envelope(event), timeout_s=3.0,
+                                                         retry_delays_s=(0.0, 0.0, 0.0))
+        assert [ack is not None for ack in acks] == [False, False, False, True]
+        assert await eventually(lambda: texts(slack, event["ts"]) != [])
+        assert texts(slack, event["ts"]) == [wording.database_unreachable()]
+    finally:
+        await bot.stop()
+
+
+async def test_events_that_are_not_questions_are_still_acked_while_the_database_is_down(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, outage: DatabaseOutage
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    try:
+        await outage.down()
+        # Channel chatter the bot never answers: refusing it would only make Slack count failures.
+        chatter = channel_message(slack, CHANNEL, "lunch?")
+        bot_post = channel_message(slack, CHANNEL, "a bot's post", subtype="bot_message")
+        deliveries = [await slack.deliver_event_until_taken(bot.url, e, retry_delays_s=()) for e in (chatter, bot_post)]
+        assert [[d.status for d in each] for each in deliveries] == [[200], [200]]
     finally:
         await bot.stop()
