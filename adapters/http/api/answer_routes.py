@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import json
+import logging
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -16,7 +16,7 @@ from adapters.http.api.errors import ApiError, bad_request
 from adapters.http.api.events import Summary
 from adapters.http.api.openai_tools import client_tools
 from adapters.http.api.sse import KEEPALIVE, Batcher, event_bytes, open_stream
-from adapters.http.api.streams import StreamHub, event_id, parse_event_id
+from adapters.http.api.streams import ReconnectsFull, StreamHub, event_id, parse_event_id
 from core.agents.factory import AGENTS
 from core.api_access import ApiKey
 
@@ -62,22 +62,31 @@ class AnswerRoutes:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         key = await authenticate(request, self._answers.keys)
         last = request.headers.get("Last-Event-ID")
-        if last:
-            # A reconnect: the rest of that stream, whatever the body says; nothing new is started or counted.
-            parsed = parse_event_id(last)
-            if parsed is None:
-                raise bad_request("Last-Event-ID is not an id this API sent.", "invalid_event_id")
-            stream_id, after = parsed
+        if not last:
+            started = await self._start(key, await read_json(request, max_bytes=self._max_body))
+            stream_id = self._hub.start(key.id, lambda: self._answers.play(key, started))
+            return await self._follow(request, stream_id, key.id, 0)
+        # A reconnect: the rest of that stream, whatever the body says; nothing new is started or counted as a
+        # request. It takes one of the key's few reconnect slots (RECONNECTS_PER_KEY) while it looks and follows.
+        parsed = parse_event_id(last)
+        if parsed is None:
+            raise bad_request("Last-Event-ID is not an id this API sent.", "invalid_event_id")
+        stream_id, after = parsed
+        try:
+            slot = self._hub.reconnect(key.id)
+        except ReconnectsFull as full:
+            raise ApiError(429, str(full), "too_many_reconnects", headers={"Retry-After": "1"}) from None
+        with slot:
             if not await self._hub.knows(stream_id, key.id, after):
                 raise ApiError(404, "This key has no stream with that event id (or it is too old).", "stream_not_found")
-        else:
-            started = await self._start(key, await read_json(request, max_bytes=self._max_body))
-            stream_id, after = self._hub.start(key.id, lambda: self._answers.play(key, started)), 0
+            return await self._follow(request, stream_id, key.id, after)
+
+    async def _follow(self, request: web.Request, stream_id: uuid.UUID, key_id: int, after: int) -> web.StreamResponse:
         response = await open_stream(request)
         try:
             # Each event keeps its own id; those that come while a write waits their turn share the next write.
             async with Batcher(response) as out:
-                async for event in self._hub.follow(stream_id, key.id, after, keepalive_s=self._keepalive_s):
+                async for event in self._hub.follow(stream_id, key_id, after, keepalive_s=self._keepalive_s):
                     if event is None:
                         await out.add(KEEPALIVE)
                     else:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -17,14 +19,24 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.25
 # A finished stream stays in memory this long for a quick reconnect; afterwards the journal answers.
 KEEP_FINISHED_S = 60.0
-# A reconnect to a stream another process runs looks at the journal this often.
+# A reconnect to a stream another process runs looks at the journal this often, and less often while it is quiet.
 JOURNAL_POLL_S = 0.3
+JOURNAL_POLL_MAX_S = 3.0
 # An event id the journal does not hold after this long (its batch is written within FLUSH_INTERVAL_S) is unknown.
-UNKNOWN_STREAM_WAIT_S = 2.0
-# ...and gives up when the journal has shown nothing new for this long.
+UNKNOWN_STREAM_WAIT_S = 1.0
+# ...and gives up when the journal has shown nothing new for this long (the client may reconnect again).
 JOURNAL_IDLE_GIVE_UP_S = 120.0
+# Reconnects a key may hold open at once in one process (each may poll the journal); more get 429.
+RECONNECTS_PER_KEY = 4
 
 Producer = Callable[[], AsyncIterator[ApiEvent]]
+
+
+class ReconnectsFull(Exception):
+    """The key holds as many reconnects open in this process as it may."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"This key has {cap} reconnected streams open already; close one and try again.")
 
 
 @dataclass(eq=False)
@@ -50,6 +62,7 @@ class StreamHub:
         self._journal = journal
         self._streams: dict[uuid.UUID, _Stream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reconnects: Counter[int] = Counter()
 
     def start(self, key_id: int, produce: Producer, *, stream_id: uuid.UUID | None = None) -> uuid.UUID:
         """Run `produce` as a new stream; `stream_id` names it when a later request must find it by what it
@@ -76,18 +89,39 @@ class StreamHub:
             yield event
 
     async def knows(self, stream_id: uuid.UUID, key_id: int, after: int) -> bool:
-        """Whether this key's stream has sent event `after`: in memory, or in the journal once its batch is written."""
+        """Whether this key's stream has sent event `after`: in memory, or in the journal once its batch is written.
+
+        Ids start at 1, so no client was sent `after` 0: that is known only for a stream this process runs (for
+        anything else it would mean following a stream nobody may know exists).
+        """
         stream = self._streams.get(stream_id)
         if stream is not None:
             return stream.key_id == key_id and after <= len(stream.events)
+        if after <= 0:
+            return False
         waited = 0.0
         while True:
-            if after <= 0 or await self._journal.after(stream_id, key_id, after - 1):
+            if await self._journal.after(stream_id, key_id, after - 1):
                 return True
             if waited >= UNKNOWN_STREAM_WAIT_S:
                 return False
             await asyncio.sleep(JOURNAL_POLL_S)
             waited += JOURNAL_POLL_S
+
+    def reconnect(self, key_id: int) -> contextlib.ExitStack:
+        """One of the key's reconnect slots in this process, given back when the returned stack closes (hold it
+        while following); ReconnectsFull at once when the key holds RECONNECTS_PER_KEY already."""
+        if self._reconnects[key_id] >= RECONNECTS_PER_KEY:
+            raise ReconnectsFull(RECONNECTS_PER_KEY)
+        self._reconnects[key_id] += 1
+        slot = contextlib.ExitStack()
+        slot.callback(self._release, key_id)
+        return slot
+
+    def _release(self, key_id: int) -> None:
+        self._reconnects[key_id] -= 1
+        if self._reconnects[key_id] <= 0:
+            del self._reconnects[key_id]
 
     async def close(self) -> None:
         """Flush what is left of running streams (their runs end with the engine's drain)."""
@@ -125,9 +159,11 @@ class StreamHub:
                 continue
             if idle >= JOURNAL_IDLE_GIVE_UP_S:
                 return
-            await asyncio.sleep(JOURNAL_POLL_S)
-            idle += JOURNAL_POLL_S
-            quiet += JOURNAL_POLL_S
+            # Quiet for long (a slow tool elsewhere): look less often, up to JOURNAL_POLL_MAX_S.
+            poll_s = min(JOURNAL_POLL_MAX_S, max(JOURNAL_POLL_S, idle / 10))
+            await asyncio.sleep(poll_s)
+            idle += poll_s
+            quiet += poll_s
             if quiet >= keepalive_s:
                 quiet = 0.0
                 yield None
