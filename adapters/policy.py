@@ -8,7 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.attachments import IMAGE_ATTACHMENT_MAX_BYTES, IMAGE_CONTENT_TYPES, TEXT_ATTACHMENT_MAX_BYTES, is_text_like
+from core.attachments import (
+    IMAGE_ATTACHMENT_MAX_BYTES, IMAGE_CONTENT_TYPES, TEXT_ATTACHMENT_MAX_BYTES, is_text_like, too_large,
+)
 from core.requests import Attachment
 
 log = logging.getLogger(__name__)
@@ -36,9 +38,23 @@ def named_only(filename: str, content_type: str, *, reason: str) -> Attachment:
 
 
 NOT_READABLE = "not a text file or image I can read"
-TOO_LARGE = "too large to read"
-TOO_MANY = "one file too many to read"
+TOO_MANY = f"one file too many: I read {MAX_FILES_PER_MESSAGE} per message"
 UNREACHABLE = "a file I could not download"
+INCOMPLETE = "its download ended before the whole file arrived"
+
+
+async def read_capped(read: Callable[[int], Awaitable[bytes]], cap: int) -> bytes:
+    """The whole body from a stream's `read(n)` (up to n bytes, b"" at the end), or its first cap + 1 bytes when it
+    is longer than `cap`. One read returns only what is buffered (about 128 KB from aiohttp), not the body."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= cap:
+        chunk = await read(cap + 1 - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +81,16 @@ async def read_files(
             return named_only(file.filename, file.content_type, reason=NOT_READABLE)
         if file.size > cap:
             log.info("not reading %s: %d bytes is over the %d byte cap", file.filename, file.size, cap)
-            return named_only(file.filename, file.content_type, reason=TOO_LARGE)
+            return named_only(file.filename, file.content_type, reason=too_large(cap))
         data = await download(file, cap)
         if data is None:
             return named_only(file.filename, file.content_type, reason=UNREACHABLE)
         if len(data) > cap:
-            return named_only(file.filename, file.content_type, reason=TOO_LARGE)
+            return named_only(file.filename, file.content_type, reason=too_large(cap))
+        if len(data) < file.size:
+            # Never a silent cut: part of a file read as if it were all of it gives a confident wrong answer.
+            log.warning("file %s arrived with %d of its %d bytes; leaving it out", file.filename, len(data), file.size)
+            return named_only(file.filename, file.content_type, reason=INCOMPLETE)
         return Attachment(filename=file.filename or "file", content_type=file.content_type, data=data)
 
     return tuple(await asyncio.gather(*(one(index, file) for index, file in enumerate(files))))

@@ -55,6 +55,8 @@ class RunPlan:
     question: str
     # Tokens the turn had used before this run (a resumed run's state carries the paused part's).
     baseline: Usage = Usage()
+    # The sentence the answer opens with when an attached file was left out (core.attachments), else "".
+    notice: str = ""
 
 
 class Runs:
@@ -155,7 +157,8 @@ class Runs:
                     context=context,
                 )
                 outputs = agent.gen(query, history=history, extra_parts=attachments.parts)
-                return RunPlan(agent=agent, outputs=outputs, author=request.user.display, question=query)
+                return RunPlan(agent=agent, outputs=outputs, author=request.user.display, question=query,
+                               notice=attachments.notice)
 
             async with aclosing(self._guard_database(self._locked_run(conversation_id, prepare))) as events:
                 async for event in events:
@@ -299,6 +302,9 @@ class Runs:
                         if signal is not None:
                             context = plan.agent.context
                             yield RunStarted(run_id=context.turn_id, asked_by=context.user.id)
+                        if plan.notice:
+                            # Said by the engine itself, first: whatever the model writes, the asker knows.
+                            yield AnswerDelta(text=_notice_lead(plan.notice))
                         # The text shown since the last tool call: what a stopped run's stored turn keeps
                         # (the text of earlier rounds is already in their assistant messages).
                         since_tools: list[str] = []
@@ -453,7 +459,8 @@ class Runs:
         turn_messages = [_cleaned(message, finished.sources) for message in finished.turn_messages]
         await self._store(plan, turn_messages, sources=finished.sources)
         sources: list[Event] = [Sources(items=tuple(finished.sources))] if finished.sources else []
-        return [*sources, Done(answer=cited.text, usage=finished.usage)]
+        answer = _notice_lead(plan.notice) + cited.text if plan.notice else cited.text
+        return [*sources, Done(answer=answer, usage=finished.usage)]
 
     async def _store_failed(self, plan: RunPlan, failed: Failed) -> Failed:
         """The question alone when nothing was approved and run; otherwise the turn so far, and a
@@ -554,6 +561,10 @@ def _cleaned(message: dict[str, Any], sources: Sequence[SourceItem]) -> dict[str
     if message.get("role") != "assistant" or not isinstance(content, str):
         return message
     return {**message, "content": cite(content, sources).text}
+
+
+def _notice_lead(notice: str) -> str:
+    return f"{notice}\n\n"
 
 
 def _outcome(ending: Sequence[Event]) -> str:
