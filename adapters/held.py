@@ -21,8 +21,9 @@ class EventNotRecorded(Exception):
     """The event's dedup record could not be written (the database is down): it is not taken yet."""
 
 
-# What a handler's steps before the answer raise while the database is down (PoolTimeout is a psycopg.Error).
-DATABASE_DOWN: tuple[type[Exception], ...] = (EventNotRecorded, psycopg.Error)
+# What a handler's steps before the answer raise while the database is down or unreachable (PoolTimeout and a
+# connection the server closed are OperationalErrors; a bug in a query is not held).
+DATABASE_DOWN: tuple[type[Exception], ...] = (EventNotRecorded, psycopg.OperationalError)
 
 Step = Callable[[], Awaitable[None]]
 
