@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.tools.sql_guard import MAX_SQL_CHARS, Allowed, Refused, check_sql, is_denied_function
+from core.tools.sql_guard import MAX_SQL_CHARS, MAX_SQL_TOKENS, Allowed, Refused, check_sql, is_denied_function
 
 ALLOWED = [
     "SELECT count(*) FROM orders",
@@ -110,8 +110,18 @@ def test_a_very_long_statement_is_refused() -> None:
     assert isinstance(check_sql("SELECT " + "1 + " * MAX_SQL_CHARS + "1"), Refused)
 
 
+def test_a_statement_of_too_many_tokens_is_refused_before_it_is_parsed() -> None:
+    # Short enough in characters, but each token is a node of the parse tree built on the event loop.
+    many = "SELECT " + "+".join(["1"] * 6000)
+    assert len(many) < MAX_SQL_CHARS
+    verdict = check_sql(many)
+    assert isinstance(verdict, Refused) and f"more than {MAX_SQL_TOKENS} tokens" in verdict.reason
+    listed = "SELECT * FROM orders WHERE id IN (" + ", ".join(str(n) for n in range(MAX_SQL_TOKENS // 2 - 10)) + ")"
+    assert isinstance(check_sql(listed), Allowed)
+
+
 def test_a_denied_call_is_found_at_the_bottom_of_deep_nesting() -> None:
-    depth = 2000
+    depth = 600  # 1,800 tokens, under MAX_SQL_TOKENS; the tree is 1,804 nodes deep, past Python's recursion limit
     assert isinstance(check_sql("SELECT " + "(SELECT " * depth + "1" + ")" * depth), Allowed)
     verdict = check_sql("SELECT " + "(SELECT " * depth + "pg_sleep(1)" + ")" * depth)
     assert isinstance(verdict, Refused) and "pg_sleep" in verdict.reason
