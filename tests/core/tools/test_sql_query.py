@@ -24,7 +24,8 @@ from core.events import Done
 from core.store.db import Database
 from core.tokens import get_token_counter
 from core.tools import ToolError, ToolRegistry, builtin_registry
-from core.tools.sql_guard import Allowed, check_sql
+from core.tools.sql_caps import WrapError, capped_statement
+from core.tools.sql_guard import Allowed, Refused, check_sql
 from core.tools.sql_query import SqlQueryConfig, fetch_result, read_only_session, run_query, sql_query_tool
 from core.tools.sql_schema import describe_schema, read_schema
 from tests.core.engine.support import events_of, request
@@ -437,3 +438,12 @@ def test_settings_name_the_byte_caps() -> None:
     assert config is not None and (config.max_value_bytes, config.max_result_bytes) == (64, 5000)
     with pytest.raises(SettingsError, match="SQL_QUERY_MAX_VALUE_BYTES"):
         load_settings(_env_file=None, sql_query_max_value_bytes=3)
+
+
+def test_the_wrapper_refuses_text_that_would_break_out_of_it() -> None:
+    # sql_guard never lets such text through; the wrapper checks on its own that it made one statement.
+    breakout = "SELECT 1) AS q(c1) OFFSET 0) AS w; DELETE FROM orders; SELECT * FROM (SELECT * FROM (SELECT 1"
+    assert isinstance(check_sql(breakout), Refused)
+    with pytest.raises(WrapError):
+        capped_statement(breakout, columns=1, value_bytes=100)
+    assert capped_statement("SELECT 1 -- a comment", columns=1, value_bytes=100).count("\n") == 2
