@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ def cite(text: str, sources: Sequence[SourceItem]) -> CitedAnswer:
     (`[1]: …`) are left alone. The citations are the sources named by the remaining numbers, in
     ascending order, each once — the same result on every surface that calls this.
     """
-    protected = _protected_spans(text)
+    protected = _Spans(_protected_spans(text))
     count = len(sources)
     cited: set[int] = set()
     removed: list[int] = []
@@ -57,7 +58,7 @@ def cite(text: str, sources: Sequence[SourceItem]) -> CitedAnswer:
     kept_until = 0
     for match in _GROUP.finditer(text):
         start, end = match.span()
-        if _inside(protected, start) or _is_definition(text, start, end):
+        if protected.cover(start) or _is_definition(text, start, end):
             continue
         brackets = []
         for bracket in _BRACKET_RE.finditer(match.group(0)):
@@ -102,12 +103,31 @@ def _with_space(text: str, start: int, end: int) -> tuple[int, int]:
 
 def _is_definition(text: str, start: int, end: int) -> bool:
     """`[1]: https://…` at the start of a line defines a reference link; it cites nothing."""
-    line_start = text.rfind("\n", 0, start) + 1
-    return not text[line_start:start].strip() and text[end : end + 1] == ":"
+    if text[end : end + 1] != ":":
+        return False
+    # Back over the blanks before it only (not to the line's start): each citation's own, so linear overall.
+    position = start
+    while position > 0 and text[position - 1] != "\n" and text[position - 1].isspace():
+        position -= 1
+    return position == 0 or text[position - 1] == "\n"
 
 
-def _inside(spans: list[tuple[int, int]], position: int) -> bool:
-    return any(start <= position < end for start, end in spans)
+class _Spans:
+    """Whether a position falls in any of some (start, end) spans, in O(log n): spans sorted by start, each with
+    the furthest end of it and the spans before it (so overlapping spans answer right too)."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        ordered = sorted(spans)
+        self._starts = [start for start, _ in ordered]
+        self._reach: list[int] = []
+        furthest = 0
+        for _, end in ordered:
+            furthest = max(furthest, end)
+            self._reach.append(furthest)
+
+    def cover(self, position: int) -> bool:
+        index = bisect.bisect_right(self._starts, position) - 1
+        return index >= 0 and self._reach[index] > position
 
 
 def _protected_spans(text: str) -> list[tuple[int, int]]:
@@ -129,24 +149,30 @@ def _protected_spans(text: str) -> list[tuple[int, int]]:
         end = len(text) if closing is None else closing.end()
         spans.append((opening.start(), end))
         position = end
-    spans.extend(_code_spans(text, spans))
-    spans.extend(m.span() for m in _URL.finditer(text) if not _inside(spans, m.start()))
+    spans.extend(_code_spans(text, _Spans(spans)))
+    # One index of the blocks and code spans serves every URL.
+    code = _Spans(spans)
+    spans.extend(m.span() for m in _URL.finditer(text) if not code.cover(m.start()))
     return spans
 
 
-def _code_spans(text: str, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _code_spans(text: str, blocks: _Spans) -> list[tuple[int, int]]:
     """Inline code: a run of n backticks up to the next run of exactly n (an unmatched run is literal)."""
     spans = []
-    runs = [m for m in _BACKTICKS.finditer(text) if not _inside(blocks, m.start())]
+    runs = [m for m in _BACKTICKS.finditer(text) if not blocks.cover(m.start())]
+    # The runs of each length, by index, so the next run of an opening's length is a bisect away.
+    by_length: dict[int, list[int]] = {}
+    for index, run in enumerate(runs):
+        by_length.setdefault(len(run.group(0)), []).append(index)
     index = 0
     while index < len(runs):
         opening = runs[index]
-        closing = next(
-            (j for j in range(index + 1, len(runs)) if len(runs[j].group(0)) == len(opening.group(0))), None
-        )
-        if closing is None:
+        same = by_length[len(opening.group(0))]
+        following = bisect.bisect_right(same, index)
+        if following == len(same):
             index += 1
             continue
+        closing = same[following]
         spans.append((opening.start(), runs[closing].end()))
         index = closing + 1
     return spans
