@@ -10,17 +10,18 @@ from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
+from prometheus_client import Counter
+
 from adapters import wording
 from adapters.streaming import (
     Clock,
     MessageStreamer,
     MessageTransport,
     RateBudget,
-    RateLimited,
     StreamLimits,
-    TransientSendError,
 )
 from adapters.streaming.splitter import close_open_fence
+from adapters.streaming.transport import is_permanent
 from core import observe
 from core import wording as engine_wording
 from core.approvals import ApprovalView, ClickResult
@@ -44,6 +45,36 @@ log = logging.getLogger(__name__)
 
 INTERRUPT_WAIT_S = 5.0
 CURSOR_CHAR = "▌"
+# Kept finals older than this (OUTBOX_MAX_AGE_S) are dropped with an ERROR line: the only way one is given up.
+OUTBOX_MAX_AGE_S = 86400.0
+OUTBOX_EXPIRED = Counter(
+    "relaybot_outbox_expired", "Kept final answers dropped undelivered after OUTBOX_MAX_AGE_S, by platform.",
+    ["platform"],
+)
+
+
+class Outbox(FinalOutbox, Protocol):
+    """The outbox as the runner uses it (core.store.pending_finals.PendingFinals): besides keeping finals, it
+    records each attempted post of a part, only while this process owns the final, and expires old ones."""
+
+    async def release(self, answer_id: str, *, backoff: bool = False) -> None: ...
+
+    async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
+        """Records a post of part `index` about to be attempted; False when this process no longer owns the final."""
+        ...
+
+    async def attempts(self, answer_id: str) -> dict[int, float]:
+        """When a post of each part was attempted (epoch seconds), for parts with no message known."""
+        ...
+
+    async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]: ...
+
+
+class RepairLog(LiveAnswerLog, Protocol):
+    """The live-message records as crash repair uses them: claimed by `take_all`, dropped (`remove`) only once
+    repaired or refused for good, handed back (`release`) after a failure that may pass."""
+
+    async def release(self, message: LiveMessage) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +190,13 @@ class FinalDelivery(Protocol):
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None: ...
 
 
+class PartFinder(Protocol):
+    """Finds a part whose post was attempted without its outcome seen (Slack: by its metadata, read from the
+    attempt on). A platform whose posts are idempotent by themselves (Discord's nonce) needs none."""
+
+    async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None: ...
+
+
 @dataclass(kw_only=True, eq=False)
 class _Answer:
     streamer: MessageStreamer
@@ -173,12 +211,14 @@ class AnswerRunner:
     """One per platform adapter; the same behaviour on every platform."""
 
     def __init__(
-        self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog, outbox: FinalOutbox | None = None
+        self, *, platform: str, approvals: ApprovalMessages, live: RepairLog, outbox: Outbox | None = None,
+        outbox_max_age_s: float = OUTBOX_MAX_AGE_S,
     ) -> None:
         self.platform = platform
         self._approvals = approvals
         self._live = live
         self._outbox = outbox
+        self._outbox_max_age_s = outbox_max_age_s
         self._answers: set[_Answer] = set()
         self._redraw_locks: dict[str, asyncio.Lock] = {}
 
@@ -221,6 +261,14 @@ class AnswerRunner:
         async def pending(parts: list[tuple[str, str | None]]) -> None:
             if answer is not None:
                 await self._keep(answer, place, tuple(FinalPart(text=text, message_id=mid) for text, mid in parts))
+                if self._outbox is not None:
+                    # Posts already sent without their outcome seen: whoever delivers next looks those up.
+                    for index, at in answer.streamer.post_attempts.items():
+                        await self._outbox.attempting(answer_id, index, at=at)
+
+        async def post_attempt(index: int, at: float | None) -> bool:
+            # The kept final is still this process's to post (else it was handed over: post nothing).
+            return self._outbox is None or await self._outbox.attempting(answer_id, index, at=at)
 
         streamer = MessageStreamer(
             surface,
@@ -232,6 +280,7 @@ class AnswerRunner:
             on_message_posted=posted,
             on_final_delivered=delivered,
             on_final_pending=pending if self._outbox is not None else None,
+            on_post_attempt=post_attempt if self._outbox is not None else None,
             idempotency_key=answer_id,
         )
         answer = _Answer(streamer=streamer, task=asyncio.current_task(), answer_id=answer_id)
@@ -246,6 +295,8 @@ class AnswerRunner:
             # for the next start to repair, as a crash would. A final still pending goes to
             # whichever process delivers next.
             if answer.pending is not None and self._outbox is not None:
+                # Release = cancel: the streamer waiting out a 429 must not post what another process delivers.
+                streamer.abandon()
                 await asyncio.shield(self._outbox.release(answer_id))
             raise
         except Exception:
@@ -291,45 +342,76 @@ class AnswerRunner:
         return tasks
 
     async def repair_leftovers(self, shown: ShownMessages) -> int:
-        """At start: every answer a dead process left streaming keeps the text it showed, plus the interrupted note."""
+        """At start and every round: every answer a dead process left streaming keeps the text it showed, plus the
+        interrupted note. A record goes only once its repair succeeded or failed for good; a 429 or an outage hands
+        it back for the next round."""
         leftovers = await self._live.take_all(self.platform)
         note = shown.render(wording.interrupted())
+        repaired = 0
         for message in leftovers:
             try:
                 text = await shown.read_shown(message)
                 await shown.replace_shown(message, repaired_text(text or "", note, max_chars=shown.max_chars))
-            except Exception:
-                log.exception("could not repair message %s in %s", message.message_id, message.channel)
-        if leftovers:
-            log.info("repaired %d unfinished %s answers", len(leftovers), self.platform)
-        return len(leftovers)
+            except Exception as error:
+                if not is_permanent(error):
+                    log.warning("could not repair message %s in %s yet (%s); trying again next round",
+                                message.message_id, message.channel, error)
+                    await self._live.release(message)
+                    continue
+                log.exception("message %s in %s cannot be repaired; giving it up", message.message_id, message.channel)
+            else:
+                repaired += 1
+            await self._live.remove(platform=message.platform, channel=message.channel, message_id=message.message_id)
+        if repaired:
+            log.info("repaired %d unfinished %s answers", repaired, self.platform)
+        return repaired
 
-    async def deliver_pending(self, delivery: FinalDelivery) -> int:
+    async def deliver_pending(self, delivery: FinalDelivery, *, finder: PartFinder | None = None) -> int:
         """Delivers the finals nobody else is delivering (their process stopped or died, or was told "later");
-        returns how many arrived. A 429 or a transient failure hands the final back for the next round;
-        only a permanent error drops it, with a log line."""
+        returns how many arrived. A part whose post was attempted without its outcome seen is looked up first
+        (`finder`), no other. Any failure but a documented permanent one hands the final back, to be retried
+        with backoff (capped at 5 minutes); only a permanent error, or OUTBOX_MAX_AGE_S, drops it."""
         if self._outbox is None:
             return 0
+        outbox = self._outbox
+        for expired in await outbox.expire(self.platform, max_age_s=self._outbox_max_age_s):
+            OUTBOX_EXPIRED.labels(self.platform).inc()
+            log.error("final %s to %s not delivered in %g s; dropping it", expired.answer_id, expired.channel,
+                      self._outbox_max_age_s)
         arrived = 0
-        for final in await self._outbox.take(self.platform):
+        for final in await outbox.take(self.platform):
             parts = list(final.parts)
             try:
+                attempted = await outbox.attempts(final.answer_id) if finder is not None else {}
                 for index, part in enumerate(parts):
-                    if part.message_id is None:
-                        message_id = await delivery.post_part(final, index, part.text)
-                        parts[index] = FinalPart(text=part.text, message_id=message_id)
-                        await self._outbox.keep(_replace_parts(final, parts))
-                    else:
+                    if part.message_id is not None:
                         await delivery.edit_part(final, part.message_id, part.text)
-            except (RateLimited, TransientSendError) as error:
-                log.info("final %s not delivered yet (%s); handed back for the next round", final.answer_id, error)
-                await self._outbox.release(final.answer_id)
+                        continue
+                    message_id = None
+                    if finder is not None and index in attempted:
+                        message_id = await finder.find_part(final, index, since=attempted[index])
+                        if message_id is not None:
+                            # It may show a text of the stream before it (a cursor): the final text replaces it.
+                            await delivery.edit_part(final, message_id, part.text)
+                    if message_id is None:
+                        if not await outbox.attempting(final.answer_id, index):
+                            raise _HandedOver(final.answer_id)
+                        message_id = await delivery.post_part(final, index, part.text)
+                    parts[index] = FinalPart(text=part.text, message_id=message_id)
+                    await outbox.keep(_replace_parts(final, parts))
+            except _HandedOver:
+                log.info("final %s was taken over by another process", final.answer_id)
                 continue
-            except Exception:
-                log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
-                await self._outbox.delivered(final.answer_id)
+            except Exception as error:
+                if is_permanent(error):
+                    log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
+                    await outbox.delivered(final.answer_id)
+                    continue
+                log.warning("final %s not delivered yet (%s); handed back, retried after a backoff",
+                            final.answer_id, error or type(error).__name__)
+                await outbox.release(final.answer_id, backoff=True)
                 continue
-            await self._outbox.delivered(final.answer_id)
+            await outbox.delivered(final.answer_id)
             await self._forget(AnswerPlace(platform=final.platform, workspace=final.workspace, channel=final.channel),
                                [p.message_id for p in parts if p.message_id])
             arrived += 1
@@ -496,6 +578,10 @@ async def _show_approval(event: ApprovalRequired, surface: Surface, approvals: A
     except Exception:
         # The request is shown and clickable; only its expiry edit will not find the message.
         log.exception("could not remember the message of approval %s", event.continuation_id)
+
+
+class _HandedOver(Exception):
+    """The final is no longer this process's to deliver."""
 
 
 def repaired_text(shown: str, note: str, *, max_chars: int) -> str:

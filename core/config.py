@@ -249,6 +249,11 @@ class Settings(BaseSettings):
     # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
     # either way the bot learns it from 429s.
     slack_workspace_posts_per_minute: int | None = Field(default=None, ge=1)
+    # conversations.replies / history limits: "internal" (Tier 3, ~50 a minute) or "limited" (1 a minute,
+    # 15 messages a page: commercially distributed apps outside the Marketplace). Sizes the read budget.
+    slack_history_tier: Literal["internal", "limited"] = "internal"
+    # A kept final (the outbox) older than this is dropped with an ERROR line: the only way one is given up.
+    outbox_max_age_s: float = Field(default=86400.0, gt=0)
     # Slack's native streaming (chat.startStream…): "auto" streams an answer natively when the workspace
     # offers it and a start is within its budget, else with post+update; "off" always posts and updates.
     slack_native_streaming: Literal["auto", "off"] = "auto"

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from core.store.db import Database
+from tests.support import platform_door
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -21,10 +22,22 @@ pytest_plugins = ["tests.fixtures.openai", "tests.fixtures.slack", "tests.fixtur
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # One door per platform: every Slack / Discord request records its caller (tests/support/platform_door.py).
+    platform_door.install()
     # platformdirs warns at every embedded-server start where XDG_RUNTIME_DIR is unset (CI containers).
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR")
     # discord.py imports audioop for voice, which relaybot does not use.
     config.addinivalue_line("filterwarnings", "ignore:'audioop' is deprecated:DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def platform_calls_through_the_door() -> Iterator[None]:
+    """Fails a test during which a Slack or Discord request came from outside the transport modules."""
+    platform_door.take()
+    yield
+    violations = platform_door.take()
+    if violations:
+        pytest.fail("platform calls outside the transport modules:\n" + "\n".join(sorted(set(map(str, violations)))))
 
 
 @pytest.fixture(scope="session")

@@ -179,3 +179,72 @@ def test_the_architecture_map_lists_every_module() -> None:
     files = {p.relative_to(ROOT).as_posix() for p in project_files().values() if p.name != "__init__.py"}
     assert not files - listed, f"modules missing from docs/ARCHITECTURE.md: {sorted(files - listed)}"
     assert not listed - files, f"docs/ARCHITECTURE.md lists modules that do not exist: {sorted(listed - files)}"
+
+
+# One door per platform: only transport modules call a Slack or Discord client (the runtime half is
+# tests/support/platform_door.py). discord.py's messaging methods, by name; checked in modules that import discord.
+DISCORD_MESSAGING = frozenset({
+    "send", "edit", "delete", "reply", "fetch_message", "history", "create_thread", "add_reaction", "remove_reaction",
+    "clear_reactions", "pin", "unpin", "typing", "trigger_typing", "send_message", "edit_message", "defer",
+    "send_modal", "original_response", "edit_original_response", "delete_original_response", "fetch_channel",
+    "create_dm", "publish", "sync", "bulk_upsert_global_commands", "bulk_upsert_guild_commands",
+})
+DISCORD_MESSAGING_OWNERS = frozenset({"followup", "response"})  # interaction.followup.send, interaction.response.x
+# Lifecycle calls outside a transport on purpose: auth.test at start, for readiness and for `relaybot doctor`.
+DOOR_ALLOWED = frozenset({("adapters/slack/adapter.py", "auth_test")})
+
+
+def platform_calls(path: Path, source: str) -> list[str]:
+    """`file:line name` for each call of a Slack client method (or api_call) anywhere, and of a discord.py messaging
+    method in a module that imports discord, outside the transport modules."""
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from tests.support.platform_door import is_transport
+
+    relative = path.relative_to(ROOT).as_posix() if path.is_absolute() else path.as_posix()
+    if is_transport(relative):
+        return []
+    slack_methods = {name for name in vars(AsyncWebClient) if not name.startswith("_")} | {"api_call"}
+    tree = ast.parse(source)
+    uses_discord = any(
+        (isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "discord" for alias in node.names))
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "discord")
+        for node in ast.walk(tree)
+    )
+    # discord.py's history() is iterated, never awaited: an awaited .history( is something else (an audit log).
+    awaited = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Await)}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name, owner = node.func.attr, node.func.value
+        # interaction.response.x / interaction.followup.x: the owner is an attribute, not a plain name.
+        owner_name = owner.attr if isinstance(owner, ast.Attribute) else ""
+        slack = name in slack_methods and (relative, name) not in DOOR_ALLOWED
+        # `transport.edit(…)` / `self._transport.edit(…)`: our own MessageTransport, whose body is the door.
+        ours = (owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")).endswith("transport")
+        messaging = name in DISCORD_MESSAGING and not ours and not (name == "history" and id(node) in awaited)
+        discord = uses_discord and (messaging or owner_name in DISCORD_MESSAGING_OWNERS)
+        if slack or discord:
+            found.append((node.lineno, f"{relative}:{node.lineno} {name}"))
+    return [call for _, call in sorted(found)]
+
+
+def test_only_the_transport_modules_call_the_platform_clients() -> None:
+    offenders = [
+        call for path in project_files().values() for call in platform_calls(path, path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, "platform client calls outside the transport modules:\n  " + "\n  ".join(offenders)
+
+
+def test_the_door_check_sees_slack_and_discord_calls_outside_a_transport() -> None:
+    slack = "async def f(client):\n    await client.chat_postMessage(channel='C', text='x')\n"
+    discord = "import discord\nasync def f(channel, interaction, admin):\n    await channel.send('x')\n" \
+              "    await interaction.response.send_message('y')\n    await interaction.followup.send('z')\n" \
+              "    await admin.history('key')\n    async for m in channel.history(limit=5):\n        pass\n"
+    assert platform_calls(Path("adapters/slack/surface.py"), slack) == ["adapters/slack/surface.py:2 chat_postMessage"]
+    assert platform_calls(Path("adapters/slack/transport.py"), slack) == []
+    assert [c.rsplit(" ", 1)[1] for c in platform_calls(Path("adapters/discord/clicks.py"), discord)] == [
+        "send", "send_message", "send", "history"]
+    assert platform_calls(Path("adapters/discord/transport_http.py"), discord) == []
+    assert platform_calls(Path("adapters/slack/adapter.py"), "async def f(c):\n    await c.auth_test()\n") == []

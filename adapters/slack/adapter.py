@@ -17,7 +17,6 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
-from slack_sdk.http_retry.builtin_async_handlers import async_default_handlers
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
@@ -84,8 +83,9 @@ class SlackAdapter:
         clock = ScaledClock(time_scale)
         self.client = AsyncWebClient(
             token=settings.slack_bot_token, base_url=settings.slack_api_url,
-            # Bolt copies these into its per-event clients, so every Web API call's 429 is counted.
-            retry_handlers=[RateLimitCounter(), *async_default_handlers()],
+            # Bolt copies these into its per-event clients, so every Web API call's 429 is counted. No retry
+            # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
+            retry_handlers=[RateLimitCounter()],
         )
         self._auth_problem: str | None = "auth.test has not run yet"
         self._auth_checked_at: float | None = None
@@ -95,17 +95,19 @@ class SlackAdapter:
             native=self.native, client=self.client, budgets=SlackBudgets(
                 clock=clock, share=settings.slack_rate_share,
                 workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
+                history_tier=settings.slack_history_tier,
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
             feedback=settings.feedback_buttons,
         )
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
-        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
+        self.runner = AnswerRunner(
+            platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
+            outbox_max_age_s=settings.outbox_max_age_s,
+        )
         # Who the bot is, for reads outside an event (read_conversation); auth.test fills it in.
         self.identity = BotIdentity(user_id="")
         # Thread context and the read_conversation tool read through this one reader.
-        self.reader = SlackReader(
-            client=self.client, budgets=self.surfaces.budgets, clock=clock, identity=lambda: self.identity
-        )
+        self.reader = SlackReader(web=self.surfaces.web, identity=lambda: self.identity)
         self.inbound = SlackInbound(
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
             conversations=ports.conversations, reader=self.reader,
@@ -134,12 +136,14 @@ class SlackAdapter:
         self.app.middleware(self._gate_middleware)
         if settings.slack_assistant:
             # Messages in assistant threads stop at this middleware: never answered twice by `message`.
-            assistant = SlackAssistant(inbound=self.inbound, conversations=ports.conversations, bot=_bot)
+            assistant = SlackAssistant(
+                inbound=self.inbound, conversations=ports.conversations, bot=_bot, web=self.surfaces.web
+            )
             self.app.assistant(assistant.middleware())
         self.app.event("app_home_opened")(self.home.on_home_opened)
         self.app.command(COMMAND)(self.commands.on_ask)
         # /relaybot: the channel's settings in a modal, for workspace admins and owners (or CHANNEL_ADMINS).
-        self.admin = SlackAdmin(admin=engine.channel_admin, client=self.client, gate=self.gate)
+        self.admin = SlackAdmin(admin=engine.channel_admin, web=self.surfaces.web, gate=self.gate)
         self.app.command(SETTINGS_COMMAND)(self.admin.on_command)
         self.app.view(SETTINGS_VIEW)(self.admin.on_submit)
         self.app.action(HOME_ACTION)(self.home.on_click)
@@ -179,7 +183,8 @@ class SlackAdapter:
         delivering; in HTTP mode, repeat auth.test when it is due (it is what readiness reports)."""
         with observe.platform_scope(PLATFORM):
             await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
-            await self.runner.deliver_pending(SlackFinalDelivery(self.surfaces))
+            delivery = SlackFinalDelivery(self.surfaces)
+            await self.runner.deliver_pending(delivery, finder=delivery)
         due = self._auth_checked_at is None or time.monotonic() - self._auth_checked_at >= AUTH_CHECK_INTERVAL_S
         if not self._settings.slack_app_token and due:
             await self._check_auth()

@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncRespond
-from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters import wording
 from adapters.gate import Gate
@@ -26,6 +25,7 @@ from core.requests import Actor, ConversationKey
 
 from .render import sentence
 from .surface import PLATFORM
+from .transport import SlackWeb
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ class SlackAdmin:
     """Bolt's listeners for `/relaybot` and its modal. Who may: users.info's `is_admin` / `is_owner` of the
     channel's own workspace, or CHANNEL_ADMINS; asked again when the modal is submitted."""
 
-    def __init__(self, *, admin: ChannelAdmin, client: AsyncWebClient, gate: Gate) -> None:
+    def __init__(self, *, admin: ChannelAdmin, web: SlackWeb, gate: Gate) -> None:
         self._admin = admin
-        self._client = client
+        self._web = web
         self._gate = gate
 
     async def on_command(self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
@@ -75,8 +75,9 @@ class SlackAdmin:
                     await _tell(respond, wording.settings_only_admins(WHO_MAY))
                     return
                 view = await self._admin.view(_key(team, channel))
-                await self._client.views_open(
-                    trigger_id=str(body.get("trigger_id") or ""), view=modal(view, team=team, channel=channel)
+                # The deadline lane: the trigger_id is good for 3 s.
+                await self._web.now(
+                    team, "views.open", trigger_id=str(body.get("trigger_id") or ""), view=modal(view, team=team, channel=channel)
                 )
             except Exception:
                 logger.exception("could not open the settings of %s", channel)
@@ -121,8 +122,8 @@ class SlackAdmin:
             await ack()
             logger.info("%s changed the settings of %s: %s", user, channel, "; ".join(change_lines(entries)) or "nothing")
             try:
-                await self._client.chat_postEphemeral(
-                    channel=channel, user=user, text=sentence(wording.settings_saved(change_lines(entries)))
+                await self._web.now(
+                    team, "chat.postEphemeral", channel=channel, user=user, text=sentence(wording.settings_saved(change_lines(entries)))
                 )
             except Exception:  # e.g. not_in_channel: the change is saved and audited all the same
                 logger.warning("could not confirm the settings change in %s", channel, exc_info=True)
@@ -130,7 +131,8 @@ class SlackAdmin:
     async def _actor(self, team: str, user: str) -> Actor:
         """users.info says whether the person is an admin or owner — of this workspace: an admin of another
         organisation in a shared channel is not one here."""
-        found = await self._client.users_info(user=user)
+        # On the deadline lane too: a view to open or a submission to ack waits on it.
+        found = await self._web.now(team, "users.info", user=user)
         profile = found.get("user") or {}
         is_admin = profile.get("team_id") == team and any(
             bool(profile.get(flag)) for flag in ("is_admin", "is_owner", "is_primary_owner")

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from slack_bolt.async_app import AsyncBoltContext
-from slack_bolt.context.set_status.async_set_status import AsyncSetStatus
 from slack_bolt.context.set_suggested_prompts.async_set_suggested_prompts import AsyncSetSuggestedPrompts
 from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
 
@@ -20,11 +20,11 @@ from core.requests import ConversationKey
 from .inbound import SlackInbound
 from .reader import BotIdentity
 from .surface import PLATFORM
+from .transport import SlackWeb
 
 logger = logging.getLogger(__name__)
 
 TITLE_MAX_CHARS = 80
-SetTitle = Callable[..., Awaitable[Any]]
 
 
 class SlackAssistant:
@@ -33,8 +33,9 @@ class SlackAssistant:
     every rule: the DM policy and allowlists, a conversation per thread (`direct`), scoping."""
 
     def __init__(self, *, inbound: SlackInbound, conversations: KnownConversations,
-                 bot: Callable[[AsyncBoltContext], BotIdentity]) -> None:
+                 bot: Callable[[AsyncBoltContext], BotIdentity], web: SlackWeb) -> None:
         self._inbound = inbound
+        self._web = web
         self._conversations = conversations
         self._bot = bot
 
@@ -46,10 +47,15 @@ class SlackAssistant:
         assistant.thread_context_changed(self.on_context_changed)
         return assistant
 
-    async def on_thread_started(self, set_suggested_prompts: AsyncSetSuggestedPrompts) -> None:
+    async def on_thread_started(self, body: dict[str, Any], set_suggested_prompts: AsyncSetSuggestedPrompts) -> None:
+        # Bolt's helper names the thread; the call itself goes through the door (the pane waits: its lane).
         prompts = [{"title": title, "message": message} for title, message in wording.assistant_prompts()]
         try:
-            await set_suggested_prompts(prompts=prompts, title=wording.assistant_prompts_title())
+            await self._web.now(
+                str(body.get("team_id") or ""), "assistant.threads.setSuggestedPrompts",
+                channel_id=set_suggested_prompts.channel_id, thread_ts=set_suggested_prompts.thread_ts,
+                prompts=prompts, title=wording.assistant_prompts_title(),
+            )
         except Exception:
             logger.exception("could not set the suggested prompts of an assistant thread")
 
@@ -57,8 +63,7 @@ class SlackAssistant:
         return None
 
     async def on_user_message(
-        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext, set_status: AsyncSetStatus,
-        set_title: SetTitle,
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext,
     ) -> None:
         thread_ts, channel = event.get("thread_ts"), event.get("channel")
         if not isinstance(thread_ts, str) or not isinstance(channel, str) or event.get("bot_id") or event.get("subtype"):
@@ -67,8 +72,10 @@ class SlackAssistant:
         key = ConversationKey(platform=PLATFORM, workspace=team, channel=channel, thread=thread_ts, direct=True)
         question = str(event.get("text") or "").strip()
         if question and not await self._known(key):
-            await _quietly(set_title(title=_title(question)), "set the title of")
-        async with thinking(set_status):
+            await _quietly(self._web.now(team, "assistant.threads.setTitle", channel_id=channel, thread_ts=thread_ts,
+                                         title=_title(question)), "set the title of")
+        async with thinking(partial(self._web.now, team, "assistant.threads.setStatus", channel_id=channel,
+                                    thread_ts=thread_ts)):
             await self._inbound.on_message(body, event, self._bot(context))
 
     async def _known(self, key: ConversationKey) -> bool:

@@ -124,8 +124,8 @@ class SlackClicks:
         """The assistant pane's status while a resumed run works there (nothing otherwise)."""
         if not (resumes and self._assistant and in_assistant_thread(target.channel, target.thread_ts)):
             return nullcontext()
-        return thinking(partial(self._surfaces.client.assistant_threads_setStatus, channel_id=target.channel,
-                                thread_ts=target.thread_ts))
+        return thinking(partial(self._surfaces.web.now, target.team_id, "assistant.threads.setStatus",
+                                channel_id=target.channel, thread_ts=target.thread_ts))
 
     def _refusal(self, click: _Click) -> str:
         """The sentence for a clicker who may not act here, or "" (the clicker's own team counts, as in
@@ -194,8 +194,9 @@ class _ClickReply:
 
     async def tell(self, text: str) -> None:
         try:
-            await self._surfaces.client.chat_postEphemeral(
-                channel=self._target.channel, user=self._user_id, text=text,
+            # The deadline lane: a note to the person who clicked never waits behind deliveries.
+            await self._surfaces.web.now(
+                self._target.team_id, "chat.postEphemeral", channel=self._target.channel, user=self._user_id, text=text,
                 **({"thread_ts": self._target.thread_ts} if self._target.thread_ts else {}),
             )
         except Exception:

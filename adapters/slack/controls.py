@@ -14,7 +14,7 @@ from core.requests import Actor
 
 from . import wording
 from .buttons import read_click
-from .transport import Priority, send_paced
+from .transport import Priority
 
 # The surface builds a StopMessage, so this module imports neither it nor inbound: `surfaces` is a
 # surface.SlackSurfaces, `target` a surface.ReplyTarget, `access` an inbound.SlackAccess.
@@ -60,17 +60,11 @@ class StopMessage:
         await asyncio.sleep(self._after_s)
         surfaces, target = self._surfaces, self._target
 
-        def post() -> Any:
-            # From here on the message may exist: clear() waits for it, to delete it.
-            self._posting = True
-            return surfaces.client.chat_postMessage(
-                channel=target.channel, thread_ts=target.thread_ts, text=STOP_FALLBACK, blocks=stop_blocks(run_id)
-            )
-
+        # From here on the message may exist: clear() waits for it, to delete it.
+        self._posting = True
         # After every answer's first and final texts: under a burst, a Stop button must not delay them.
-        response = await send_paced(
-            post, budget=surfaces.budgets.post(target.team_id, target.channel), clock=surfaces.clock,
-            priority=Priority.INTERMEDIATE,
+        response = await surfaces.post_paced(
+            target, text=STOP_FALLBACK, blocks=stop_blocks(run_id), priority=Priority.INTERMEDIATE
         )
         self._ts = str(response["ts"])
 
@@ -84,9 +78,8 @@ class StopMessage:
         if ts is None:
             return
         surfaces = self._surfaces
-        await send_paced(
-            lambda: surfaces.client.chat_delete(channel=self._target.channel, ts=ts),
-            budget=surfaces.budgets.delete(self._target.team_id), clock=surfaces.clock,
+        await surfaces.web.call(
+            "chat.delete", budget=surfaces.budgets.delete(self._target.team_id), channel=self._target.channel, ts=ts
         )
 
 
@@ -111,10 +104,10 @@ class SlackStops:
                 user_id, (click.user_team,) if click.user_team else (), direct=channel.startswith("D")
             )
             if access == "direct_messages_off":
-                await self._tell(channel, user_id, thread_ts, shared_wording.direct_messages_off())
+                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.direct_messages_off())
                 return
             if access == "refused":
-                await self._tell(channel, user_id, thread_ts, shared_wording.not_your_workspace_to_decide())
+                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.not_your_workspace_to_decide())
                 return
             # The name goes into the answer's text, where a mention would be neutralised: the person's name.
             name = str(user.get("name") or user.get("username") or user_id)
@@ -124,15 +117,17 @@ class SlackStops:
                 )
             except Exception:
                 logger.exception("Stop click on run %s failed", run_id)
-                await self._tell(channel, user_id, thread_ts, shared_wording.click_failed())
+                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.click_failed())
                 return
             if result.outcome != "stopping":
-                await self._tell(channel, user_id, thread_ts, result.message)
+                await self._tell(click.user_team, channel, user_id, thread_ts, result.message)
 
-    async def _tell(self, channel: str, user_id: str, thread_ts: Any, text: str) -> None:
+    async def _tell(self, team_id: str, channel: str, user_id: str, thread_ts: Any, text: str) -> None:
         try:
-            await self._surfaces.client.chat_postEphemeral(
-                channel=channel, user=user_id, text=text, **({"thread_ts": str(thread_ts)} if thread_ts else {})
+            # The deadline lane: a note to the person who clicked never waits behind deliveries.
+            await self._surfaces.web.now(
+                team_id, "chat.postEphemeral", channel=channel, user=user_id, text=text,
+                **({"thread_ts": str(thread_ts)} if thread_ts else {}),
             )
         except Exception:
             logger.exception("could not tell %s: %s", user_id, text)

@@ -98,8 +98,8 @@ class SlackFeedback:
             if not up:
                 # First, while the click's trigger_id is fresh (Slack lets it open a view for 3 s).
                 try:
-                    await self._surfaces.client.views_open(
-                        trigger_id=str(body.get("trigger_id") or "") if isinstance(body, dict) else "",
+                    await self._surfaces.web.now(
+                        str(user.get("team_id") or ""), "views.open", trigger_id=str(body.get("trigger_id") or "") if isinstance(body, dict) else "",
                         view=why_modal(run_id, channel=channel, thread_ts=thread_ts),
                     )
                 except Exception:
@@ -157,8 +157,10 @@ class SlackFeedback:
 
     async def _tell(self, channel: str, user_id: str, thread_ts: str | None, text: str) -> None:
         try:
-            await self._surfaces.client.chat_postEphemeral(
-                channel=channel, user=user_id, text=sentence(text), **({"thread_ts": thread_ts} if thread_ts else {})
+            # The deadline lane (the team is not needed to tell the clicker: one lane for the method).
+            await self._surfaces.web.now(
+                "", "chat.postEphemeral", channel=channel, user=user_id, text=sentence(text),
+                **({"thread_ts": thread_ts} if thread_ts else {}),
             )
         except Exception:
             logger.warning("could not tell %s: %s", user_id, text, exc_info=True)

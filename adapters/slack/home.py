@@ -78,7 +78,8 @@ class SlackHome:
         blocks, refs = home_blocks(pending, readable=readable)
         view = {"type": "home", "blocks": blocks, "private_metadata": json.dumps(refs, separators=(",", ":"))}
         try:
-            await self._surfaces.client.views_publish(user_id=user, view=view)
+            web = self._surfaces.web
+            await web.call("views.publish", budget=web.budgets.other(team, "views.publish"), user_id=user, view=view)
         except Exception:
             logger.exception("could not publish the Home tab of %s", user)
 

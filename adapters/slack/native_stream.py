@@ -17,7 +17,7 @@ from adapters.streaming.transport import LiveText
 
 from .render import markdown_text, safe_markdown
 from .surface import ReplyTarget, SlackSurface, SlackSurfaces
-from .transport import IDLE_BUDGET_S, SlackTransport, part_metadata, translate_error
+from .transport import IDLE_BUDGET_S, part_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -222,11 +222,9 @@ class NativeSlackSurface(SlackSurface):
     def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget, native: NativeStreaming) -> None:
         super().__init__(surfaces, target)
         self._native = native
-        self._client = surfaces.client
+        self._web = surfaces.web
         self._clock = surfaces.clock
-        self._classic = SlackTransport(
-            surfaces.client, channel=target.channel, thread_ts=target.thread_ts, time_scale=surfaces.clock.time_scale
-        )
+        self._classic = surfaces.transport(target)
         self._answer = _Answer(native)
         team = target.team_id
         self._classic_post = self.pacing.post_budget
@@ -293,9 +291,9 @@ class NativeSlackSurface(SlackSurface):
             arguments["markdown_text"] = rendered
         if not self.target.channel.startswith("D"):
             arguments.update(recipient_user_id=self.target.recipient_user, recipient_team_id=self.target.recipient_team)
-        response = await self._call(self._client.chat_startStream(
-            channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
-        ))
+        response = await self._web.once(
+            "chat.startStream", channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
+        )
         stream.ts = str(response["ts"])
         stream.appended = rendered
         self._streams[stream.ts] = stream
@@ -315,7 +313,7 @@ class NativeSlackSurface(SlackSurface):
         else:
             arguments = {"markdown_text": delta}
         try:
-            await self._call(self._client.chat_appendStream(channel=self.target.channel, ts=stream.ts, **arguments))
+            await self._web.once("chat.appendStream", channel=self.target.channel, ts=stream.ts, **arguments)
         except RateLimited as exc:
             self._native.append(self.target.team_id).penalize(exc.retry_after_s, wide=exc.wide)
             await self._fall_back(stream, "rate_limited")
@@ -341,7 +339,7 @@ class NativeSlackSurface(SlackSurface):
         stop_budget = self._native.stop(self.target.team_id)
         await stop_budget.acquire(Priority.FINAL, id(self))
         try:
-            await self._call(self._client.chat_stopStream(channel=self.target.channel, ts=stream.ts, **arguments))
+            await self._web.once("chat.stopStream", channel=self.target.channel, ts=stream.ts, **arguments)
         except RateLimited as exc:
             stop_budget.penalize(exc.retry_after_s, wide=exc.wide)
             await self._fall_back(stream, "rate_limited", stop=False)
@@ -358,16 +356,10 @@ class NativeSlackSurface(SlackSurface):
         self._answer.to_classic(reason)
         if stop and self._native.stop(self.target.team_id).try_acquire(Priority.FINAL):
             try:
-                await self._call(self._client.chat_stopStream(channel=self.target.channel, ts=stream.ts))
+                await self._web.once("chat.stopStream", channel=self.target.channel, ts=stream.ts)
             except Exception as exc:  # an update ends the stream anyway
                 logger.info("could not stop native stream %s: %s", stream.ts, exc)
         raise TransientSendError(f"native stream stopped ({reason}); continuing with chat.update")
-
-    async def _call(self, call: Any) -> Any:
-        try:
-            return await call
-        except Exception as exc:
-            raise translate_error(exc, time_scale=self._clock.time_scale) from exc
 
 
 def _sendable(rendered: str, appended: str) -> str:

@@ -10,17 +10,15 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.streaming import CONNECTION_ERRORS, RateLimited, TransientSendError
 from core.requests import ConversationKey, PriorMessage
 from core.tools.context import ConversationUnreadable, ReadScope
 
-from .transport import ScaledClock, SlackBudgets, send_paced
+from .transport import SlackWeb
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +58,8 @@ class BotIdentity:
 class SlackReader:
     """Implements core.tools.context.ConversationReader for Slack; inbound reads thread context with `thread`."""
 
-    def __init__(
-        self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, identity: Callable[[], BotIdentity]
-    ) -> None:
-        self._client = client
-        self._budgets = budgets
-        self._clock = clock
+    def __init__(self, *, web: SlackWeb, identity: Callable[[], BotIdentity]) -> None:
+        self._web = web
         self._identity = identity  # learnt from auth.test when the adapter starts
 
     async def read(self, conversation: ConversationKey, *, scope: ReadScope, limit: int) -> list[PriorMessage]:
@@ -113,12 +107,12 @@ class SlackReader:
     async def _pages(self, method: str, team_id: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The method's messages page by page (cursor paging), each call on the workspace's budget for the
         method: a 429 pauses that budget for its Retry-After, and the call is tried again."""
-        call = self._client.conversations_replies if method == "conversations.replies" else self._client.conversations_history
-        budget = self._budgets.read(team_id, method)
+        budget = self._web.budgets.read(team_id, method)
+        size = min(PAGE_SIZE, self._web.budgets.page_messages)
         cursor = ""
         for _ in range(MAX_PAGES):
-            page = {**params, "limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
-            response = await send_paced(partial(call, **page), budget=budget, clock=self._clock)
+            page = {**params, "limit": size, **({"cursor": cursor} if cursor else {})}
+            response = await self._web.call(method, budget=budget, **page)
             for message in response.get("messages") or ():
                 yield message
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")

@@ -19,15 +19,13 @@ from .buttons import approval_blocks, approval_text, page_starts
 from .controls import StopMessage
 from .feedback import feedback_blocks
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
-from .transport import ScaledClock, SlackBudgets, SlackTransport, is_part, send_paced
+from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, part_metadata
 
 PLATFORM = "slack"
 # Streamed text rolls over into a new message here, measured as rendered (escapes count); the
 # margin is for cursor and status, and chat.update refuses more than 4,000 chars.
 STREAM_MAX_CHARS = 3800
 MIN_EDIT_INTERVAL_S = 1.0
-# Messages of a thread searched for an answer part already posted (answers are recent: near the end).
-SEARCH_MESSAGES = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +49,8 @@ class SlackSurfaces:
         self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, placeholder_after_s: float = 1.0,
         feedback: bool = False,
     ) -> None:
-        self.client = client
+        self.web = SlackWeb(client, budgets=budgets, clock=clock)  # every Web API call goes through it
+        self._client = client
         self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.budgets = budgets
         self.clock = clock
@@ -61,25 +60,28 @@ class SlackSurfaces:
             placeholder_after_s=placeholder_after_s / clock.time_scale,
         )
 
+    @property
+    def client(self) -> AsyncWebClient:
+        """The client itself, for what is not a Web API call (Bolt, a file download's token); calls go through `web`."""
+        return self._client
+
     def at(self, target: ReplyTarget) -> SlackSurface:
         return SlackSurface(self, target)
+
+    def transport(self, target: ReplyTarget) -> SlackTransport:
+        return SlackTransport(self.web, team_id=target.team_id, channel=target.channel, thread_ts=target.thread_ts)
 
     async def post_paced(
         self, target: ReplyTarget, *, priority: Priority = Priority.FINAL, **message: Any
     ) -> dict[str, Any]:
-        """chat.postMessage into the target's channel (and thread), on its channel's budget."""
-        response = await send_paced(
-            lambda: self.client.chat_postMessage(channel=target.channel, thread_ts=target.thread_ts, **message),
-            budget=self.budgets.post(target.team_id, target.channel), clock=self.clock, priority=priority,
+        """chat.postMessage into the target's channel (and thread), on its channel's budget, never twice."""
+        return await self.web.post(
+            team_id=target.team_id, channel=target.channel, thread_ts=target.thread_ts, priority=priority, **message
         )
-        return dict(response.data) if hasattr(response, "data") else dict(response)
 
     async def update_paced(self, team_id: str, channel: str, ts: str, **message: Any) -> None:
         """chat.update of one message, on the workspace's edit budget."""
-        await send_paced(
-            lambda: self.client.chat_update(channel=channel, ts=ts, **message),
-            budget=self.budgets.edit(team_id), clock=self.clock,
-        )
+        await self.web.call("chat.update", budget=self.budgets.edit(team_id), channel=channel, ts=ts, **message)
 
 
 class SlackSurface:
@@ -88,9 +90,7 @@ class SlackSurface:
     def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget) -> None:
         self._surfaces = surfaces
         self.target = target
-        self._transport = SlackTransport(
-            surfaces.client, channel=target.channel, thread_ts=target.thread_ts, time_scale=surfaces.clock.time_scale
-        )
+        self._transport = surfaces.transport(target)
         self.place = AnswerPlace(
             platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=target.thread_ts or ""
         )
@@ -178,12 +178,15 @@ class SlackShownMessages:
         return markdown_text(markdown)
 
     async def read_shown(self, message: LiveMessage) -> str | None:
-        client = self._surfaces.client
+        web = self._surfaces.web
         window: dict[str, Any] = {"latest": message.message_id, "oldest": message.message_id, "inclusive": True, "limit": 1}
         if message.thread and message.thread != message.message_id:
-            response = await client.conversations_replies(channel=message.channel, ts=message.thread, **window)
+            method, window["ts"] = "conversations.replies", message.thread
         else:
-            response = await client.conversations_history(channel=message.channel, **window)
+            method = "conversations.history"
+        response = await web.call(
+            method, budget=web.budgets.read(message.workspace, method), channel=message.channel, **window
+        )
         for found in response.get("messages", []):
             if str(found.get("ts")) == message.message_id:
                 return str(found.get("text") or "")
@@ -194,41 +197,27 @@ class SlackShownMessages:
 
 
 class SlackFinalDelivery:
-    """Implements adapters.answers.FinalDelivery: a kept final's parts, each found by its metadata or posted once."""
+    """Implements adapters.answers.FinalDelivery and PartFinder: a kept final's parts, posted once each (marked
+    with their metadata), and looked up only where a post of one was attempted without its outcome seen."""
 
     def __init__(self, surfaces: SlackSurfaces) -> None:
         self._surfaces = surfaces
 
     async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
-        key = f"{final.answer_id}:{index}"
-        found = await self._find(final, key)
-        if found is not None:
-            await self.edit_part(final, found, text)
-            return found
-        transport = SlackTransport(
-            self._surfaces.client, channel=final.channel, thread_ts=final.thread or None,
-            time_scale=self._surfaces.clock.time_scale,
+        target = ReplyTarget(team_id=final.workspace, channel=final.channel, thread_ts=final.thread or None)
+        response = await self._surfaces.post_paced(
+            target, key=f"{final.answer_id}:{index}", markdown_text=markdown_text(text), unfurl_links=False,
+            unfurl_media=False,
         )
-        return await send_paced(
-            lambda: transport.post(text, key=key),
-            budget=self._surfaces.budgets.post(final.workspace, final.channel), clock=self._surfaces.clock,
-        )
+        return str(response["ts"])
 
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
         await self._surfaces.update_paced(final.workspace, final.channel, message_id, markdown_text=markdown_text(text))
 
-    async def _find(self, final: PendingFinal, key: str) -> str | None:
-        """The part already posted (a process died between posting it and noting it), or None."""
-        client = self._surfaces.client
-        if final.thread:
-            response = await client.conversations_replies(
-                channel=final.channel, ts=final.thread, include_all_metadata=True, limit=SEARCH_MESSAGES
-            )
-        else:
-            response = await client.conversations_history(
-                channel=final.channel, include_all_metadata=True, limit=SEARCH_MESSAGES
-            )
-        for message in response.get("messages", []):
-            if is_part(message, key):
-                return str(message["ts"])
-        return None
+    async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:
+        """The part already posted (a post attempted at `since`, epoch seconds, whose outcome nobody saw), or None."""
+        found = await self._surfaces.web.find(
+            team_id=final.workspace, channel=final.channel, thread_ts=final.thread or None,
+            metadata=part_metadata(f"{final.answer_id}:{index}"), since=since,
+        )
+        return None if found is None else str(found["ts"])

@@ -32,12 +32,17 @@ async def send_paced(
     key: Hashable = None,
     attempts: int = SEND_ATTEMPTS,
     priority: Priority = Priority.FINAL,
+    look_up: Callable[[], Awaitable[T | None]] | None = None,
 ) -> T:
     """Take a token per attempt (FINAL priority unless told: a note one person sees can wait behind the
     answers); retry 429s (pausing the budget) and transient errors.
 
     `translate` maps a platform's exceptions to RateLimited / TransientSendError; anything else,
     and the last failure, is raised.
+
+    `look_up` makes a call that is not idempotent (a post) safe to repeat: after a failure whose outcome was
+    not seen (a transient error: the platform may have done the work), it is asked first, and what it finds
+    is returned instead of sending the call again. A 429 did nothing, so it needs no look-up.
     """
     for attempt in range(1, attempts + 1):
         with metrics.waiting_for_budget(observe.current_platform()):
@@ -50,6 +55,10 @@ async def send_paced(
                 budget.penalize(error.retry_after_s, wide=error.wide)
             elif isinstance(error, TransientSendError):
                 await clock.sleep(SEND_BACKOFF_S * attempt)
+                if look_up is not None:
+                    found = await look_up()
+                    if found is not None:
+                        return found
             else:
                 raise
             if attempt == attempts:

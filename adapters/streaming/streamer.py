@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -25,6 +26,10 @@ OnFinalDelivered = Callable[[list[str]], Awaitable[None]]
 # Told once, when a final text could not be delivered at the first try: its parts, each with the id
 # of the message that shows (or will show) it, so the text can be kept safe until it arrives.
 OnFinalPending = Callable[[list[tuple[str, str | None]]], Awaitable[None]]
+# Asked before each post of a part once the final is kept (part index, when a post of it was last attempted
+# without its outcome seen, epoch seconds, or None): records the attempt; False means the final was handed
+# to another process, and this streamer must post nothing more.
+OnPostAttempt = Callable[[int, float | None], Awaitable[bool]]
 # Shown in a message left over when a corrected final text needs fewer messages than were used.
 VACATED_MESSAGE_TEXT = "…"
 # A permanent edit failure this many times in a row: the message is gone or frozen, so the
@@ -47,6 +52,7 @@ class _Slot:
     target: str | None = None  # the text it must end with, once known
     has_text: bool = False  # it has shown answer text, not only the placeholder
     next_send_at: float = float("-inf")
+    attempted_at: float | None = None  # a post was sent and its outcome not seen (epoch seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +80,7 @@ class MessageStreamer:
         on_message_posted: OnMessagePosted | None = None,
         on_final_delivered: OnFinalDelivered | None = None,
         on_final_pending: OnFinalPending | None = None,
+        on_post_attempt: OnPostAttempt | None = None,
         idempotency_key: str | None = None,
     ) -> None:
         self._transport = transport
@@ -85,6 +92,8 @@ class MessageStreamer:
         self._on_message_posted = on_message_posted
         self._on_final_delivered = on_final_delivered
         self._on_final_pending = on_final_pending
+        self._on_post_attempt = on_post_attempt
+        self._handed_over = False
         self._idempotency_key = idempotency_key
         self._pending_told = False
         self._pending_watch: asyncio.Task[None] | None = None
@@ -140,6 +149,22 @@ class MessageStreamer:
     async def fail(self, message: str) -> None:
         """Replaces the answer in the current message with `message`, delivered like a final."""
         await self._end(_Ending(kind="fail", text=message))
+
+    @property
+    def post_attempts(self) -> dict[int, float]:
+        """Parts whose post was sent without its outcome seen (it may exist), and when (epoch seconds)."""
+        return {
+            index: slot.attempted_at for index, slot in enumerate(self._slots)
+            if slot.message_id is None and slot.attempted_at is not None
+        }
+
+    def abandon(self) -> None:
+        """The answer's final was handed to another process: this streamer sends nothing more (its task is
+        cancelled; a post under way is left to the outbox's look-up)."""
+        self._handed_over = True
+        for task in (self._task, self._pending_watch):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def interrupt(self, note: str) -> None:
         """Ends the answer with what was written so far plus `note` (shutdown, lost run).
@@ -352,6 +377,9 @@ class MessageStreamer:
                     with metrics.waiting_for_budget(observe.current_platform()):
                         await budget.acquire(Priority.FINAL, self._key, shows_text=shows_text)
             try:
+                if posting and not await self._may_post(slot):
+                    budget.release()
+                    return False
                 if posting:
                     await self._post(slot, text)
                 else:
@@ -455,9 +483,34 @@ class MessageStreamer:
             live += "\n" + self._status
         return live
 
+    async def _may_post(self, slot: _Slot) -> bool:
+        """Once the final is kept, each post is recorded first, and only while this process still owns it."""
+        if self._handed_over:
+            return False
+        if not self._pending_told or self._on_post_attempt is None:
+            return True
+        try:
+            owned = await self._on_post_attempt(self._slots.index(slot), slot.attempted_at)
+        except Exception:
+            # Unrecorded, a post could be repeated by whoever delivers next: not now (the loop retries).
+            logger.exception("could not record a post attempt; trying again")
+            raise TransientSendError("post attempt not recorded") from None
+        if not owned:
+            logger.info("the final was handed to another process; this one posts nothing more")
+            self._handed_over = True
+        return owned
+
     async def _post(self, slot: _Slot, text: str) -> None:
         key = None if self._idempotency_key is None else f"{self._idempotency_key}:{self._slots.index(slot)}"
-        slot.message_id = await self._call(self._transport.post(text, key=key))
+        first = slot.attempted_at is None
+        slot.attempted_at = slot.attempted_at or time.time()
+        try:
+            slot.message_id = await self._call(self._transport.post(text, key=key))
+        except RateLimited:
+            if first:
+                slot.attempted_at = None  # nothing was posted (an earlier unseen attempt would stay recorded)
+            raise
+        slot.attempted_at = None
         if self._on_message_posted is not None:
             try:
                 await self._on_message_posted(slot.message_id)

@@ -28,6 +28,26 @@ class TransientSendError(Exception):
     """A failure worth retrying as is: 5xx, connection reset, timeout."""
 
 
+class PermanentSendError(Exception):
+    """A failure the platform documents as final for this call (`code`: the platform's name for it), or, with
+    `team_wide`, for every call to that workspace or bot (a revoked token).
+
+    The one place "permanent" is decided for every platform: each transport raises this (or a subclass that
+    also keeps its SDK's exception type) for its documented codes only; `is_permanent` is the rule callers use.
+    """
+
+    def __init__(self, detail: str, *, code: str, team_wide: bool = False) -> None:
+        self.code = code
+        self.team_wide = team_wide
+        super().__init__(detail)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether a failed delivery may be given up: only a documented permanent error; a 429, a 5xx, a dropped
+    connection or an exception nobody documented are all "later"."""
+    return isinstance(error, PermanentSendError)
+
+
 def classify_failure(
     *, status: int, retry_after_s: float | None, detail: str, wide: bool = True
 ) -> RateLimited | TransientSendError | None:

@@ -38,21 +38,36 @@ class LiveMessages:
                 (platform, channel, message_id),
             )
 
+    async def release(self, message: LiveMessage) -> None:
+        """A repair that failed for now (a 429, Slack down): the record is an orphan again, for the next round."""
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE live_messages SET owner = '' WHERE platform = %s AND channel = %s AND message_id = %s AND owner = %s",
+                (message.platform, message.channel, message.message_id, self.owner),
+            )
+
     async def take_all(self, platform: str) -> list[LiveMessage]:
-        """Remove and return the platform's orphans: records whose owner's heartbeat is stale or missing.
+        """Claim and return the platform's orphans: records whose owner's heartbeat is stale or missing.
 
         Concurrent callers in several processes each get different rows (SKIP LOCKED), so every
-        orphan is repaired exactly once; a live process's records are never taken.
+        orphan is repaired exactly once; a live process's records are never taken. A claimed record stays
+        (owned by this process) until its repair succeeded or failed for good (`remove`), or is handed
+        back (`release`): a repair that meets a 429 is never forgotten.
         """
         async with self._db.connection() as conn:
+            await conn.execute(
+                "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
+                " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
+                (self.owner,),
+            )
             cursor = await conn.execute(
-                "DELETE FROM live_messages WHERE ctid IN ("
+                "UPDATE live_messages SET owner = %s WHERE ctid IN ("
                 " SELECT m.ctid FROM live_messages m LEFT JOIN process_heartbeats h ON h.owner = m.owner"
                 " WHERE m.platform = %s AND m.owner <> %s"
                 " AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))"
                 " FOR UPDATE OF m SKIP LOCKED)"
                 f" RETURNING {_FIELDS}",
-                (platform, self.owner, self._stale_after_s),
+                (self.owner, platform, self.owner, self._stale_after_s),
             )
             rows = await cursor.fetchall()
         return [

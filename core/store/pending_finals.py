@@ -11,6 +11,8 @@ from core.store.db import Database
 from core.store.heartbeats import STALE_AFTER_S, process_identity
 
 _FIELDS = "answer_id, platform, workspace, channel, thread, parts"
+# A final handed back after a failure waits 2^attempts seconds before it is taken again, at most this.
+RETRY_CAP_S = 300.0
 _STAMP = (
     "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
     " ON CONFLICT (owner) DO UPDATE SET seen_at = now()"
@@ -39,12 +41,45 @@ class PendingFinals:
         async with self._db.connection() as conn:
             await conn.execute("DELETE FROM pending_finals WHERE answer_id = %s", (answer_id,))
 
-    async def release(self, answer_id: str) -> None:
+    async def release(self, answer_id: str, *, backoff: bool = False) -> None:
+        """Hand the final over; with `backoff` (it failed), nobody takes it for 2^attempts s (capped at 5 minutes)."""
         async with self._db.connection() as conn:
             await conn.execute(
-                "UPDATE pending_finals SET owner = '', attempts = attempts + 1, updated_at = now() WHERE answer_id = %s",
-                (answer_id,),
+                "UPDATE pending_finals SET owner = '', attempts = attempts + 1, updated_at = now(),"
+                " not_before = now() + make_interval(secs => CASE WHEN %s THEN LEAST(%s, power(2, attempts)) ELSE 0 END)"
+                " WHERE answer_id = %s",
+                (backoff, RETRY_CAP_S, answer_id),
             )
+
+    async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
+        """Before a post of part `index`: records that it was attempted (at `at`, epoch seconds; default the
+        database's now), only while this process still owns the final. False: it was handed over (released, or
+        taken by another process as this one's heartbeat went stale), so this process must not post it."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE pending_finals SET attempted = attempted || jsonb_build_object(%s::text,"
+                " COALESCE(%s::float8, extract(epoch FROM now())::float8)) WHERE answer_id = %s AND owner = %s",
+                (str(index), at, answer_id, self.owner),
+            )
+            return cursor.rowcount > 0
+
+    async def attempts(self, answer_id: str) -> dict[int, float]:
+        """When a post of each part was attempted without its outcome seen (epoch seconds), by part."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute("SELECT attempted FROM pending_finals WHERE answer_id = %s", (answer_id,))
+            row = await cursor.fetchone()
+        return {int(part): float(at) for part, at in (row[0] if row else {}).items()}
+
+    async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]:
+        """Removes and returns the platform's finals kept longer than `max_age_s`: the only way one is given up."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM pending_finals WHERE answer_id IN (SELECT answer_id FROM pending_finals"
+                " WHERE platform = %s AND created_at < now() - make_interval(secs => %s) FOR UPDATE SKIP LOCKED)"
+                f" RETURNING {_FIELDS}",
+                (platform, max_age_s),
+            )
+            return [_final(row) for row in await cursor.fetchall()]
 
     async def take(self, platform: str) -> list[PendingFinal]:
         async with self._db.connection() as conn:
@@ -53,20 +88,21 @@ class PendingFinals:
             cursor = await conn.execute(
                 "UPDATE pending_finals SET owner = %s, updated_at = now() WHERE answer_id IN ("
                 " SELECT f.answer_id FROM pending_finals f LEFT JOIN process_heartbeats h ON h.owner = f.owner"
-                " WHERE f.platform = %s AND (f.owner = '' OR (f.owner <> %s"
+                " WHERE f.platform = %s AND f.not_before <= now() AND (f.owner = '' OR (f.owner <> %s"
                 "  AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))))"
                 " ORDER BY f.created_at FOR UPDATE OF f SKIP LOCKED)"
                 f" RETURNING {_FIELDS}",
                 (self.owner, platform, self.owner, self._stale_after_s),
             )
             rows = await cursor.fetchall()
-        return [
-            PendingFinal(
-                answer_id=row[0], platform=row[1], workspace=row[2], channel=row[3], thread=row[4],
-                parts=tuple(FinalPart(text=str(p.get("text", "")), message_id=p.get("message_id")) for p in row[5]),
-            )
-            for row in rows
-        ]
+        return [_final(row) for row in rows]
+
+
+def _final(row: Any) -> PendingFinal:
+    return PendingFinal(
+        answer_id=row[0], platform=row[1], workspace=row[2], channel=row[3], thread=row[4],
+        parts=tuple(FinalPart(text=str(p.get("text", "")), message_id=p.get("message_id")) for p in row[5]),
+    )
 
 
 def _parts_json(parts: tuple[FinalPart, ...]) -> list[dict[str, Any]]:

@@ -9,11 +9,12 @@ from typing import Any
 
 from adapters import wording
 from adapters.answers import AnswerPlace, AnswerRunner, Pacing, repaired_text
-from adapters.streaming import RateBudget, RateLimited, StreamLimits
+from adapters.streaming import RateBudget, RateLimited, StreamLimits, TransientSendError
+from adapters.streaming.transport import PermanentSendError
 from core.approvals import ApprovalView, CallView, ClickResult
 from core.citations import Citation
 from core.events import AnswerDelta, ApprovalRequired, Done, Event, Failed, PendingCall, SourceItem, Sources
-from core.ports import LiveMessage, PendingFinal
+from core.ports import FinalPart, LiveMessage, PendingFinal
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 
@@ -22,6 +23,7 @@ class MemoryLive:
 
     def __init__(self, rows: list[LiveMessage] | None = None) -> None:
         self.rows: list[LiveMessage] = list(rows or [])
+        self.claimed: list[LiveMessage] = []
         self.added: list[str] = []
 
     async def add(self, message: LiveMessage) -> None:
@@ -32,9 +34,13 @@ class MemoryLive:
         self.rows = [r for r in self.rows if not (r.platform == platform and r.channel == channel and r.message_id == message_id)]
 
     async def take_all(self, platform: str) -> list[LiveMessage]:
-        taken = [r for r in self.rows if r.platform == platform]
-        self.rows = [r for r in self.rows if r.platform != platform]
+        """Claimed records stay until removed or released (core.store.live_messages)."""
+        taken = [r for r in self.rows if r.platform == platform and r not in self.claimed]
+        self.claimed.extend(taken)
         return taken
+
+    async def release(self, message: LiveMessage) -> None:
+        self.claimed.remove(message)
 
 
 class Approvals:
@@ -254,6 +260,8 @@ class MemoryOutbox:
 
     def __init__(self) -> None:
         self.finals: dict[str, tuple[PendingFinal, str]] = {}
+        self.attempted: dict[str, dict[int, float]] = {}
+        self.released: list[tuple[str, bool]] = []
 
     async def keep(self, final: PendingFinal) -> None:
         self.finals[final.answer_id] = (final, "me")
@@ -261,9 +269,22 @@ class MemoryOutbox:
     async def delivered(self, answer_id: str) -> None:
         self.finals.pop(answer_id, None)
 
-    async def release(self, answer_id: str) -> None:
+    async def release(self, answer_id: str, *, backoff: bool = False) -> None:
         if answer_id in self.finals:
             self.finals[answer_id] = (self.finals[answer_id][0], "")
+        self.released.append((answer_id, backoff))
+
+    async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
+        if answer_id not in self.finals or self.finals[answer_id][1] not in ("me", "taker"):
+            return False
+        self.attempted.setdefault(answer_id, {})[index] = at if at is not None else 0.0
+        return True
+
+    async def attempts(self, answer_id: str) -> dict[int, float]:
+        return dict(self.attempted.get(answer_id, {}))
+
+    async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]:
+        return []
 
     async def take(self, platform: str) -> list[PendingFinal]:
         free = [final for final, owner in self.finals.values() if owner == "" and final.platform == platform]
@@ -324,3 +345,81 @@ async def test_a_final_still_rate_limited_at_shutdown_is_handed_over_whole_not_c
     delivery = PartDelivery(surface.transport)
     assert await clock.run(later.deliver_pending(delivery)) == 1
     assert surface.transport.final_texts() == ["The whole answer, every word of it."] and outbox.finals == {}
+
+
+async def test_a_streamer_whose_kept_final_another_process_took_posts_nothing_after_its_429_pause() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    outbox = MemoryOutbox()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+    surface.transport.faults.append(RateLimited(30))  # the final's post: "in 30 s"
+
+    async def scenario() -> None:
+        playing = asyncio.ensure_future(runner.play(_events(Done(answer="The final answer.")), surface))
+        await clock.sleep(5)
+        [(kept, owner)] = outbox.finals.values()
+        assert owner == "me", "kept while it waits"
+        # This process's heartbeat went stale (a database failover): another process took the final.
+        outbox.finals[kept.answer_id] = (kept, "process-B")
+        await playing
+
+    await clock.run(scenario())
+    assert surface.transport.texts == {}, "the final is the other process's to post now"
+
+
+async def test_a_final_handed_over_at_shutdown_is_never_posted_by_the_old_streamer_too() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    outbox = MemoryOutbox()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+    surface.transport.faults.append(RateLimited(30))
+
+    async def scenario() -> None:
+        playing = asyncio.ensure_future(runner.play(_events(Done(answer="Posted exactly once.")), surface))
+        await clock.sleep(5)
+        await runner.interrupt_all()  # shutdown: the waiting final is handed over
+        await asyncio.gather(playing, return_exceptions=True)
+        later = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+        assert await later.deliver_pending(PartDelivery(surface.transport)) == 1
+        await clock.sleep(120)  # well past the 429's pause
+
+    await clock.run(scenario())
+    assert surface.transport.final_texts() == ["Posted exactly once."]
+
+
+async def test_a_kept_final_is_given_up_only_for_a_permanent_error() -> None:
+    class Failing(PartDelivery):
+        def __init__(self, error: BaseException) -> None:
+            super().__init__(MemoryTransport(clock=FakeClock()))
+            self.error = error
+
+        async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+            raise self.error
+
+    outbox = MemoryOutbox()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+    final = PendingFinal(answer_id="a-1", platform="test", workspace="W", channel="C", thread="",
+                         parts=(FinalPart(text="kept"),))
+    for surprise in (RuntimeError("nobody documented this"), TransientSendError("502"), RateLimited(5)):
+        await outbox.keep(final)
+        await outbox.release("a-1")
+        assert await runner.deliver_pending(Failing(surprise)) == 0
+        assert "a-1" in outbox.finals and outbox.released[-1] == ("a-1", True), f"{surprise!r} is 'later'"
+    assert await runner.deliver_pending(Failing(PermanentSendError("gone", code="channel_not_found"))) == 0
+    assert "a-1" not in outbox.finals
+
+
+async def test_a_repair_that_fails_for_now_hands_its_record_back_for_the_next_round() -> None:
+    message = LiveMessage(platform="test", workspace="W", channel="C", message_id="1")
+    live = MemoryLive([message])
+
+    class Down(Shown):
+        async def read_shown(self, message: LiveMessage) -> str | None:
+            raise TransientSendError("Slack answered 503")
+
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=live)
+    assert await runner.repair_leftovers(Down({"1": "half ▌"})) == 0
+    assert live.rows == [message] and live.claimed == [], "kept, and free for the next round"
+    shown = Shown({"1": "half ▌"})
+    assert await runner.repair_leftovers(shown) == 1
+    assert live.rows == [] and shown.written == {"1": f"half\n\n{wording.interrupted()}"}

@@ -10,9 +10,10 @@ import pytest
 from adapters.discord.surface import DiscordFinalDelivery
 from adapters.slack.surface import SlackFinalDelivery
 from adapters.streaming import MonotonicClock
-from adapters.slack.transport import SlackTransport
+from adapters.slack.surface import ReplyTarget
 from core.ports import FinalPart, PendingFinal
 from core.store.db import Database
+from core.store.pending_finals import PendingFinals
 from tests.adapters.discord.harness import bot_messages, make_world, running_bot
 from tests.e2e.slack_harness import bot_replies, eventually, mention, start_bot
 from tests.emulators.discord import DiscordEmulator
@@ -73,20 +74,22 @@ async def test_a_part_already_posted_is_found_by_its_metadata_not_posted_twice(
     try:
         thread = slack.add_user_message(CHANNEL, "a question", "U0000ALICE", None)
         surfaces = bot.adapter.surfaces
-        transport = SlackTransport(surfaces.client, channel=CHANNEL, thread_ts=thread, time_scale=slack.time_scale)
-        # A process posted part 1 of an answer, then died before noting the message anywhere.
-        first = await transport.post("part one, as first posted", key="answer-7:1")
+        transport = surfaces.transport(ReplyTarget(team_id=slack.team_id, channel=CHANNEL, thread_ts=thread))
         final = PendingFinal(
             answer_id="answer-7", platform="slack", workspace=slack.team_id, channel=CHANNEL, thread=thread,
             parts=(FinalPart(text="part zero"), FinalPart(text="part one, final")),
         )
+        # A process kept the final, recorded a post of part 1, posted it, then died before noting the message.
+        dead = PendingFinals(db, owner="dead-7")
+        await dead.keep(final)
+        assert await dead.attempting("answer-7", 1)
+        first = await transport.post("part one, as first posted", key="answer-7:1")
+        await dead.release("answer-7")
         delivery = SlackFinalDelivery(surfaces)
-        zero = await delivery.post_part(final, 0, "part zero")
-        again = await delivery.post_part(final, 1, "part one, final")
-        assert again == first and zero != first
-        texts = [m.text for m in bot_replies(slack, CHANNEL, thread)]
-        assert texts == ["part one, final", "part zero"] or sorted(texts) == ["part one, final", "part zero"]
-        assert len(texts) == 2, "part one was not posted a second time"
+        assert await bot.adapter.runner.deliver_pending(delivery, finder=delivery) == 1
+        replies = bot_replies(slack, CHANNEL, thread)
+        assert sorted(m.text for m in replies) == ["part one, final", "part zero"], "part one was not posted twice"
+        assert first in [m.ts for m in replies]
     finally:
         await bot.stop()
 

@@ -81,6 +81,8 @@ class WebApi:
 
     def __init__(self, store: SlackStore) -> None:
         self._store = store
+        # The most messages one page of conversations.replies / history holds (15 for the "limited" tier).
+        self.page_max: int | None = None
         self.handlers: dict[str, Handler] = {
             "auth.test": self.auth_test,
             "users.info": self.users_info,
@@ -286,6 +288,11 @@ class WebApi:
         link = f"https://{team.domain}.slack.com/archives/{channel.channel_id}/p{ts.replace('.', '')}"
         return {"ok": True, "channel": channel.channel_id, "permalink": link}
 
+    def _capped(self, params: JsonDict, default_limit: int) -> JsonDict:
+        if self.page_max is None:
+            return params
+        return {**params, "limit": min(self.page_max, max(1, _int(params.get("limit"), default_limit)))}
+
     async def conversations_replies(self, team: Team, params: JsonDict) -> JsonDict:
         channel = self._channel(team, params)
         if channel is None:
@@ -293,7 +300,8 @@ class WebApi:
         root = self._store.thread_root_ts(channel, str(params.get("ts", "")))
         if root is None:
             return error("thread_not_found")
-        page, next_cursor = _page(self._store.thread(channel, root), params, DEFAULT_REPLIES_LIMIT)
+        page, next_cursor = _page(self._store.thread(channel, root), self._capped(params, DEFAULT_REPLIES_LIMIT),
+                                  DEFAULT_REPLIES_LIMIT)
         messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
                     for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
@@ -304,7 +312,7 @@ class WebApi:
         if channel is None:
             return error("channel_not_found")
         newest_first = list(reversed(self._store.top_level(channel)))
-        page, next_cursor = _page(newest_first, params, DEFAULT_HISTORY_LIMIT)
+        page, next_cursor = _page(newest_first, self._capped(params, DEFAULT_HISTORY_LIMIT), DEFAULT_HISTORY_LIMIT)
         messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
                     for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),

@@ -103,6 +103,7 @@ class SlackEmulator:
         self._api.handlers.update(self._modals.handlers())
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
         self._faults: dict[str, list[Fault]] = {}
+        self._lost_replies: dict[str, int] = {}
         self._random_429s: RandomRateLimits | None = None
         self._socket = SocketHub(app_id=app_id)
         self._runner: web.AppRunner | None = None
@@ -238,6 +239,20 @@ class SlackEmulator:
         """`channel` is the bot's DM with `user` (conversations.info names them)."""
         self._store.dm_users[channel] = user
 
+    def lose_reply_next(self, method: str, *, times: int = 1) -> None:
+        """The next `times` calls of `method` are performed, then the connection is dropped before the reply: the
+        work is done and the caller never learns it (an ambiguous failure)."""
+        self._lost_replies[method] = self._lost_replies.get(method, 0) + times
+
+    def limit_history(self, tier: str = "limited") -> None:
+        """Slack's read limits for commercially distributed apps outside the Marketplace ("limited"): one
+        conversations.replies / history call a minute each, 15 messages a page; "internal" restores Tier 3."""
+        limited = tier == "limited"
+        self._api.page_max = 15 if limited else None
+        for method in ("conversations.replies", "conversations.history"):
+            self.limits[method] = MethodLimit(calls=1, window_s=60.0, burst=1) if limited else DEFAULT_LIMITS[method]
+        self._limiter = RateLimiter(time_scale=self.time_scale, limits=self.limits)
+
     def remove_bot_from(self, channel: str) -> None:
         """The bot is not a member of `channel` (never invited, or removed): posting there gets not_in_channel."""
         self._store.bot_not_member.add(channel)
@@ -363,6 +378,12 @@ class SlackEmulator:
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
+        if self._lost_replies.get(method, 0) > 0 and status == 200:
+            self._lost_replies[method] -= 1
+            # Done, but the reply never arrives: the connection drops before it is written.
+            if request.transport is not None:
+                request.transport.abort()
+            raise ConnectionResetError(f"{method}: reply lost on purpose")
         return web.json_response(body, status=status, headers=headers)
 
     async def _answer(self, method: str, params: JsonDict, token: str,
