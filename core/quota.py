@@ -74,7 +74,7 @@ class TokenLedger(Protocol):
 class Grant:
     """One model call's reservation: the output it may ask for, and how to settle it once the model reported."""
 
-    max_output: int | None  # None: no ledger limits this call
+    max_output: int | None  # None: no ledger cut the call's own output limit
     prompt_tokens: int
     held: tuple[Held, ...] = ()
     settled: bool = False
@@ -108,7 +108,7 @@ class TokenQuota:
     async def reserve(self, *, conversation: ConversationKey, user: Actor, prompt_tokens: int,
                       max_output: int) -> Grant:
         """A grant for one call, or QuotaExceeded when some account cannot fit the prompt and a token of output."""
-        want = prompt_tokens + max(MIN_OUTPUT_TOKENS, max_output)
+        asked = want = prompt_tokens + max(MIN_OUTPUT_TOKENS, max_output)
         floor = prompt_tokens + MIN_OUTPUT_TOKENS
         held: list[Held] = []
         for ledger in self._ledgers:
@@ -122,9 +122,9 @@ class TokenQuota:
                 raise QuotaExceeded(outcome)
             held.append(outcome)
             want = min(want, outcome.tokens)
-        if not held:
-            return Grant(max_output=None, prompt_tokens=prompt_tokens)
-        return Grant(max_output=want - prompt_tokens, prompt_tokens=prompt_tokens, held=tuple(held))
+        # The output limit is the call's own unless some day has less left than it asked for.
+        return Grant(max_output=want - prompt_tokens if want < asked else None, prompt_tokens=prompt_tokens,
+                     held=tuple(held))
 
 
 def used_tokens(usage: Usage) -> int:

@@ -150,6 +150,14 @@ class ApiKeyStore:
             cursor = await conn.execute("SELECT tokens_per_day FROM api_keys WHERE id = %s", (key_id,))
             row = await cursor.fetchone()
             limit = row[0] if row is not None else None
+            if limit is None:
+                # Nothing to hold back: counted in one upsert, for `relaybot keys list`.
+                await conn.execute(
+                    "INSERT INTO api_key_usage AS u (key_id, day, tokens) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (key_id, day) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens",
+                    (key_id, day, want),
+                )
+                return Held(ledger=self, account=account, day=day, tokens=want)
             await conn.execute(
                 "INSERT INTO api_key_usage (key_id, day) VALUES (%s, %s) ON CONFLICT (key_id, day) DO NOTHING",
                 (key_id, day),
@@ -159,9 +167,9 @@ class ApiKeyStore:
             )
             used = await cursor.fetchone()
             assert used is not None
-            granted = want if limit is None else min(want, limit - used[0])
+            granted = min(want, limit - used[0])
             if granted < floor:
-                return _refusal("tokens_per_day", limit or 0, day)
+                return _refusal("tokens_per_day", limit, day)
             await conn.execute(
                 "UPDATE api_key_usage SET tokens = tokens + %s WHERE key_id = %s AND day = %s", (granted, key_id, day)
             )

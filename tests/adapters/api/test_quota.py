@@ -79,3 +79,15 @@ async def test_each_model_call_of_an_agentic_run_reserves_and_settles(db: Databa
         # Each call asked for what was left of the day then: the second after the first had settled.
         assert 0 < second["max_tokens"] < first["max_tokens"] < 3000
         assert (await api.keys.used(key))[1] == body["usage"]["total_tokens"] > 0
+
+
+async def test_a_key_without_a_token_limit_still_counts_what_its_calls_used(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    openai_emulator.script(Text("Counted."))
+    async with serve_api(db, openai_emulator.base_url) as api, aiohttp.ClientSession() as http:
+        key, secret = await api.keys.create("unlimited")
+        async with http.post(f"{api.url}/api/answer", json={"question": "count me"}, headers=auth(secret)) as response:
+            body = await response.json()
+        assert (await api.keys.used(key)) == (1, body["usage"]["total_tokens"])
+        assert "max_tokens" not in openai_emulator.chat_requests[0]  # nothing to clamp: the model's own limit
