@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import random
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -342,6 +343,27 @@ def test_closing_brackets_after_a_url_are_trimmed_in_a_bounded_number_of_steps()
     assert found == [["https://docs.example.com/a_(b)"]]
     # Trimming one bracket at a time runs several lines per bracket (over 100,000 here).
     assert steps < 200
+
+
+def _trimmed_one_at_a_time(url: str) -> str:
+    """The rule as first written (and quadratic): strip the last character while it is punctuation, or a closer
+    with more of its kind than openers in what is left."""
+    pairs = {")": "(", "]": "[", "}": "{"}
+    while url:
+        last = url[-1]
+        if last in ".,;:!?*_~" or (last in pairs and url.count(last) > url.count(pairs[last])):
+            url = url[:-1]
+        else:
+            break
+    return url
+
+
+def test_the_linear_trim_keeps_exactly_what_trimming_one_character_at_a_time_keeps() -> None:
+    generator = random.Random(21)
+    for _ in range(20_000):
+        url = "http://x.example/" + "".join(generator.choice("ab/()[]{}.,;:!?*_~") for _ in range(generator.randint(0, 12)))
+        expected = _trimmed_one_at_a_time(url)
+        assert urls_in_text(f"see {url} now") == ([expected] if expected else []), url
 
 
 def test_a_huge_question_costs_the_approval_check_a_bounded_number_of_steps() -> None:
