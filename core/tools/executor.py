@@ -11,14 +11,13 @@ import json
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from jsonschema.exceptions import best_match
 
 from core import metrics
 from core.llm.results import ToolCallRequest
 from core.tools.approval_policy import ToolApprovals
+from core.tools import schemas
 from core.tools.context import ToolContext
 from core.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolError, ToolRegistry, ToolSpec
 
@@ -38,6 +37,8 @@ class ParsedCall:
     call: ToolCallRequest
     spec: ToolSpec
     arguments: dict[str, Any]
+    # Set by `ToolExecutor.needs_approval` when the approval rule itself failed: `run` answers with it.
+    failed_check: list[str] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -124,17 +125,26 @@ class ToolExecutor:
             )
 
         raw = call.arguments.strip()
+        if len(raw) > schemas.MAX_ARGUMENT_CHARS:
+            return self._error(
+                call,
+                {},
+                f"Error: arguments for {spec.name} are {len(raw)} characters long; at most "
+                f"{schemas.MAX_ARGUMENT_CHARS} are accepted. Call the tool again with shorter arguments.",
+            )
         if not raw:
             # Some models send an empty string for a call without arguments.
             arguments: Any = {}
         else:
             try:
                 arguments = json.loads(raw)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:
+                # ValueError: bad JSON, or an integer past Python's digit limit; RecursionError: nested too deep.
+                detail = str(exc) if isinstance(exc, ValueError) else "it is nested too deeply"
                 return self._error(
                     call,
                     {},
-                    f"Error: arguments for {spec.name} are not valid JSON: {_short(str(exc))}. "
+                    f"Error: arguments for {spec.name} are not valid JSON: {_short(detail)}. "
                     "Call the tool again with valid JSON.",
                 )
         if not isinstance(arguments, dict):
@@ -144,15 +154,20 @@ class ToolExecutor:
                 f"Error: arguments for {spec.name} must be a JSON object, not {type(arguments).__name__}. "
                 "Call the tool again with a JSON object.",
             )
+        if schemas.depth_over(arguments, schemas.MAX_ARGUMENT_DEPTH):
+            return self._error(
+                call,
+                {},
+                f"Error: arguments for {spec.name} are nested deeper than {schemas.MAX_ARGUMENT_DEPTH} levels. "
+                "Call the tool again with flatter arguments.",
+            )
 
-        problem = best_match(spec.validator.iter_errors(arguments))
-        if problem is not None:
-            where = "/".join(str(part) for part in problem.absolute_path)
-            location = f" at '{where}'" if where else ""
+        problem = schemas.arguments_problem(spec.validator, arguments)
+        if problem:
             return self._error(
                 call,
                 arguments,
-                f"Error: arguments for {spec.name} do not match its schema{location}: {_short(problem.message)}. "
+                f"Error: arguments for {spec.name} {_short(problem)}. "
                 "Call the tool again with arguments that match the schema.",
             )
         return ParsedCall(call=call, spec=spec, arguments=arguments)
@@ -162,8 +177,20 @@ class ToolExecutor:
         return self._approvals
 
     def needs_approval(self, parsed: ParsedCall, ctx: ToolContext) -> bool:
-        """The one place that decides whether a call waits for a person (core/tools/approval_policy.py)."""
-        verdict = self._approvals.decide(parsed.spec, parsed.arguments, ctx)
+        """The one place that decides whether a call waits for a person (core/tools/approval_policy.py).
+
+        A rule that raises (a tool's own rule on arguments it did not expect) fails only this call: the
+        answer is "no approval", and `run` then answers with the error instead of running the tool."""
+        try:
+            verdict = self._approvals.decide(parsed.spec, parsed.arguments, ctx)
+        except Exception as exc:
+            logger.exception("tool %s (call %s): the approval rule failed", parsed.name, parsed.id)
+            parsed.failed_check.append(
+                f"Error: {parsed.name} was not run: whether it needs approval could not be decided for these "
+                f"arguments ({_short(str(exc) or type(exc).__name__)}). Call it again with different arguments, "
+                "or answer without it."
+            )
+            return False
         logger.debug("tool %s (call %s): %s (%s)", parsed.name, parsed.id,
                      "needs approval" if verdict.needs_approval else "no approval", verdict.reason)
         return verdict.needs_approval
@@ -190,6 +217,8 @@ class ToolExecutor:
     async def _run(self, parsed: ParsedCall, ctx: ToolContext) -> tuple[ToolResult, str]:
         """The result, and how the run ended: ok, error (the tool said so), timeout or crashed."""
         spec = parsed.spec
+        if parsed.failed_check:
+            return self._result(parsed, "error", parsed.failed_check[0]), "error"
         deadline = asyncio.timeout(spec.timeout_s)
         try:
             async with deadline:

@@ -8,9 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
+from core.tools import schemas
 from core.tools.context import ToolContext
 
 DEFAULT_TOOL_TIMEOUT_S = 20.0
@@ -43,7 +41,7 @@ class ToolSpec:
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     # Run by the asker's client, never here (core/tools/client_tools.py): a call always pauses the run for its result.
     client_side: bool = False
-    validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+    validator: Any = field(init=False, repr=False, compare=False)  # a schemas.GuardedValidator
 
     def __post_init__(self) -> None:
         if not TOOL_NAME_PATTERN.match(self.name):
@@ -51,15 +49,16 @@ class ToolSpec:
         if self.parameters.get("type") != "object":
             raise ValueError(f"parameters of tool {self.name!r} must be a JSON schema of type object")
         try:
-            Draft202012Validator.check_schema(self.parameters)
-        except SchemaError as exc:
-            raise ValueError(f"parameters of tool {self.name!r} are not a valid JSON schema: {exc.message}") from exc
+            # Clients and MCP servers write these: checked for refs out of the schema, size, depth and RE2 patterns.
+            schemas.check_schema(self.parameters)
+        except schemas.SchemaRefused as exc:
+            raise ValueError(f"parameters of tool {self.name!r} are refused: {exc}") from exc
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s of tool {self.name!r} must be positive")
         if self.max_output_chars <= 0:
             raise ValueError(f"max_output_chars of tool {self.name!r} must be positive")
         # Built once per spec so every call validates without re-reading the schema.
-        object.__setattr__(self, "validator", Draft202012Validator(self.parameters))
+        object.__setattr__(self, "validator", schemas.validator_for(self.parameters))
 
     def needs_approval(self, ctx: ToolContext, arguments: dict[str, Any]) -> bool:
         """Whether this call waits for a person: the tool's rule for these arguments, else its flag."""

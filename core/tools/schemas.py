@@ -1,0 +1,319 @@
+"""Tool schemas from clients and MCP servers, checked once and applied in bounded work: local refs only, RE2 patterns, caps.
+
+A schema may only point inside itself (`#/…` JSON pointers, resolved by a `referencing.Registry` whose
+retrieval refuses every URI), is capped in size and depth, and its `pattern`/`patternProperties` are
+compiled by RE2 (linear-time matching; a pattern RE2 cannot compile — look-arounds, back-references — is
+refused). Applying a schema to arguments counts every keyword it evaluates against a budget, so no schema
+(a chain of `$ref`s each used twice, say) can make one call's check take more than a bounded amount of work.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import re2
+import referencing
+import referencing.exceptions
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.validators import extend
+
+# What a tool's schema may weigh: the largest real MCP schemas seen are a few kB.
+MAX_SCHEMA_BYTES = 64_000
+MAX_SCHEMA_DEPTH = 32
+# What one call's arguments may weigh before they are checked against the schema.
+MAX_ARGUMENT_CHARS = 100_000
+MAX_ARGUMENT_DEPTH = 64
+# Keyword evaluations one check may take (a typical call takes tens); a string matched by a pattern
+# costs one more per PATTERN_CHARS_PER_STEP characters, a list or object keyword value one per 16 entries.
+# A `$ref` costs REF_STEPS (resolving it takes about that many keywords' time). 10,000 steps take about 50 ms.
+MAX_VALIDATION_STEPS = 10_000
+REF_STEPS = 5
+PATTERN_CHARS_PER_STEP = 1_000
+# Their evaluation re-walks the schema for every object or array they see, outside the step count.
+UNSUPPORTED_KEYWORDS = ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
+# Keywords whose value is one schema, a list of schemas, or names mapped to schemas (2020-12 and draft 7).
+_ONE_SCHEMA = frozenset({
+    "not", "if", "then", "else", "items", "contains", "additionalProperties", "propertyNames", "additionalItems",
+    "unevaluatedItems", "unevaluatedProperties", "contentSchema",
+})
+_SCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
+_SCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+class SchemaRefused(ValueError):
+    """A schema this server will not apply; the message names the problem for whoever wrote it."""
+
+
+class _OverBudget(Exception):
+    """Raised inside a check that used up its steps."""
+
+
+def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
+    # Every URI: a ref that left the schema would make the server fetch a URL or read a file for its writer.
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+REGISTRY: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is the writer's mistake, said in the 400; not a line on stderr
+    options.never_capture = True  # only whether it matches is asked
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+@functools.lru_cache(maxsize=2048)
+def compiled(pattern: str) -> Any:
+    """The RE2 program for a pattern (re2.error when RE2 cannot compile it)."""
+    return re2.compile(pattern, options=_OPTIONS)
+
+
+def re2_error_text(error: BaseException) -> str:
+    detail = error.args[0] if error.args else ""
+    return detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
+
+
+# ----- applying a schema: every keyword counted -------------------------------------------------
+
+_steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("schema_steps")
+
+
+def _charge(steps: int) -> None:
+    left = _steps.get(None)
+    if left is None:
+        return  # outside `validate` (e.g. a library's own use): nothing to count against
+    left[0] -= steps
+    if left[0] < 0:
+        raise _OverBudget
+
+
+Keyword = Callable[[Any, Any, Any, dict[str, Any]], Iterator[ValidationError] | None]
+
+
+def _weight(value: Any) -> int:
+    """Steps for looking over a value once: one per 16 entries of a list or object, per 1,000 characters of text."""
+    if isinstance(value, (list, dict)):
+        return len(value) // 16
+    return len(value) // PATTERN_CHARS_PER_STEP if isinstance(value, str) else 0
+
+
+def _counted(keyword: Keyword, weight: int, *, compares: bool) -> Keyword:
+    def counted(validator: Any, value: Any, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+        _charge(weight + _weight(value) + (_weight(instance) if compares else 0))
+        yield from keyword(validator, value, instance, schema) or ()
+
+    return counted
+
+
+def _search(pattern: str, text: str) -> bool:
+    _charge(1 + len(text) // PATTERN_CHARS_PER_STEP)
+    return compiled(pattern).search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for name, value in instance.items():
+            if _search(pattern, name):
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extras = [name for name in instance
+              if name not in properties and not any(_search(pattern, name) for pattern in patterns)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        names = ", ".join(repr(extra) for extra in sorted(extras))
+        yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form equal exactly when JSON Schema calls two values equal (1 == 1.0, true != 1)."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    _charge(_weight(value))
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    return ("other", repr(value))
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    # jsonschema's own check compares every pair of objects: quadratic in the array's length.
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
+# Keywords that compare the whole instance with their value: they cost what the instance weighs.
+_COMPARING = frozenset({"enum", "const"})
+_OWN = {"pattern": _pattern, "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties, "uniqueItems": _unique_items}
+GuardedValidator = extend(
+    Draft202012Validator,
+    validators={name: _counted(_OWN.get(name, keyword), REF_STEPS if name == "$ref" else 1, compares=name in _COMPARING)
+                for name, keyword in Draft202012Validator.VALIDATORS.items()},
+)
+
+
+# ----- checking a schema once -------------------------------------------------------------------
+
+_RE2_FORMATS = FormatChecker(formats=())
+
+
+@_RE2_FORMATS.checks("regex", raises=re2.error)
+def _is_re2(instance: object) -> bool:
+    return not isinstance(instance, str) or compiled(instance) is not None
+
+
+def check_schema(schema: Any) -> None:
+    """SchemaRefused naming the first problem: too big or deep, a reference out of the schema, a keyword not
+    applied here, a pattern RE2 refuses, or anything the 2020-12 meta-schema rejects."""
+    if not isinstance(schema, dict):
+        raise SchemaRefused("it must be a JSON object")
+    pointers = _walk(schema)
+    size = len(json.dumps(schema, ensure_ascii=False))
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaRefused(f"it is {size} characters of JSON; at most {MAX_SCHEMA_BYTES} are accepted")
+    for ref in pointers.refs:
+        if not ref.startswith("#") or (ref != "#" and not ref.startswith("#/")):
+            raise SchemaRefused(f"the $ref {_quote(ref)} does not point inside the schema; only local '#/…' references are followed")
+        if unquote(ref[1:]) not in pointers.schemas:
+            raise SchemaRefused(f"the $ref {_quote(ref)} points at no schema inside this one")
+    try:
+        GuardedValidator.check_schema(schema, format_checker=_RE2_FORMATS)
+    except SchemaError as error:
+        raise SchemaRefused(_schema_error(error)) from None
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.refs: list[str] = []
+        self.schemas: set[str] = set()
+
+
+def _walk(schema: dict[str, Any]) -> _Found:
+    """Every place a schema stands (as JSON pointers) and every $ref, checking depth and keywords on the way.
+
+    Iterative, so a schema nested past Python's recursion limit is refused, not a crash."""
+    found = _Found()
+    # (value, its JSON pointer, its depth, whether it stands where a schema does)
+    stack: list[tuple[Any, str, int, bool]] = [(schema, "", 1, True)]
+    while stack:
+        value, pointer, depth, is_schema = stack.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise SchemaRefused(f"it is nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        if isinstance(value, list):
+            stack.extend((item, f"{pointer}/{index}", depth + 1, is_schema) for index, item in enumerate(value))
+            continue
+        if not isinstance(value, dict):
+            continue
+        if is_schema:
+            found.schemas.add(pointer)
+        for key, item in value.items():
+            child = f"{pointer}/{_escape(key)}"
+            if not is_schema:
+                stack.append((item, child, depth + 1, False))
+                continue
+            if key in UNSUPPORTED_KEYWORDS:
+                raise SchemaRefused(f"{key} is not supported in tool schemas (at '{pointer or '/'}')")
+            if key == "$ref" and isinstance(item, str):
+                found.refs.append(item)
+            elif key == "$id" and pointer:
+                raise SchemaRefused(f"a nested $id is not supported in tool schemas (at '{pointer}')")
+            if key in _SCHEMA_MAP and isinstance(item, dict):
+                stack.extend((sub, f"{child}/{_escape(name)}", depth + 2, True) for name, sub in item.items())
+            else:
+                stack.append((item, child, depth + 1, key in _ONE_SCHEMA or key in _SCHEMA_LIST))
+    return found
+
+
+def _escape(key: str) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _quote(text: str) -> str:
+    return repr(text if len(text) <= 120 else text[:117] + "...")
+
+
+def _schema_error(error: SchemaError) -> str:
+    where = "/".join(str(part) for part in error.absolute_path)
+    location = f" (at '{where}')" if where else ""
+    if error.validator == "format" and error.validator_value == "regex":
+        cause = f": {re2_error_text(error.cause)}" if error.cause else ""
+        return (f"the pattern {_quote(str(error.instance))}{location} cannot be compiled by RE2{cause}; "
+                "look-arounds and back-references are not supported")
+    return f"it is not a valid JSON schema{location}: {_quote(error.message)}"
+
+
+# ----- applying it ------------------------------------------------------------------------------
+
+def validator_for(schema: dict[str, Any]) -> Any:
+    """A validator for a checked schema, resolving refs only inside it."""
+    return GuardedValidator(schema, registry=REGISTRY)
+
+
+def arguments_problem(validator: Any, arguments: Any) -> str:
+    """Why `arguments` do not fit the schema, as a predicate ("do not match its schema at 'a': …"), or "" when
+    they do; bounded work whatever the schema and arguments."""
+    token = _steps.set([MAX_VALIDATION_STEPS])
+    try:
+        problem = best_match(validator.iter_errors(arguments))
+    except _OverBudget:
+        return f"could not be checked against its schema: that took more than {MAX_VALIDATION_STEPS} steps; send simpler arguments"
+    except RecursionError:
+        return "could not be checked against its schema: its references loop, or the arguments nest too deeply"
+    except Exception as error:  # a schema that passed the checks but cannot be applied to these arguments
+        return f"could not be checked against its schema ({type(error).__name__})"
+    finally:
+        _steps.reset(token)
+    if problem is None:
+        return ""
+    where = "/".join(str(part) for part in problem.absolute_path)
+    location = f" at '{where}'" if where else ""
+    return f"do not match its schema{location}: {problem.message}"
+
+
+def depth_over(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests deeper than `limit` (iterative: safe on any depth json.loads returned)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
