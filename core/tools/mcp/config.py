@@ -20,6 +20,8 @@ SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
 MAX_SERVER_NAME = 24
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 HASH_CHARS = 6
+# An entry's own say over its read-only hints (true or false); absent, MCP_TRUST_READ_ONLY_HINT decides.
+TRUST_KEY = "trust_read_only_hint"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +48,11 @@ class McpServerConfig:
 
     name: str
     transport: StdioTransport | HttpTransport
+    # Whether this server's read-only hints let its tools run without approval; None: MCP_TRUST_READ_ONLY_HINT says.
+    trust_read_only_hint: bool | None = None
+
+    def trusts_read_only_hint(self, *, default: bool) -> bool:
+        return default if self.trust_read_only_hint is None else self.trust_read_only_hint
 
     @property
     def prefix(self) -> str:
@@ -75,8 +82,11 @@ def _parse_server(name: str, entry: Any) -> McpServerConfig:
     has_command, has_url = "command" in entry, "url" in entry
     if has_command == has_url:
         raise ValueError(f"the server {name!r} needs either a command (stdio) or a url (streamable HTTP)")
+    trust = entry.get(TRUST_KEY)
+    if trust is not None and not isinstance(trust, bool):
+        raise ValueError(f"the {TRUST_KEY} of the server {name!r} must be true or false")
     if has_command:
-        _only(name, entry, {"command", "args", "env", "cwd"})
+        _only(name, entry, {"command", "args", "env", "cwd", TRUST_KEY})
         command = entry["command"]
         if not isinstance(command, str) or not command.strip():
             raise ValueError(f"the command of the server {name!r} must be a non-empty string")
@@ -89,15 +99,18 @@ def _parse_server(name: str, entry: Any) -> McpServerConfig:
         return McpServerConfig(
             name=name,
             transport=StdioTransport(command=command, args=tuple(args), env=_strings(name, entry, "env"), cwd=cwd),
+            trust_read_only_hint=trust,
         )
-    _only(name, entry, {"url", "headers"})
+    _only(name, entry, {"url", "headers", TRUST_KEY})
     url = entry["url"]
     if not isinstance(url, str):
         raise ValueError(f"the url of the server {name!r} must be a string")
     problem = _url_problem(url.strip())
     if problem:
         raise ValueError(f"the url of the server {name!r} is invalid: {problem}")
-    return McpServerConfig(name=name, transport=HttpTransport(url=url.strip(), headers=_strings(name, entry, "headers")))
+    return McpServerConfig(
+        name=name, transport=HttpTransport(url=url.strip(), headers=_strings(name, entry, "headers")), trust_read_only_hint=trust,
+    )
 
 
 def _url_problem(url: str) -> str:

@@ -1,12 +1,13 @@
 """The registry's view of MCP servers: specs for the tools of the servers up now, and the layers that trust some.
 
-McpTools is a core.tools.registry.ToolProvider; its approval layers are MCP_SAFE_TOOLS and, when
-MCP_TRUST_READ_ONLY_HINT is set, the servers' read-only hints.
+McpTools is a core.tools.registry.ToolProvider; its approval layers are MCP_SAFE_TOOLS and the read-only hints of
+the servers trusted for them: by the entry's own `trust_read_only_hint`, else by MCP_TRUST_READ_ONLY_HINT.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 EXTRA_HINT = "pip install 'relaybot[mcp]'"
 MAX_DESCRIPTION_CHARS = 1024  # what OpenAI accepts for a function's description
 READ_ONLY_SOURCE = "MCP read-only hint + MCP_TRUST_READ_ONLY_HINT"
+SERVER_TRUST_SOURCE = "MCP read-only hint + MCP_SERVERS {server}.trust_read_only_hint"
 SAFE_TOOLS_SOURCE = "MCP_SAFE_TOOLS"
 
 
@@ -115,9 +117,14 @@ class McpTools:
         layers: list[PolicyLayer] = []
         if self._safe_tools:
             layers.append(StaticLayer(SAFE_TOOLS_SOURCE, {name: NEVER for name in self._safe_tools}))
-        if self._trust_read_only_hint:
-            layers.append(PredicateLayer(READ_ONLY_SOURCE, lambda name: name in self._read_only))
+        for server in self._servers:
+            if server.trusts_read_only_hint(default=self._trust_read_only_hint):
+                source = READ_ONLY_SOURCE if server.trust_read_only_hint is None else SERVER_TRUST_SOURCE.format(server=server.name)
+                layers.append(PredicateLayer(source, functools.partial(self._trusted_hint, server.prefix)))
         return layers
+
+    def _trusted_hint(self, prefix: str, name: str) -> bool:
+        return name.startswith(prefix) and name in self._read_only
 
     def servers(self) -> list[ServerStatus]:
         return [
