@@ -360,6 +360,8 @@ class SlackTransport:
                 since=self._unseen[key],
             )
             if found is not None:
+                # It shows the text of that earlier try: it is given this one (kept unseen until it is).
+                await self.edit(str(found["ts"]), text)
                 self._unseen.pop(key)
                 return str(found["ts"])
         first = key is not None and key not in self._unseen
