@@ -423,3 +423,42 @@ async def test_a_repair_that_fails_for_now_hands_its_record_back_for_the_next_ro
     shown = Shown({"1": "half ▌"})
     assert await runner.repair_leftovers(shown) == 1
     assert live.rows == [] and shown.written == {"1": f"half\n\n{wording.interrupted()}"}
+
+
+async def test_a_database_error_recording_a_posted_part_keeps_the_rest_and_the_part_is_found_not_reposted() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+
+    class Finder(PartDelivery):
+        """Posts every time it is asked (as a platform would) and finds what it posted by part."""
+
+        async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
+            self.posted[(final.answer_id, index)] = await self.transport.post(text)
+            return self.posted[(final.answer_id, index)]
+
+        async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:
+            self.looked_up.append(index)
+            return self.posted.get((final.answer_id, index))
+
+    class Flaky(MemoryOutbox):
+        failures = 1
+
+        async def keep(self, final: PendingFinal) -> None:
+            if any(part.message_id for part in final.parts) and self.failures:
+                self.failures -= 1
+                raise ConnectionError("the database went away")
+            await super().keep(final)
+
+    outbox = Flaky()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+    final = PendingFinal(answer_id="a-2", platform="test", workspace="W", channel="C", thread="",
+                         parts=(FinalPart(text="part one"), FinalPart(text="part two")))
+    await outbox.keep(final)
+    await outbox.release("a-2")
+    delivery = Finder(transport)
+    delivery.looked_up = []  # type: ignore[attr-defined]
+    assert await clock.run(runner.deliver_pending(delivery, finder=delivery)) == 0
+    assert "a-2" in outbox.finals, "the final (both parts) is kept"
+    assert await clock.run(runner.deliver_pending(delivery, finder=delivery)) == 1
+    assert transport.final_texts() == ["part one", "part two"], "part one found, not posted twice"
+    assert delivery.looked_up == [0]  # type: ignore[attr-defined]
