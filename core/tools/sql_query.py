@@ -11,6 +11,7 @@ byte cap over the wire, and rows stop being fetched once the result passes its o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -192,6 +193,8 @@ async def fetch_result(conn: AsyncConnection[Any], verdict: Allowed, *, config: 
     cut: set[int] = set()
     used = 0
     stopped_at_bytes = more = False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout_s
     # A server-side cursor: the database produces only the rows fetched, never the whole result; each batch is
     # as many rows as the bytes left could hold at their largest.
     async with conn.cursor(name=CURSOR_NAME) as cursor:
@@ -200,6 +203,10 @@ async def fetch_result(conn: AsyncConnection[Any], verdict: Allowed, *, config: 
             if used >= config.max_result_bytes:
                 stopped_at_bytes = True
                 break
+            if rows:
+                # Each FETCH is a statement with a timeout of its own: together they get the query's.
+                left_ms = max(1, round((deadline - loop.time()) * 1000))
+                await conn.execute(f"SET LOCAL statement_timeout = {left_ms}")
             batch = max(1, min(cap + 1 - len(rows), (config.max_result_bytes - used) // row_bytes))
             records = await cursor.fetchmany(batch)
             for record in records:

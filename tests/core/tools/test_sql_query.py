@@ -44,6 +44,8 @@ INSERT INTO events SELECT generate_series(1, 250);
 CREATE TABLE notes (body text);
 INSERT INTO notes VALUES (repeat('x', 500)), (E'two\\nlines');
 CREATE VIEW paid_orders AS SELECT * FROM orders WHERE paid;
+-- A value that takes a while: the guard does not know it sleeps.
+CREATE FUNCTION slow_value(n integer) RETURNS text LANGUAGE sql AS 'SELECT pg_sleep(0.05)::text || n';
 -- A write the guard does not know about: only the READ ONLY transaction stops it.
 CREATE FUNCTION bump() RETURNS integer LANGUAGE sql AS 'UPDATE orders SET total = total + 1 RETURNING 1';
 CREATE SCHEMA private;
@@ -422,6 +424,15 @@ async def test_the_wrapper_keeps_order_names_types_and_comments_of_the_statement
     # Text that looks like the wrapper's own is only a value.
     sneaky = await run_query(_config(shop_url), "SELECT ')) AS w; SELECT 1 --' AS escape")
     assert sneaky == "escape\n)) AS w; SELECT 1 --\n(1 row)"
+
+
+async def test_rows_fetched_in_many_batches_share_one_statement_timeout(shop_url: str) -> None:
+    # 40 columns at 250 bytes each could fill the result's 10,000 bytes in one row: a row per FETCH, 20 FETCHes a
+    # second, each well under the timeout on its own.
+    columns = ", ".join(["slow_value(n)"] + [f"'v' AS v{i}" for i in range(39)])
+    config = _config(shop_url, timeout_s=0.5, max_result_bytes=10_000)
+    with pytest.raises(ToolError, match="stopped after the 0.5 s statement timeout"):
+        await run_query(config, f"SELECT {columns} FROM generate_series(1, 100) AS g(n)")
 
 
 def _allowed(sql: str) -> Allowed:
