@@ -39,7 +39,9 @@ from .inbound import DirectMessageRule, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
+from . import transport_calls as calls
 from .transport import DISCORD_WINDOW_S, ChannelBudgets, watch_global_lock
+from .transport_http import no_blind_resend
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +154,8 @@ class RelayClient(discord.Client):
             intents=intents_for(message_content=message_content),
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout_s,
-            http_trace=rate_limit_trace(),
+            # A POST is sent once: its 5xx or lost reply is looked up, not re-sent (transport_http.py).
+            http_trace=no_blind_resend(rate_limit_trace()),
         )
         tolerate_malformed_events(self._connection.parsers)
         self.watch = watch
@@ -182,7 +185,7 @@ class RelayClient(discord.Client):
             if await self.state.get(key) == digest:
                 log.info("Discord commands unchanged; not syncing them")
                 return
-            await self.tree.sync()
+            await calls.sync_commands(self.tree)
             await self.state.put(key, digest)
         except discord.HTTPException:
             log.exception("could not register the /ask command")
@@ -274,11 +277,7 @@ class DiscordAdapter:
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:
         """Asked of Discord's REST API: the bot has no members intent, so its cache does not know."""
-        try:
-            await self.client.http.get_member(guild_id, user_id)
-        except discord.NotFound:
-            return False
-        return True
+        return await calls.is_member(self.client, guild_id, user_id)
 
     @property
     def inflight_answers(self) -> int:
@@ -288,7 +287,7 @@ class DiscordAdapter:
         """Logs in, repairs answers a crash left streaming, then connects the gateway."""
         apply_endpoints(self._settings)
         assert self._settings.discord_token
-        await self.client.login(self._settings.discord_token)
+        await calls.login(self.client, self._settings.discord_token)
         watch_global_lock(self.client.http)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
@@ -330,8 +329,10 @@ class DiscordAdapter:
                 log.error("%s; connecting again", ended)
                 self.watch.down()
                 self._connect()
-            await self.runner.repair_leftovers(DiscordShownMessages(self.client))
-            await self.runner.deliver_pending(DiscordFinalDelivery(self.client, self.budgets, self._clock))
+            await self.runner.repair_leftovers(DiscordShownMessages(self.client, self.budgets, self._clock))
+            delivery = DiscordFinalDelivery(self.client, self.budgets, self._clock)
+            # Discord's nonce covers a re-post for minutes only: an attempt whose reply was lost is looked up.
+            await self.runner.deliver_pending(delivery, finder=delivery)
 
     async def readiness(self) -> str | None:
         """READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""

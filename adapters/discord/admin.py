@@ -15,6 +15,7 @@ from core.requests import ConversationKey
 
 from .inbound import actor_of, guild_of
 from .surface import PLATFORM
+from . import transport_calls as calls
 from .transport import NO_PINGS
 
 log = logging.getLogger(__name__)
@@ -103,15 +104,15 @@ class DiscordAdmin:
         """The channel whose settings the command is about, once the interaction is deferred and its user may
         change them; None after telling them why not."""
         if not self.gate.accepting:
-            await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+            await calls.respond(interaction, wording.shutting_down())
             return None
         if interaction.guild_id is None:
-            await interaction.response.send_message(wording.settings_in_a_channel(), ephemeral=True)
+            await calls.respond(interaction, wording.settings_in_a_channel())
             return None
         if not self.gate.allows(guild_of(interaction.guild_id)):
-            await interaction.response.send_message(wording.not_enabled_here(), ephemeral=True)
+            await calls.respond(interaction, wording.not_enabled_here())
             return None
-        await interaction.response.defer(ephemeral=True, thinking=True)
+        await calls.acknowledge(interaction, ephemeral=True, thinking=True)
         actor = actor_of(interaction.user, permissions=interaction.permissions)
         if not self._admin.may_change(actor):
             log.info("refused /relaybot config to %s in %s: not an admin", interaction.user.id, interaction.channel_id)
@@ -166,6 +167,6 @@ async def _answer(interaction: discord.Interaction, text: str) -> None:
     if len(text) > MESSAGE_MAX_CHARS:
         text = text[: MESSAGE_MAX_CHARS - 1] + "…"
     try:
-        await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
-    except discord.HTTPException:
+        await calls.update_original(interaction, content=text, allowed_mentions=NO_PINGS)
+    except Exception:
         log.exception("could not answer a /relaybot config")

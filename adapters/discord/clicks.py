@@ -21,7 +21,8 @@ from .buttons import ButtonTarget
 from .inbound import DirectMessageRule, actor_of, guild_of, workspace_of
 from .render import ApprovalPart
 from .surface import DiscordSurface, DiscordSurfaces, edit_approval
-from .transport import NO_PINGS, send_after_answers, send_reliably
+from . import transport_calls as calls
+from .transport import NO_PINGS
 from .wording import mention
 
 log = logging.getLogger(__name__)
@@ -55,18 +56,18 @@ class DiscordClicks:
     async def check(self, interaction: discord.Interaction) -> bool:
         """Run on every click before the callback; a refusal is always answered."""
         if not self._gate.accepting:
-            await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+            await calls.respond(interaction, wording.shutting_down())
             return False
         if not self._gate.allows(guild_of(interaction.guild_id)):
             # Said as if the approval did not exist: a guild outside the allow-list learns nothing of it.
-            await interaction.response.send_message(engine_wording.approval_not_found(), ephemeral=True)
+            await calls.respond(interaction, engine_wording.approval_not_found())
             return False
         return True
 
     async def handle(self, interaction: discord.Interaction, target: ButtonTarget) -> None:
         with self._gate.track():
             # A deferred update answers within Discord's 3 s; the message is edited afterwards.
-            await interaction.response.defer()
+            await calls.acknowledge(interaction)
             channel_id = interaction.channel_id or (interaction.message.channel.id if interaction.message else 0)
             budget = self._surfaces.budgets(channel_id)
             reply = _ClickReply(interaction, target=target, budget=budget, clock=self._surfaces.clock)
@@ -98,7 +99,7 @@ class DiscordClicks:
         """"Full arguments": every call's arguments as a JSON file only the clicker sees."""
         with self._gate.track():
             # Deferred first: reading the approval may take longer than Discord's 3 s.
-            await interaction.response.defer(ephemeral=True, thinking=True)
+            await calls.acknowledge(interaction, ephemeral=True, thinking=True)
             channel_id = interaction.channel_id or 0
             reply = _ClickReply(
                 interaction, target=None, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock
@@ -152,7 +153,7 @@ class DiscordClicks:
                 view = await self._approvals.view(continuation_id)
                 if view is None:
                     return
-                async for other in channel.history(limit=PART_SCAN_MESSAGES, around=clicked):  # type: ignore[union-attr]
+                for other in await calls.read_history(channel, limit=PART_SCAN_MESSAGES, around=clicked):  # type: ignore[arg-type]
                     if other.id == clicked.id or other.author.id != me.id:
                         continue
                     part = buttons.part_of_message(continuation_id, buttons.custom_ids_of(other))
@@ -207,20 +208,17 @@ class _ClickReply:
         part = self._part(view)
         content = render.approval_text(view, part)
         components = buttons.approval_view(view, part)
-        await send_reliably(
-            self._budget,
-            lambda: self._interaction.edit_original_response(content=content, view=components, allowed_mentions=NO_PINGS),
-            clock=self._clock,
+        await calls.update_original_paced(
+            self._interaction, budget=self._budget, clock=self._clock, content=content, view=components,
+            allowed_mentions=NO_PINGS,
         )
         if self.redraw_parts is not None and self._others_changed(view, part):
             await self.redraw_parts()
 
     async def tell(self, text: str) -> None:
         try:
-            await send_after_answers(
-                self._budget,
-                lambda: self._interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_PINGS),
-                clock=self._clock,
+            await calls.followup(
+                self._interaction, text, budget=self._budget, clock=self._clock, ephemeral=True, allowed_mentions=NO_PINGS
             )
         except Exception:
             # Nothing left to tell the clicker with; the click's effect (if any) is recorded regardless.
@@ -228,12 +226,9 @@ class _ClickReply:
 
     async def attach(self, text: str, data: bytes, *, filename: str) -> None:
         """A private note with a file (a fresh one per attempt: a sent file is consumed)."""
-        await send_after_answers(
-            self._budget,
-            lambda: self._interaction.followup.send(
-                text, file=discord.File(io.BytesIO(data), filename=filename), ephemeral=True, allowed_mentions=NO_PINGS
-            ),
-            clock=self._clock,
+        await calls.followup(
+            self._interaction, text, budget=self._budget, clock=self._clock, ephemeral=True, allowed_mentions=NO_PINGS,
+            file=lambda: discord.File(io.BytesIO(data), filename=filename),
         )
 
     def _part(self, view: ApprovalView) -> ApprovalPart:

@@ -13,6 +13,7 @@ from adapters import wording
 from adapters.gate import Gate
 from core.requests import Actor
 
+from . import transport_calls as calls
 from .wording import mention
 
 log = logging.getLogger(__name__)
@@ -58,18 +59,18 @@ class DiscordStops:
 
     async def handle(self, interaction: discord.Interaction, run_id: str) -> None:
         if not self._gate.accepting:
-            await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+            await calls.respond(interaction, wording.shutting_down())
             return
         with self._gate.track():
-            await interaction.response.defer()
+            await calls.acknowledge(interaction)
             try:
                 actor = self._actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None)
                 result = await self._runs.stop(run_id, actor=actor, mention=mention)
                 if result.outcome != "stopping":
-                    await interaction.followup.send(result.message, ephemeral=True)
+                    await calls.tell(interaction, result.message)
             except Exception:
                 log.exception("Stop click on run %s failed", run_id)
                 try:
-                    await interaction.followup.send(wording.click_failed(), ephemeral=True)
+                    await calls.tell(interaction, wording.click_failed())
                 except Exception:
                     log.exception("could not tell the clicker the Stop failed")

@@ -11,6 +11,8 @@ import discord
 from adapters import wording
 from adapters.gate import Gate
 
+from . import transport_calls as calls
+
 log = logging.getLogger(__name__)
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -77,14 +79,14 @@ class DiscordFeedback:
 
     async def click(self, interaction: discord.Interaction, *, up: bool, run_id: str) -> None:
         if not self._gate.accepting:
-            await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+            await calls.respond(interaction, wording.shutting_down())
             return
         with self._gate.track():
             if up:
-                await interaction.response.defer(ephemeral=True, thinking=True)
+                await calls.acknowledge(interaction, ephemeral=True, thinking=True)
             else:
                 # The modal must be the interaction's first response: Discord refuses one after a defer.
-                await interaction.response.send_modal(WhyModal(run_id))
+                await calls.show_modal(interaction, WhyModal(run_id))
             try:
                 kept = await self._feedback.vote(
                     run_id, user_id=str(interaction.user.id), user_name=interaction.user.name, platform="discord", up=up
@@ -106,10 +108,10 @@ class DiscordFeedback:
         if match is None:
             return
         if not self._gate.accepting:
-            await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+            await calls.respond(interaction, wording.shutting_down())
             return
         with self._gate.track():
-            await interaction.response.defer(ephemeral=True, thinking=True)
+            await calls.acknowledge(interaction, ephemeral=True, thinking=True)
             run_id = match["run"]
             try:
                 kept = await self._feedback.comment(
@@ -139,6 +141,6 @@ def submitted(components: list[Any], custom_id: str) -> str:
 
 async def _followup(interaction: discord.Interaction, text: str) -> None:
     try:
-        await interaction.followup.send(text, ephemeral=True)
+        await calls.tell(interaction, text)
     except Exception:
         log.warning("could not tell the clicker: %s", text, exc_info=True)

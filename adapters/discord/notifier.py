@@ -15,7 +15,8 @@ from core.requests import ConversationKey
 from . import render
 from .render import ApprovalPart
 from .surface import edit_approval
-from .transport import NO_PINGS, ChannelBudgets, fresh_nonce, send_reliably
+from . import transport_calls as calls
+from .transport import NO_PINGS, ChannelBudgets, fresh_nonce
 from .wording import mention
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,9 @@ class DiscordNotifier:
             if user.isdigit()
             else NO_PINGS
         )
-        nonce = fresh_nonce()
-        await send_reliably(
-            self._budgets(channel_id),
-            lambda: channel.send(content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings, nonce=nonce),
-            clock=self._clock,
+        await calls.post_message(
+            channel, budget=self._budgets(channel_id), clock=self._clock, nonce=fresh_nonce(),
+            content=content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings,
         )
 
 

@@ -1,4 +1,4 @@
-"""Reading a Discord thread or channel for thread context and read_conversation (channel.history; 429s waited out).
+"""Reading a Discord thread or channel for thread context and read_conversation (through the door; 429s waited out).
 
 discord.py pages the history 100 messages a call and waits out 429s itself."""
 
@@ -12,6 +12,7 @@ from core.requests import ConversationKey, PriorMessage
 from core.tools.context import ConversationUnreadable, ReadScope
 
 from . import render
+from . import transport_calls as calls
 
 
 async def history(
@@ -19,9 +20,9 @@ async def history(
 ) -> list[PriorMessage]:
     """The newest `limit` messages of a channel or thread (those before `before` when given), the ones with
     text, oldest first. Only this bot's own messages are its words; other bots and webhooks are quoted like
-    people. Raises discord.HTTPException."""
+    people. Raises what the door raises (adapters/discord/transport_calls.py)."""
     prior: list[PriorMessage] = []
-    async for earlier in channel.history(limit=limit, before=before):
+    for earlier in await calls.read_history(channel, limit=limit, before=before):
         text = render.clean_question(earlier.content)
         if text:
             prior.append(PriorMessage(
@@ -56,5 +57,5 @@ class DiscordReader:
         place = conversation.thread if scope == "thread" and conversation.thread.isdigit() else conversation.channel
         try:
             return await history(client.get_partial_messageable(int(place), guild_id=guild_id), limit=limit, me=me)
-        except discord.HTTPException as error:
+        except Exception as error:
             raise ConversationUnreadable("failed") from error

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import discord
@@ -17,7 +19,9 @@ from core.ports import LiveMessage, PendingFinal
 from . import buttons, render
 from .controls import stop_view
 from .feedback import feedback_view
+from . import transport_calls as calls
 from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
+from .transport_lookup import find_posted
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +111,9 @@ class DiscordSurface:
             for part in render.approval_parts(view.calls):
                 content = render.approval_text(view, part)
                 components = buttons.approval_view(view, part)
-                nonce = fresh_nonce()
-                message = await send_reliably(
-                    self._budget,
-                    lambda: self._channel.send(content, view=components, allowed_mentions=NO_PINGS, nonce=nonce),
-                    clock=self._clock,
+                message = await calls.post_message(
+                    self._channel, budget=self._budget, clock=self._clock, nonce=fresh_nonce(),
+                    content=content, view=components, allowed_mentions=NO_PINGS,
                 )
                 posted.append((part, message))
         except Exception:
@@ -139,17 +141,20 @@ class DiscordSurface:
             reference = discord.MessageReference(
                 message_id=int(answer_ids[-1]), channel_id=self._channel_id, fail_if_not_exists=False
             )
-        nonce = fresh_nonce()
-        await send_reliably(
-            self._budget,
-            lambda: self._channel.send(embed=embed, reference=reference, allowed_mentions=NO_PINGS, nonce=nonce),  # type: ignore[arg-type]
-            clock=self._clock,
+        # An embed has no text to be known by: the sources are the bot's embed replying to the answer.
+        replies_to = int(answer_ids[-1]) if answer_ids else None
+        await calls.post_message(
+            self._channel, budget=self._budget, clock=self._clock, nonce=fresh_nonce(),
+            matches=lambda message: bool(message.embeds) and (
+                replies_to is None or getattr(message.reference, "message_id", None) == replies_to
+            ),
+            embed=embed, reference=reference, allowed_mentions=NO_PINGS,
         )
 
     async def show_notice(self, text: str) -> None:
-        nonce = fresh_nonce()
-        await send_reliably(
-            self._budget, lambda: self._channel.send(text, allowed_mentions=NO_PINGS, nonce=nonce), clock=self._clock
+        await calls.post_message(
+            self._channel, budget=self._budget, clock=self._clock, nonce=fresh_nonce(), content=text,
+            allowed_mentions=NO_PINGS,
         )
 
 
@@ -160,21 +165,19 @@ async def edit_approval(
     """Redraws one approval message (its part of the calls) as `view` stands now."""
     content = render.approval_text(view, part)
     components = buttons.approval_view(view, part)
-    await send_reliably(
-        budget, lambda: message.edit(content=content, view=components, allowed_mentions=NO_PINGS), clock=clock
-    )
+    await calls.update_message(message, budget=budget, clock=clock, content=content, view=components, allowed_mentions=NO_PINGS)
 
 
 async def _delete_quietly(message: discord.Message) -> None:
     try:
-        await message.delete()
+        await calls.remove_message(message)
     except Exception:
         log.warning("could not delete approval message %s", message.id, exc_info=True)
 
 
 async def _typing(channel: discord.abc.Messageable) -> None:
     try:
-        await channel.typing()
+        await calls.show_typing(channel)
     except Exception:
         log.debug("could not show typing", exc_info=True)
 
@@ -224,18 +227,23 @@ class DiscordShownMessages:
 
     max_chars = render.MAX_CONTENT_CHARS
 
-    def __init__(self, client: discord.Client) -> None:
+    def __init__(self, client: discord.Client, budgets: ChannelBudgets, clock: Clock) -> None:
         self._client = client
+        self._budgets = budgets
+        self._clock = clock
 
     def render(self, markdown: str) -> str:
         # Discord shows Markdown as written.
         return markdown
 
     async def read_shown(self, message: LiveMessage) -> str | None:
-        return (await self._message(message).fetch()).content
+        return (await calls.read_message(self._message(message))).content
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
-        await self._message(message).edit(content=text, allowed_mentions=NO_PINGS)
+        await calls.update_message(
+            self._message(message), budget=self._budgets(int(message.channel)), clock=self._clock, content=text,
+            allowed_mentions=NO_PINGS,
+        )
 
     def _message(self, message: LiveMessage) -> discord.PartialMessage:
         channel = self._client.get_partial_messageable(int(message.channel))
@@ -243,8 +251,10 @@ class DiscordShownMessages:
 
 
 class DiscordFinalDelivery:
-    """Implements adapters.answers.FinalDelivery: a kept final's parts, posted with their nonce (so Discord
-    returns a part already posted instead of a second one) or edited in place."""
+    """Implements adapters.answers.FinalDelivery and PartFinder: a kept final's parts, posted with their nonce
+    (Discord returns a part posted minutes ago instead of a second one) or edited in place; a part whose post
+    was attempted without its outcome seen is looked for in the channel from the attempt on, since the nonce
+    is forgotten after a few minutes."""
 
     def __init__(self, client: discord.Client, budgets: ChannelBudgets, clock: Clock) -> None:
         self._client = client
@@ -252,8 +262,7 @@ class DiscordFinalDelivery:
         self._clock = clock
 
     async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
-        channel = self._client.get_partial_messageable(int(final.channel))
-        transport = ChannelTransport(channel)
+        transport = ChannelTransport(self._client.get_partial_messageable(int(final.channel)))
         return await send_reliably(
             self._budgets(int(final.channel)), lambda: transport.post(text, key=f"{final.answer_id}:{index}"),
             clock=self._clock,
@@ -261,8 +270,35 @@ class DiscordFinalDelivery:
 
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
         message = self._client.get_partial_messageable(int(final.channel)).get_partial_message(int(message_id))
-        await send_reliably(
+        await calls.update_message(
+            message, budget=self._budgets(int(final.channel)), clock=self._clock, content=text, allowed_mentions=NO_PINGS
+        )
+
+    async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:
+        known = {part.message_id for part in final.parts if part.message_id}
+        channel = self._client.get_partial_messageable(int(final.channel))
+        shows = shows_part(final.parts[index].text)
+        found = await send_reliably(
             self._budgets(int(final.channel)),
-            lambda: message.edit(content=text, allowed_mentions=NO_PINGS),
+            lambda: find_posted(
+                channel, since=datetime.fromtimestamp(since, timezone.utc),
+                matches=lambda message: str(message.id) not in known and shows(message),
+            ),
             clock=self._clock,
         )
+        return None if found is None else str(found.id)
+
+
+def shows_part(text: str, *, cursor: str = StreamLimits.cursor) -> Callable[[discord.Message], bool]:
+    """A message showing part `text`, or the start of it as streamed (the text so far, then the cursor)."""
+    wanted = text.strip()
+    mark = cursor.strip()
+
+    def matches(message: discord.Message) -> bool:
+        shown = message.content.strip()
+        if shown == wanted:
+            return True
+        head, cut, _ = shown.partition(mark)
+        return bool(cut) and bool(head.strip()) and wanted.startswith(head.strip())
+
+    return matches

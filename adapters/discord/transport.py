@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 import discord
 
-from adapters.streaming import (
-    CONNECTION_ERRORS,
-    Clock,
-    Priority,
-    RateBudget,
-    RateLimited,
-    TransientSendError,
-    classify_failure,
-    parse_retry_after,
-)
+from adapters.streaming import Clock, Priority, RateBudget
 from adapters.streaming.rate_budget import BudgetMap
 from adapters.streaming.send import send_paced
+
+from .transport_http import guarded, watch_global_lock
+from .transport_lookup import PostOnce
+
+__all__ = ["guarded", "watch_global_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -34,57 +29,6 @@ DISCORD_WINDOW_S = 5.0
 # The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
 GLOBAL_MARGIN = 0.1
 NONCE_CHARS = 25
-# Discord's global limit is per second: a global 429 asks for well under this.
-GLOBAL_LOCK_REPAIR_S = 1.0
-_watched_http: weakref.WeakSet[discord.http.HTTPClient] = weakref.WeakSet()
-
-
-def watch_global_lock(http: discord.http.HTTPClient) -> None:
-    """Lets `guarded` repair this client's global rate-limit lock after a cancelled call.
-
-    discord.py clears the lock before sleeping out a global 429 and sets it again after; a request
-    cancelled in that sleep (the streamer cancels an edit its ending overtakes) never sets it, and
-    every later request of the bot would wait on it for good."""
-    _watched_http.add(http)
-
-
-def _repair_global_locks_soon() -> None:
-    loop = asyncio.get_running_loop()
-    for http in list(_watched_http):
-        lock = getattr(http, "_global_over", None)
-        if isinstance(lock, asyncio.Event) and not lock.is_set():
-            # Set early at worst: a request sent during a real global limit gets a 429 and waits again.
-            loop.call_later(GLOBAL_LOCK_REPAIR_S, lock.set)
-
-
-async def guarded(call: Awaitable[T]) -> T:
-    """Awaits a discord.py call, turning 429s into RateLimited and retryable failures into
-    TransientSendError; other errors pass through as permanent."""
-    try:
-        return await call
-    except asyncio.CancelledError:
-        _repair_global_locks_soon()
-        raise
-    except discord.RateLimited as exc:
-        raise RateLimited(exc.retry_after, "Discord rate limit") from exc
-    except discord.HTTPException as exc:
-        # Discord says a limit's scope: only a route's own ("user") limit leaves the bot-wide budget alone.
-        scope = str(_header(exc, "X-RateLimit-Scope") or "").lower()
-        wide = scope != "user" or str(_header(exc, "X-RateLimit-Global") or "").lower() == "true"
-        failure = classify_failure(
-            status=exc.status, retry_after_s=parse_retry_after(_header(exc, "Retry-After")),
-            detail=f"Discord answered {exc.status}", wide=wide,
-        )
-        if failure is None:
-            raise
-        raise failure from exc
-    except CONNECTION_ERRORS as exc:
-        raise TransientSendError(f"Discord unreachable: {exc!r}") from exc
-
-
-def _header(exc: discord.HTTPException, name: str) -> object:
-    headers = getattr(exc.response, "headers", None)
-    return headers.get(name) if headers is not None else None
 
 
 def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> RateBudget:
@@ -156,9 +100,15 @@ class ChannelTransport:
     """Streams into a channel, thread or DM: the first message optionally replies to the question,
     each rolled-over message replies to the one before."""
 
-    def __init__(self, channel: discord.abc.Messageable, *, reply_to: int | None = None) -> None:
+    def __init__(
+        self, channel: discord.abc.Messageable, *, reply_to: int | None = None,
+        attempted: dict[str, datetime] | None = None,
+    ) -> None:
         self._channel = channel
         self._reply_to = reply_to
+        # Parts another process tried to post (key → when): looked up before they are posted.
+        self.attempted = attempted or {}
+        self._once: dict[str, PostOnce] = {}
         # The Stop button (adapters/discord/controls.py): on the first message posted while set; an edit
         # after it is unset drops it from the messages that carry it.
         self.controls: discord.ui.View | None = None
@@ -171,12 +121,25 @@ class ChannelTransport:
             reference = discord.MessageReference(
                 message_id=self._reply_to, channel_id=channel_id, fail_if_not_exists=False  # type: ignore[arg-type]
             )
-        # With a nonce discord.py sets enforce_nonce: a second post of the part returns the first message.
+        # With a nonce discord.py sets enforce_nonce: a second post of the part within Discord's few minutes
+        # returns the first message; past them, the part is looked up after a reply that never came.
         view = self.controls if self.controls is not None and not self.controlled else None
-        message = await guarded(self._channel.send(
+        once = self._once.get(key) if key is not None else None
+        if key is not None and once is None:
+            once = self._once[key] = PostOnce(self._channel, attempted_at=self.attempted.get(key))
+        send = lambda: self._channel.send(  # noqa: E731
             text, reference=reference, allowed_mentions=NO_PINGS, nonce=part_nonce(key) if key else None,  # type: ignore[arg-type]
             **({"view": view} if view is not None else {}),
-        ))
+        )
+        message = await (once(send, text=text) if once is not None else guarded(send()))
+        if key is not None:
+            self._once.pop(key, None)
+        stale_view = view is None and bool(message.components)
+        if message.content.strip() != text.strip() or stale_view:
+            # An earlier attempt's message (found, or returned for its nonce) shows that attempt's text and buttons.
+            await guarded(_partial_message(self._channel, message.id).edit(
+                content=text, allowed_mentions=NO_PINGS, **({"view": None} if stale_view else {}),
+            ))
         self._reply_to = message.id
         if view is not None:
             self.controlled.add(str(message.id))
@@ -218,11 +181,12 @@ def fresh_nonce() -> str:
 
 class InteractionTransport:
     """Streams an /ask answer: the deferred original response first, overflow as followups (webhook
-    followups take no nonce, so `key` is not used here)."""
+    followups take no nonce: a followup whose reply was lost is looked up in the channel by its text)."""
 
     def __init__(self, interaction: discord.Interaction) -> None:
         self._interaction = interaction
         self._original_id: str | None = None
+        self._once: dict[str, PostOnce] = {}
         # The Stop button, on the original response (as ChannelTransport.controls).
         self.controls: discord.ui.View | None = None
         self.controlled: set[str] = set()
@@ -237,15 +201,24 @@ class InteractionTransport:
             if view is not None:
                 self.controlled.add(self._original_id)
             return self._original_id
+        # A followup takes no nonce: after a reply that never came, the channel is read for it first.
+        channel = self._interaction.channel
+        once = self._once.get(key or text) if channel is not None else None
+        if once is None and channel is not None:
+            once = self._once[key or text] = PostOnce(channel)  # type: ignore[arg-type]
         try:
-            followup = await guarded(self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS))
+            send = lambda: self._interaction.followup.send(text, wait=True, allowed_mentions=NO_PINGS)  # noqa: E731
+            followup = await (once(send, text=text) if once is not None else guarded(send()))
         except discord.HTTPException as exc:
             # Past the token's 15 minutes an overflow goes to the channel as a plain message.
-            if exc.status not in (401, 404) or self._interaction.channel is None:
+            if exc.status not in (401, 404) or channel is None or once is None:
                 raise
             log.info("interaction token no longer valid; posting the rest of the answer in the channel")
-            channel = self._interaction.channel
-            followup = await guarded(channel.send(text, allowed_mentions=NO_PINGS))  # type: ignore[union-attr, arg-type]
+            followup = await once(lambda: channel.send(text, allowed_mentions=NO_PINGS), text=text)  # type: ignore[union-attr, arg-type]
+        self._once.pop(key or text, None)
+        if followup.content.strip() != text.strip():
+            # An earlier attempt's followup, found in the channel, shows that attempt's text.
+            await guarded(_partial_message(channel, followup.id).edit(content=text, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
         return str(followup.id)
 
     async def edit(self, message_id: str, text: str | None) -> None:

@@ -16,6 +16,7 @@ from tests.emulators.discord.gateway import (
     GatewayHub,
     GatewaySession,
 )
+from tests.emulators.discord.faults import Faults
 from tests.emulators.discord.limits import BucketDecision, FixedWindowBucket, RateLimiter
 from tests.emulators.discord.models import (
     EPHEMERAL_FLAG,
@@ -28,6 +29,9 @@ from tests.emulators.discord.models import (
 )
 from tests.emulators.discord.payloads import message_payload
 from tests.emulators.discord.state import World
+
+# Discord keeps a message nonce for a few minutes (real time: it is a delivery guarantee, not a rate).
+NONCE_WINDOW_S = 300.0
 
 API_PREFIX = "/api/v10"
 GENERIC_BUCKET_LIMIT = 50
@@ -82,6 +86,9 @@ class EmulatorCore:
         )
         self.count_429 = 0
         self.count_global_429 = 0
+        self.faults = Faults()
+        # How long Discord remembers a message nonce for enforce_nonce (real seconds, not scaled).
+        self.nonce_window_s = NONCE_WINDOW_S
 
     # ---- middleware: auth, rate limits, request log --------------------------------------------
 
@@ -101,6 +108,14 @@ class EmulatorCore:
             body = {"message": "You are being rate limited.", "retry_after": round(decision.retry_after_s, 3), "global": False}
             return self._log(request, json_response(body, status=429, headers=decision.headers))
         response = await handler(request)
+        fault = self.faults.take(request.match_info.route.name or "") if 200 <= response.status < 300 else None
+        if fault is not None and fault.kind == "drop":
+            # The work is done; the bot never hears so (the connection goes before the answer).
+            if request.transport is not None:
+                request.transport.abort()
+            return self._log(request, response)
+        if fault is not None:
+            response = json_response({"message": f"{fault.status}: Internal Server Error", "code": 0}, status=fault.status)
         response.headers.update(decision.headers)
         return self._log(request, response)
 

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from tests.emulators.discord import rest_channels, rest_interactions
 from tests.emulators.discord.core import API_PREFIX, EmulatorCore
+from tests.emulators.discord.faults import FaultKind
 from tests.emulators.discord.interaction_payloads import (
     OptionValue,
     find_button,
@@ -142,6 +143,15 @@ class DiscordEmulator(EmulatorCore):
     def set_rate_limit(self, config: RateLimitConfig | None) -> None:
         """Change (or with None, turn off) the per-channel create+edit budget."""
         self.rate_limit = config
+
+    def fail_after_work(self, route: str, *, kind: FaultKind = "status", status: int = 500, times: int = 1) -> None:
+        """The next `times` calls of `route` (message_create, thread_from_message, webhook_create …) are carried
+        out, then answered with `status` ("status") or with the connection dropped before any answer ("drop")."""
+        self.faults.arm(route, kind=kind, status=status, times=times)
+
+    def set_nonce_window(self, seconds: float) -> None:
+        """How long a message nonce is remembered for enforce_nonce (Discord: a few minutes)."""
+        self.nonce_window_s = seconds
 
     def set_global_limit(self, config: GlobalLimitConfig | None) -> None:
         """Change (or with None, turn off) the per-bot limit across routes."""

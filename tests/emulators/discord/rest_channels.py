@@ -14,8 +14,6 @@ from tests.emulators.discord.models import DM_CHANNEL_TYPE, PUBLIC_THREAD_TYPE, 
 from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
 
 MAX_HISTORY_LIMIT = 100
-# Discord keeps a message nonce for a few minutes (real time: it is a delivery guarantee, not a rate).
-NONCE_WINDOW_S = 300.0
 UNKNOWN_CHANNEL_CODE = 10003
 UNKNOWN_MESSAGE_CODE = 10008
 CANNOT_EDIT_OTHERS_CODE = 50005
@@ -134,7 +132,7 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         if nonce and body.get("enforce_nonce"):
             # Discord: the same nonce from the same author within a few minutes returns the first message.
             earlier = nonces.get((channel.id, nonce))
-            if earlier is not None and time.monotonic() - earlier[1] <= NONCE_WINDOW_S:
+            if earlier is not None and time.monotonic() - earlier[1] <= core.nonce_window_s:
                 return json_response(message_payload(world, earlier[0]))
         message = await core.store_message(
             channel_id=channel.id, author_id=world.bot_user_id, body=body, attachments=attachments

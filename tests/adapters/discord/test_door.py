@@ -1,0 +1,146 @@
+"""Discord's one door: a POST Discord carried out is never done twice (5xx or a lost connection after the
+work, past the nonce's window), and Discord's errors are read by one rule (permanent or "later")."""
+
+from __future__ import annotations
+
+import time
+
+import discord
+import pytest
+
+from adapters.discord.surface import DiscordFinalDelivery
+from adapters.discord.transport import ChannelTransport, guarded
+from adapters.discord.transport_http import OutcomeUnknown, is_permanent
+from adapters.streaming import MonotonicClock, TransientSendError
+from adapters.streaming.transport import PermanentSendError
+from core.ports import FinalPart, PendingFinal
+from core.store.db import Database
+from core.store.pending_finals import PendingFinals
+from tests.adapters.discord.harness import bot_messages, make_world, running_bot, wait_for_text
+from tests.emulators.discord import DiscordEmulator
+from tests.emulators.openai_server import OpenAIEmulator, Text
+
+ANSWER = "the database first, then the cache"
+
+
+async def test_a_post_discord_did_before_answering_500_is_not_sent_again_by_discord_py(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(w.channel_id)
+        dc.fail_after_work("message_create", status=500)
+        with pytest.raises(OutcomeUnknown):
+            await guarded(channel.send("once"))
+    # discord.py's own loop used to send it up to five times.
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == ["once"]
+    assert len(dc.requests_to("message_create")) == 1
+
+
+@pytest.mark.parametrize("kind", ["status", "drop"])
+async def test_a_part_whose_reply_was_lost_past_the_nonce_window_is_found_not_posted_twice(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, kind: str
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    # Discord remembers a nonce for minutes; a retry later than that is a new message unless looked up.
+    dc.set_nonce_window(0.0)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        transport = ChannelTransport(adapter.client.get_partial_messageable(w.channel_id))
+        dc.fail_after_work("message_create", kind=kind)  # type: ignore[arg-type]
+        with pytest.raises(TransientSendError):
+            await transport.post("part one", key="answer-1:0")
+        message_id = await transport.post("part one", key="answer-1:0")
+    posted = bot_messages(dc, w.channel_id)
+    assert [m.content for m in posted] == ["part one"]
+    assert message_id == str(posted[0].id)
+
+
+async def test_a_kept_final_delivered_after_the_nonce_window_reuses_the_part_a_lost_reply_posted(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """Process A streamed part 0 (its reply lost), kept the final with the attempt and stopped; B delivers it
+    after Discord forgot the nonce. B finds A's message (showing a streamed start, cursor and all) among
+    other messages of the bot, finishes it, and posts only part 1."""
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.set_nonce_window(0.0)
+    final = PendingFinal(
+        answer_id="answer-2", platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id), thread="",
+        parts=(FinalPart(text="part one, whole"), FinalPart(text="part two")),
+    )
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(w.channel_id)
+        attempted = time.time()
+        dc.fail_after_work("message_create", kind="drop")
+        with pytest.raises(TransientSendError):
+            await ChannelTransport(channel).post("part one ▌", key="answer-2:0")
+        await guarded(channel.send("another answer's words"))
+        gone = PendingFinals(db, owner="gone-a")
+        await gone.keep(final)
+        assert await gone.attempting("answer-2", 0, at=attempted)
+        await gone.release("answer-2")
+        delivery = DiscordFinalDelivery(adapter.client, adapter.budgets, MonotonicClock())
+        assert await adapter.runner.deliver_pending(delivery, finder=delivery) == 1
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == ["part one, whole", "another answer's words", "part two"]
+
+
+async def test_an_answer_streams_once_when_its_first_post_and_an_edit_answer_500_after_the_work(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.set_nonce_window(0.0)
+    openai_emulator.script(Text(ANSWER))
+    async with running_bot(dc, db, openai_emulator):
+        dc.fail_after_work("message_create", status=502)
+        dc.fail_after_work("message_edit", status=500)
+        asked = await dc.send_user_message(w.channel_id, w.alice, "which first?", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        await wait_for_text(dc, thread.id, ANSWER)
+    assert [m.content for m in bot_messages(dc, thread.id) if not m.embeds] == [ANSWER]
+
+
+async def test_a_thread_opened_before_a_500_is_used_not_opened_again(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text(ANSWER))
+    async with running_bot(dc, db, openai_emulator):
+        dc.fail_after_work("thread_from_message", status=500)
+        asked = await dc.send_user_message(w.channel_id, w.alice, "which first?", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        await wait_for_text(dc, thread.id, ANSWER)
+    # Answered in the thread the first call opened, not in the channel as if none could be opened.
+    assert bot_messages(dc, w.channel_id) == []
+    assert len(dc.requests_to("thread_from_message")) == 1
+
+
+async def test_missing_permissions_is_retried_and_an_unknown_channel_is_permanent(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    closed = dc.add_channel(w.guild_id, "no-threads", threads_allowed=False)
+    asked = await dc.send_user_message(closed, w.alice, "hello")
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(closed, guild_id=w.guild_id)
+        message = await guarded(channel.fetch_message(asked))
+        # 403 Missing Permissions (50013): an admin may grant it; retried with backoff, never dropped.
+        with pytest.raises(TransientSendError) as missing:
+            await guarded(message.create_thread(name="t"))
+        assert not isinstance(missing.value, PermanentSendError)
+        # 404 Unknown Channel (10003): never; still the discord.py error callers tell apart.
+        with pytest.raises(PermanentSendError) as unknown:
+            await guarded(adapter.client.get_partial_messageable(123456789).send("nowhere"))
+        assert isinstance(unknown.value, discord.NotFound) and unknown.value.code == 10003
+
+
+def test_discord_documents_which_errors_are_permanent() -> None:
+    assert is_permanent(status=404, code=10003)  # Unknown Channel
+    assert is_permanent(status=404, code=10008)  # Unknown Message
+    assert is_permanent(status=403, code=50001)  # Missing Access, for that channel
+    assert not is_permanent(status=403, code=50013)  # Missing Permissions: may be granted
+    assert not is_permanent(status=409, code=0)
