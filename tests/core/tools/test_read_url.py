@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import ipaddress
 import json
 import random
 import sys
@@ -15,10 +16,12 @@ from typing import Any
 import docx
 import pytest
 from aiohttp import web
+from yarl import URL
 
 from core.events import ApprovalRequired, Done, Sources, SourceItem
 from core.llm.results import ToolCallRequest
 from core.requests import Attachment, ConversationKey
+from core.retrieval.url_guard import UrlRefused, parse_networks, vet_url
 from core.sources import SourceCollector
 from core.store.db import Database
 from core.tools import ToolContext, ToolExecutor, ToolRegistry, ToolResult, builtin_registry
@@ -420,6 +423,17 @@ async def test_the_url_guard_judges_ipv6_literals_by_their_address(site: Site) -
     refused = await executor.run(parsed, context())
     assert refused.status == "error" and "loopback" in refused.output
     assert site.hits == ["article"]
+
+
+async def test_an_ipv6_loopback_literal_passes_the_guard_only_when_its_network_is_allowed() -> None:
+    url = URL("http://[::1]:8080/x")
+    with pytest.raises(UrlRefused, match="the address ::1 is a loopback address"):
+        await vet_url(url, allow_private=False)
+    assert await vet_url(url, allow_private=False, allowed_networks=parse_networks(["::1/128"])) == [
+        ipaddress.IPv6Address("::1")
+    ]
+    with pytest.raises(UrlRefused, match="loopback"):
+        await vet_url(url, allow_private=False, allowed_networks=parse_networks(["127.0.0.1/32", "fd00::/8"]))
 
 
 async def test_a_redirect_to_a_url_that_cannot_be_parsed_is_a_sentence(site: Site) -> None:
