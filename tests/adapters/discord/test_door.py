@@ -144,3 +144,38 @@ def test_discord_documents_which_errors_are_permanent() -> None:
     assert is_permanent(status=403, code=50001)  # Missing Access, for that channel
     assert not is_permanent(status=403, code=50013)  # Missing Permissions: may be granted
     assert not is_permanent(status=409, code=0)
+
+
+async def test_an_ask_overflow_followup_discord_made_before_a_500_is_not_made_twice(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    long_answer = "word " * 900  # three messages: the response, then two followups
+    openai_emulator.script(Text(long_answer, chunk_chars=300))
+    async with running_bot(dc, db, openai_emulator):
+        dc.fail_after_work("webhook_create", status=500)
+        await dc.invoke_slash("ask", {"question": "long one"}, w.alice, w.channel_id)
+
+        def shown() -> str:
+            return "".join(m.content for m in bot_messages(dc, w.channel_id))
+
+        await dc.wait_for(lambda: shown() == long_answer, 20, what="the whole answer, once")
+    assert dc.faults.fired == 1
+    assert len(bot_messages(dc, w.channel_id)) == 3
+
+
+async def test_an_interaction_is_answered_while_the_channels_deliveries_wait_out_a_long_429(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """Interaction responses have 3 s and a lane of their own: never behind the channel's or the bot's budget."""
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text(ANSWER))
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        adapter.budgets(w.channel_id).penalize(60.0)
+        assert adapter.budgets.global_budget is not None
+        adapter.budgets.global_budget.penalize(60.0)
+        interaction_id = await dc.invoke_slash("ask", {"question": "now?"}, w.alice, w.channel_id)
+        responses = await dc.wait_for(lambda: dc.interaction_responses(interaction_id), 2.5, what="the deferral")
+    assert responses[0].kind == "callback" and responses[0].callback_type == 5
