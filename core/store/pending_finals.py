@@ -32,7 +32,9 @@ class PendingFinals:
             await conn.execute(_STAMP, (self.owner,))
             await conn.execute(
                 f"INSERT INTO pending_finals ({_FIELDS}, owner) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (answer_id) DO UPDATE SET parts = EXCLUDED.parts, owner = EXCLUDED.owner, updated_at = now()",
+                " ON CONFLICT (answer_id) DO UPDATE SET parts = EXCLUDED.parts, updated_at = now()"
+                # Only its owner updates a final: one taken over (this process looked dead) stays the taker's.
+                " WHERE pending_finals.owner = EXCLUDED.owner",
                 (final.answer_id, final.platform, final.workspace, final.channel, final.thread,
                  Jsonb(_parts_json(final.parts)), self.owner),
             )

@@ -226,3 +226,23 @@ async def test_a_post_whose_reply_was_lost_is_found_not_made_twice(
         assert shown.text == "Sources: the runbook." and str(response["ts"]) == shown.ts
     finally:
         await bot.stop()
+
+
+async def test_a_final_taken_over_stays_the_takers_the_old_owner_can_neither_post_nor_keep_it(db: Database) -> None:
+    final = PendingFinal(answer_id="look-owned", platform="slack", workspace="T", channel="C0000LOOK9", thread="1.0",
+                         parts=(FinalPart(text="the final"),))
+    a, b = PendingFinals(db, owner="process-a"), PendingFinals(db, owner="process-b")
+    await a.keep(final)
+    assert await a.attempting("look-owned", 0)
+    async with db.connection() as conn:  # a database failover: A's heartbeat went stale, A itself lives on
+        await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '1 hour' WHERE owner = 'process-a'")
+    [taken] = await b.take("slack")
+    assert taken.answer_id == "look-owned" and 0 in await b.attempts("look-owned")
+    assert not await a.attempting("look-owned", 0), "A must not post it: B delivers it now"
+    await a.keep(PendingFinal(answer_id="look-owned", platform="slack", workspace="T", channel="C0000LOOK9",
+                              thread="1.0", parts=(FinalPart(text="the final", message_id="9.9"),)))
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT owner, parts FROM pending_finals WHERE answer_id = 'look-owned'")
+        row = await cursor.fetchone()
+    assert row is not None and row[0] == "process-b" and row[1][0]["message_id"] is None
+    assert await b.attempting("look-owned", 0)
