@@ -272,8 +272,10 @@ class ToolExecutor:
 
 
 def _arguments_or_empty(raw: str) -> dict[str, Any]:
+    if len(raw) > schemas.MAX_ARGUMENT_CHARS:
+        return {}
     try:
         value = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # bad JSON, an integer past the digit limit, or nested too deep
         return {}
     return value if isinstance(value, dict) else {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,7 +21,7 @@ import re2
 import referencing
 import referencing.exceptions
 from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.exceptions import ValidationError, best_match
 from jsonschema.validators import extend
 
 # What a tool's schema may weigh: the largest real MCP schemas seen are a few kB.
@@ -34,7 +35,10 @@ MAX_ARGUMENT_DEPTH = 64
 # A `$ref` costs REF_STEPS (resolving it takes about that many keywords' time). 10,000 steps take about 50 ms.
 MAX_VALIDATION_STEPS = 10_000
 REF_STEPS = 5
+ERROR_STEPS = 10  # making an error (its message, its path) costs about ten keywords' time
 PATTERN_CHARS_PER_STEP = 1_000
+# The best of the first errors is as good a sentence for the model as the best of all; the rest is not looked for.
+MAX_ERRORS_RANKED = 20
 # Their evaluation re-walks the schema for every object or array they see, outside the step count.
 UNSUPPORTED_KEYWORDS = ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
 # Keywords whose value is one schema, a list of schemas, or names mapped to schemas (2020-12 and draft 7).
@@ -110,7 +114,12 @@ def _weight(value: Any) -> int:
 def _counted(keyword: Keyword, weight: int, *, compares: bool) -> Keyword:
     def counted(validator: Any, value: Any, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
         _charge(weight + _weight(value) + (_weight(instance) if compares else 0))
-        yield from keyword(validator, value, instance, schema) or ()
+        for error in keyword(validator, value, instance, schema) or ():
+            # A message quotes the instance whole (a repr of all of it): long ones cost their length, once.
+            if not getattr(error, "_charged", False):
+                error._charged = True  # type: ignore[attr-defined]
+                _charge(ERROR_STEPS + len(error.message) // PATTERN_CHARS_PER_STEP)
+            yield error
 
     return counted
 
@@ -155,7 +164,8 @@ def _canonical(value: Any) -> Any:
         return ("literal", value)
     if isinstance(value, (int, float)):
         return ("number", value)
-    _charge(_weight(value))
+    # One step per entry: building the form costs about a keyword's time per value.
+    _charge(len(value) if isinstance(value, (list, dict)) else _weight(value))
     if isinstance(value, str):
         return ("string", value)
     if isinstance(value, list):
@@ -169,6 +179,7 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: dict[str, 
     # jsonschema's own check compares every pair of objects: quadratic in the array's length.
     if not unique or not validator.is_type(instance, "array"):
         return
+    _charge(len(instance) // 4)  # numbers and short strings: a quarter step each
     seen: set[Any] = set()
     for item in instance:
         key = _canonical(item)
@@ -199,30 +210,66 @@ def _is_re2(instance: object) -> bool:
     return not isinstance(instance, str) or compiled(instance) is not None
 
 
+_TYPES = ["array", "boolean", "integer", "null", "number", "object", "string"]
+_SUB: dict[str, Any] = {"type": ["object", "boolean"]}
+_SUBS: dict[str, Any] = {"type": "array", "minItems": 1, "items": _SUB}
+_SUB_MAP: dict[str, Any] = {"type": "object", "additionalProperties": _SUB}
+_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
+_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+# The 2020-12 meta-schema's rules for one schema's own keywords, without descending: each schema inside is
+# checked on its own (the walk finds them all), so the check is linear in the schema's size. The meta-schema
+# itself, with its $dynamicRefs, takes about 4 ms per kB of schema: a quarter of a second for the largest one.
+_ONE_NODE = {
+    "type": "object",
+    "properties": {
+        "type": {"anyOf": [{"enum": _TYPES}, {"type": "array", "items": {"enum": _TYPES}, "minItems": 1, "uniqueItems": True}]},
+        "enum": {"type": "array"},
+        "required": _STRINGS,
+        "multipleOf": {"type": "number", "exclusiveMinimum": 0},
+        **{key: {"type": "number"} for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")},
+        **{key: _COUNT for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+                                   "minContains", "maxContains")},
+        "uniqueItems": {"type": "boolean"},
+        "pattern": {"type": "string", "format": "regex"},
+        "patternProperties": {**_SUB_MAP, "propertyNames": {"format": "regex"}},
+        **{key: _SUB_MAP for key in ("properties", "$defs", "definitions", "dependentSchemas")},
+        **{key: _SUBS for key in ("allOf", "anyOf", "oneOf", "prefixItems")},
+        **{key: _SUB for key in ("items", "not", "if", "then", "else", "contains", "additionalProperties", "propertyNames",
+                                 "contentSchema")},
+        "dependentRequired": {"type": "object", "additionalProperties": _STRINGS},
+        **{key: {"type": "string"} for key in ("$ref", "$id", "$schema", "$anchor", "$comment", "title", "description",
+                                               "format", "contentEncoding", "contentMediaType")},
+        **{key: {"type": "boolean"} for key in ("readOnly", "writeOnly", "deprecated")},
+    },
+}
+_NODE_CHECKER = Draft202012Validator(_ONE_NODE, format_checker=_RE2_FORMATS)
+
+
 def check_schema(schema: Any) -> None:
     """SchemaRefused naming the first problem: too big or deep, a reference out of the schema, a keyword not
-    applied here, a pattern RE2 refuses, or anything the 2020-12 meta-schema rejects."""
+    applied here, a pattern RE2 refuses, or a keyword whose value the 2020-12 meta-schema would reject."""
     if not isinstance(schema, dict):
         raise SchemaRefused("it must be a JSON object")
-    pointers = _walk(schema)
+    found = _walk(schema)
     size = len(json.dumps(schema, ensure_ascii=False))
     if size > MAX_SCHEMA_BYTES:
         raise SchemaRefused(f"it is {size} characters of JSON; at most {MAX_SCHEMA_BYTES} are accepted")
-    for ref in pointers.refs:
+    for ref in found.refs:
         if not ref.startswith("#") or (ref != "#" and not ref.startswith("#/")):
             raise SchemaRefused(f"the $ref {_quote(ref)} does not point inside the schema; only local '#/…' references are followed")
-        if unquote(ref[1:]) not in pointers.schemas:
+        if unquote(ref[1:]) not in found.schemas:
             raise SchemaRefused(f"the $ref {_quote(ref)} points at no schema inside this one")
-    try:
-        GuardedValidator.check_schema(schema, format_checker=_RE2_FORMATS)
-    except SchemaError as error:
-        raise SchemaRefused(_schema_error(error)) from None
+    for pointer, node in sorted(found.nodes, key=lambda item: item[0]):
+        error = best_match(_NODE_CHECKER.iter_errors(node))
+        if error is not None:
+            raise SchemaRefused(_schema_error(error, pointer))
 
 
 class _Found:
     def __init__(self) -> None:
         self.refs: list[str] = []
         self.schemas: set[str] = set()
+        self.nodes: list[tuple[str, dict[str, Any]]] = []
 
 
 def _walk(schema: dict[str, Any]) -> _Found:
@@ -243,6 +290,7 @@ def _walk(schema: dict[str, Any]) -> _Found:
             continue
         if is_schema:
             found.schemas.add(pointer)
+            found.nodes.append((pointer, value))
         for key, item in value.items():
             child = f"{pointer}/{_escape(key)}"
             if not is_schema:
@@ -269,8 +317,8 @@ def _quote(text: str) -> str:
     return repr(text if len(text) <= 120 else text[:117] + "...")
 
 
-def _schema_error(error: SchemaError) -> str:
-    where = "/".join(str(part) for part in error.absolute_path)
+def _schema_error(error: ValidationError, pointer: str) -> str:
+    where = "/".join([pointer.lstrip("/")] * bool(pointer) + [str(part) for part in error.absolute_path])
     location = f" (at '{where}')" if where else ""
     if error.validator == "format" and error.validator_value == "regex":
         cause = f": {re2_error_text(error.cause)}" if error.cause else ""
@@ -291,7 +339,7 @@ def arguments_problem(validator: Any, arguments: Any) -> str:
     they do; bounded work whatever the schema and arguments."""
     token = _steps.set([MAX_VALIDATION_STEPS])
     try:
-        problem = best_match(validator.iter_errors(arguments))
+        problem = best_match(itertools.islice(validator.iter_errors(arguments), MAX_ERRORS_RANKED))
     except _OverBudget:
         return f"could not be checked against its schema: that took more than {MAX_VALIDATION_STEPS} steps; send simpler arguments"
     except RecursionError:

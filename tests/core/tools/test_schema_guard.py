@@ -186,6 +186,14 @@ def test_unique_items_is_linear_and_keeps_json_equality() -> None:
     assert isinstance(parse(tool, {"key": [1, True, 0, False, None]}), ParsedCall)
 
 
+def test_many_mismatches_or_long_messages_still_make_one_bounded_error_result() -> None:
+    items = spec(with_key({"type": "array", "items": {"type": "string"}}))
+    assert "at 'key/" in error_of(parse(items, {"key": [1] * 5000}))
+    # Every one of 3000 subschemas fails and quotes the whole 90 kB instance in its message.
+    quoting = spec({"type": "object", "allOf": [{"type": "string"}] * 3000})
+    assert "Error: arguments for probe" in error_of(parse(quoting, {f"k{i}": "v" * 10_000 for i in range(9)}))
+
+
 def test_arguments_too_long_too_deep_or_with_huge_numbers_are_error_results() -> None:
     tool = spec(with_key({"type": "string"}))
     assert f"at most {schemas.MAX_ARGUMENT_CHARS}" in error_of(parse(tool, {"key": "x" * schemas.MAX_ARGUMENT_CHARS}))
