@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -79,7 +80,10 @@ _OPTIONS = _re2_options()
 @functools.lru_cache(maxsize=2048)
 def compiled(pattern: str) -> Any:
     """The RE2 program for a pattern (re2.error when RE2 cannot compile it)."""
-    return re2.compile(pattern, options=_OPTIONS)
+    try:
+        return re2.compile(pattern, options=_OPTIONS)
+    except UnicodeEncodeError:
+        raise re2.error("it is not valid Unicode (a lone surrogate)") from None
 
 
 def re2_error_text(error: BaseException) -> str:
@@ -126,7 +130,10 @@ def _counted(keyword: Keyword, weight: int, *, compares: bool) -> Keyword:
 
 def _search(pattern: str, text: str) -> bool:
     _charge(1 + len(text) // PATTERN_CHARS_PER_STEP)
-    return compiled(pattern).search(text) is not None
+    try:
+        return compiled(pattern).search(text) is not None
+    except UnicodeEncodeError:  # a lone surrogate, which UTF-8 (and so RE2) cannot hold: matched as U+FFFD
+        return compiled(pattern).search(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")) is not None
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
@@ -251,9 +258,35 @@ def check_schema(schema: Any) -> None:
     if not isinstance(schema, dict):
         raise SchemaRefused("it must be a JSON object")
     found = _walk(schema)
-    size = len(json.dumps(schema, ensure_ascii=False))
-    if size > MAX_SCHEMA_BYTES:
-        raise SchemaRefused(f"it is {size} characters of JSON; at most {MAX_SCHEMA_BYTES} are accepted")
+    text = json.dumps(schema, ensure_ascii=False)
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise SchemaRefused(f"it is {len(text)} characters of JSON; at most {MAX_SCHEMA_BYTES} are accepted")
+    # A client sends the same tools with every request, and each is checked twice (the 400 check, the run's specs).
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    problem = _checked.get(digest)
+    if problem is None:
+        problem = _problem(found)
+        _checked[digest] = problem
+        while len(_checked) > CHECKED_CACHE_SIZE:
+            _checked.pop(next(iter(_checked)))
+    if problem:
+        raise SchemaRefused(problem)
+
+
+CHECKED_CACHE_SIZE = 256
+_checked: dict[bytes, str] = {}  # a schema's JSON digest → its problem, or ""
+
+
+def _problem(found: _Found) -> str:
+    """The first problem of the refs and keywords the walk found, or ""."""
+    try:
+        _check_found(found)
+    except SchemaRefused as refused:
+        return str(refused)
+    return ""
+
+
+def _check_found(found: _Found) -> None:
     for ref in found.refs:
         if not ref.startswith("#") or (ref != "#" and not ref.startswith("#/")):
             raise SchemaRefused(f"the $ref {_quote(ref)} does not point inside the schema; only local '#/…' references are followed")

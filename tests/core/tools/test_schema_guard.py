@@ -162,6 +162,10 @@ def test_patterns_re2_cannot_compile_are_refused_naming_the_pattern() -> None:
             spec(with_key({"type": "string", "pattern": pattern}))
         with pytest.raises(ValueError, match="cannot be compiled by RE2"):
             spec({"type": "object", "patternProperties": {pattern: {}}})
+    # UTF-8, and so RE2, cannot hold a lone surrogate: refused in a pattern, matched as U+FFFD in arguments.
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        spec(with_key({"type": "string", "pattern": "\ud800"}))
+    assert "does not match" in error_of(parse(spec(with_key({"type": "string", "pattern": "^a$"})), {"key": "\ud800"}))
 
 
 @pytest.mark.timeout(60)
