@@ -272,7 +272,10 @@ class DiscordAdapter:
         self.client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         # What the read_conversation tool reads through (thread context uses the same reading function).
-        self.reader = DiscordReader(client=lambda: self.client, message_content=settings.discord_message_content_intent)
+        self.reader = DiscordReader(
+            client=lambda: self.client, message_content=settings.discord_message_content_intent,
+            budget=self.budgets.global_budget,
+        )
         self._connection: asyncio.Task[None] | None = None
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:

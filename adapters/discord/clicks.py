@@ -153,7 +153,10 @@ class DiscordClicks:
                 view = await self._approvals.view(continuation_id)
                 if view is None:
                     return
-                for other in await calls.read_history(channel, limit=PART_SCAN_MESSAGES, around=clicked):  # type: ignore[arg-type]
+                found = await calls.read_history(
+                    channel, limit=PART_SCAN_MESSAGES, around=clicked, budget=self._surfaces.budgets.global_budget,  # type: ignore[arg-type]
+                )
+                for other in found:
                     if other.id == clicked.id or other.author.id != me.id:
                         continue
                     part = buttons.part_of_message(continuation_id, buttons.custom_ids_of(other))

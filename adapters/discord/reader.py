@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import discord
 
+from adapters.streaming import RateBudget
 from core.requests import ConversationKey, PriorMessage
 from core.tools.context import ConversationUnreadable, ReadScope
 
@@ -16,13 +17,14 @@ from . import transport_calls as calls
 
 
 async def history(
-    channel: discord.abc.Messageable, *, limit: int, me: discord.abc.User, before: discord.abc.Snowflake | None = None
+    channel: discord.abc.Messageable, *, limit: int, me: discord.abc.User, before: discord.abc.Snowflake | None = None,
+    budget: RateBudget | None = None,
 ) -> list[PriorMessage]:
     """The newest `limit` messages of a channel or thread (those before `before` when given), the ones with
     text, oldest first. Only this bot's own messages are its words; other bots and webhooks are quoted like
     people. Raises what the door raises (adapters/discord/transport_calls.py)."""
     prior: list[PriorMessage] = []
-    for earlier in await calls.read_history(channel, limit=limit, before=before):
+    for earlier in await calls.read_history(channel, limit=limit, before=before, budget=budget):
         text = render.clean_question(earlier.content)
         if text:
             prior.append(PriorMessage(
@@ -39,9 +41,12 @@ class DiscordReader:
     the bot, so a guild conversation is not read at all (the tool says why); DMs are readable either way.
     """
 
-    def __init__(self, *, client: Callable[[], discord.Client | None], message_content: bool) -> None:
+    def __init__(
+        self, *, client: Callable[[], discord.Client | None], message_content: bool, budget: RateBudget | None = None
+    ) -> None:
         self._client = client
         self._message_content = message_content
+        self._budget = budget  # the bot-wide budget: a read of the tool waits behind the answers
 
     async def read(self, conversation: ConversationKey, *, scope: ReadScope, limit: int) -> list[PriorMessage]:
         # A guild conversation's workspace is the guild's id; a DM's is not a number.
@@ -56,6 +61,7 @@ class DiscordReader:
         # and a DM have only their channel. "channel" in a thread is the channel the thread is in.
         place = conversation.thread if scope == "thread" and conversation.thread.isdigit() else conversation.channel
         try:
-            return await history(client.get_partial_messageable(int(place), guild_id=guild_id), limit=limit, me=me)
+            channel = client.get_partial_messageable(int(place), guild_id=guild_id)
+            return await history(channel, limit=limit, me=me, budget=self._budget)
         except Exception as error:
             raise ConversationUnreadable("failed") from error

@@ -25,6 +25,8 @@ T = TypeVar("T")
 FAST_LANE_MAX_WAIT_S = 1.0
 FAST_LANE_ATTEMPTS = 3
 THREAD_ALREADY_CREATED = 160004
+# discord.py reads a channel's history 100 messages a call.
+HISTORY_PAGE = 100
 
 
 async def post_message(
@@ -63,9 +65,13 @@ async def remove_message(message: discord.Message | discord.PartialMessage) -> N
 
 async def read_history(
     channel: discord.abc.Messageable, *, limit: int, before: discord.abc.Snowflake | None = None,
-    around: discord.abc.Snowflake | None = None,
+    around: discord.abc.Snowflake | None = None, budget: RateBudget | None = None,
 ) -> list[discord.Message]:
-    """Up to `limit` messages, newest first (discord.py pages them and waits out short 429s)."""
+    """Up to `limit` messages, newest first (discord.py pages them and waits out short 429s). With `budget`
+    (the bot-wide one), each page of 100 takes a call of it first, behind the answers."""
+    if budget is not None:
+        for _ in range(max(1, -(-limit // HISTORY_PAGE))):
+            await budget.acquire(Priority.INTERMEDIATE)
 
     async def read() -> list[discord.Message]:
         return [message async for message in channel.history(limit=limit, before=before, around=around)]

@@ -3,6 +3,7 @@ work, past the nonce's window), and Discord's errors are read by one rule (perma
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import discord
@@ -14,6 +15,7 @@ from adapters.discord.transport_http import OutcomeUnknown, is_permanent
 from adapters.streaming import MonotonicClock, TransientSendError
 from adapters.streaming.transport import PermanentSendError
 from core.ports import FinalPart, PendingFinal
+from core.requests import ConversationKey
 from core.store.db import Database
 from core.store.pending_finals import PendingFinals
 from tests.adapters.discord.harness import bot_messages, make_world, running_bot, wait_for_text
@@ -179,3 +181,21 @@ async def test_an_interaction_is_answered_while_the_channels_deliveries_wait_out
         interaction_id = await dc.invoke_slash("ask", {"question": "now?"}, w.alice, w.channel_id)
         responses = await dc.wait_for(lambda: dc.interaction_responses(interaction_id), 2.5, what="the deferral")
     assert responses[0].kind == "callback" and responses[0].callback_type == 5
+
+
+async def test_reading_a_conversation_takes_a_call_of_the_bot_wide_budget_first(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    await dc.send_user_message(w.channel_id, w.alice, "earlier words")
+    async with running_bot(dc, db, openai_emulator, discord_message_content_intent=True) as (adapter, _):
+        conversation = ConversationKey(platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id))
+        assert adapter.budgets.global_budget is not None
+        adapter.budgets.global_budget.penalize(1.5)
+        reading = asyncio.create_task(adapter.reader.read(conversation, scope="channel", limit=10))
+        await asyncio.sleep(0.3)
+        # Paused by a 429 on the bot-wide limit: the read waits for it instead of adding to it.
+        assert dc.requests_to("message_list") == [] and not reading.done()
+        read = await reading
+    assert [m.text for m in read] == ["earlier words"]
