@@ -131,4 +131,8 @@ class LoopWatch:
             if getattr(task.get_coro(), "cr_running", False):
                 runs = [value for value in context.values() if isinstance(value, RunInfo)]
                 return task, runs[0] if runs else None
-        return None, None
+        # A task from before the watch started (the main one): named if asyncio says, its run unknown.
+        try:
+            return asyncio.current_task(self._loop), None
+        except Exception:  # reading another thread's loop is CPython's dict today, not a promise
+            return None, None
