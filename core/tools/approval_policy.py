@@ -1,7 +1,8 @@
 """Whether a tool call waits for a person, and why: admin policy layers over the tool's own rule and flag.
 
 An admin rule for a tool is `always`, `never`, or `{"when": {argument: value or "/regex/"}}` (approval
-exactly when every named argument matches). Rules come in layers, each from one source (a setting, the MCP
+exactly when every named argument matches; a regex is RE2's, matched in time linear in the argument, since
+the model writes the arguments and a channel's admin may write the rule). Rules come in layers, each from one source (a setting, the MCP
 trust settings; later a channel's settings, whose layer can read the call's channel from the context).
 The first layer with a rule for the tool decides; with none, the tool's `approval_rule`, then its
 `requires_approval` flag. `ToolExecutor.needs_approval` asks `ToolApprovals.decide`; `relaybot tools`
@@ -11,11 +12,13 @@ asks `ToolApprovals.summary`, which needs no arguments.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import re2
+
+from core.tools import schemas
 from core.tools.context import ToolContext
 from core.tools.registry import ToolSpec
 
@@ -29,11 +32,11 @@ TOOL_RULE = "the tool's own rule for its arguments"
 
 @dataclass(frozen=True)
 class ArgumentMatch:
-    """One condition of a `when` rule: the argument equals `value`, or (as text) matches `pattern`."""
+    """One condition of a `when` rule: the argument equals `value`, or (as text) matches the RE2 `pattern`."""
 
     argument: str
     value: Any = None
-    pattern: re.Pattern[str] | None = None
+    pattern: str | None = None
 
     def matches(self, arguments: Mapping[str, Any]) -> bool:
         if self.argument not in arguments:
@@ -42,11 +45,11 @@ class ArgumentMatch:
         if self.pattern is None:
             return bool(actual == self.value)
         text = actual if isinstance(actual, str) else json.dumps(actual, ensure_ascii=False)
-        return self.pattern.search(text) is not None
+        return schemas.search(self.pattern, text)
 
     def describe(self) -> str:
         if self.pattern is not None:
-            return f"{self.argument}={REGEX_DELIMITER}{self.pattern.pattern}{REGEX_DELIMITER}"
+            return f"{self.argument}={REGEX_DELIMITER}{self.pattern}{REGEX_DELIMITER}"
         return f"{self.argument}={json.dumps(self.value, ensure_ascii=False)}"
 
 
@@ -179,10 +182,14 @@ def parse_rule(tool: str, raw: Any) -> PolicyRule:
     conditions = []
     for argument, expected in raw["when"].items():
         if isinstance(expected, str) and len(expected) >= 2 and expected.startswith(REGEX_DELIMITER) and expected.endswith(REGEX_DELIMITER):
+            pattern = expected[1:-1]
             try:
-                pattern = re.compile(expected[1:-1])
-            except re.error as error:
-                raise ValueError(f"the rule for {tool!r} has an invalid regex for {argument!r}: {error}") from None
+                schemas.compiled(pattern)
+            except re2.error as error:
+                raise ValueError(
+                    f"the rule for {tool!r} has an invalid regex for {argument!r}: {schemas.re2_error_text(error)} "
+                    "(RE2 syntax: look-arounds and back-references are not supported)"
+                ) from None
             conditions.append(ArgumentMatch(str(argument), pattern=pattern))
         else:
             conditions.append(ArgumentMatch(str(argument), value=expected))

@@ -128,12 +128,17 @@ def _counted(keyword: Keyword, weight: int, *, compares: bool) -> Keyword:
     return counted
 
 
-def _search(pattern: str, text: str) -> bool:
-    _charge(1 + len(text) // PATTERN_CHARS_PER_STEP)
+def search(pattern: str, text: str) -> bool:
+    """Whether RE2 finds `pattern` in `text`, in time linear in the text (re2.error for a pattern it refuses)."""
     try:
         return compiled(pattern).search(text) is not None
     except UnicodeEncodeError:  # a lone surrogate, which UTF-8 (and so RE2) cannot hold: matched as U+FFFD
         return compiled(pattern).search(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")) is not None
+
+
+def _search(pattern: str, text: str) -> bool:
+    _charge(1 + len(text) // PATTERN_CHARS_PER_STEP)
+    return search(pattern, text)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:

@@ -18,7 +18,7 @@ from core.requests import ConversationKey
 from core.store.db import Database
 from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolRegistry, ToolResult, ToolSpec, builtin_registry
 from core.tools import schemas
-from core.tools.approval_policy import ToolApprovals
+from core.tools.approval_policy import StaticLayer, ToolApprovals, parse_policy
 from core.tools.mcp.config import parse_servers
 from core.tools.mcp.tools import McpTools
 from tests.core.engine.support import events_of, request, tool_messages
@@ -166,6 +166,18 @@ def test_patterns_re2_cannot_compile_are_refused_naming_the_pattern() -> None:
     with pytest.raises(ValueError, match="not valid Unicode"):
         spec(with_key({"type": "string", "pattern": "\ud800"}))
     assert "does not match" in error_of(parse(spec(with_key({"type": "string", "pattern": "^a$"})), {"key": "\ud800"}))
+
+
+@pytest.mark.timeout(60)
+def test_approval_rule_regexes_are_re2_too_a_channel_admin_may_write_them() -> None:
+    rules = parse_policy({"post": {"when": {"text": "/^(a+)+$/"}}})
+    approvals = ToolApprovals([StaticLayer("channel", rules)])
+    tool = spec(with_key({"type": "string"}), name="post")
+    assert not approvals.decide(tool, {"text": "a" * 5000 + "!"}, CTX).needs_approval
+    assert approvals.decide(tool, {"text": "aaaa"}, CTX).needs_approval
+    assert approvals.summary(tool).reason == "when text=/^(a+)+$/: channel"
+    with pytest.raises(ValueError, match="invalid regex for 'text'.*RE2"):
+        parse_policy({"post": {"when": {"text": "/^(?!safe)/"}}})
 
 
 @pytest.mark.timeout(60)
