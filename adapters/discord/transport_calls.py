@@ -128,18 +128,28 @@ async def _fast(make_call: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")
 
 
+async def _respond_once(interaction: discord.Interaction, make_call: Callable[[], Awaitable[object]]) -> None:
+    """The interaction's one response. One whose reply was lost most likely arrived (Discord refuses a
+    second with "already acknowledged"), so the handler goes on as if it had: what comes next (edits,
+    followups) says whether it did."""
+    try:
+        await _fast(make_call)
+    except OutcomeUnknown as exc:
+        log.warning("the response to interaction %s had no answer (%s); going on as if it arrived", interaction.id, exc)
+
+
 async def respond(interaction: discord.Interaction, content: str, *, ephemeral: bool = True, **fields: Any) -> None:
     """The interaction's one response, a message (only the clicker sees it unless told)."""
-    await _fast(lambda: interaction.response.send_message(content, ephemeral=ephemeral, **fields))
+    await _respond_once(interaction, lambda: interaction.response.send_message(content, ephemeral=ephemeral, **fields))
 
 
 async def acknowledge(interaction: discord.Interaction, *, ephemeral: bool = False, thinking: bool = False) -> None:
     """The interaction's one response, "later": within 3 s, the real answer comes by edit or followup."""
-    await _fast(lambda: interaction.response.defer(ephemeral=ephemeral, thinking=thinking))
+    await _respond_once(interaction, lambda: interaction.response.defer(ephemeral=ephemeral, thinking=thinking))
 
 
 async def show_modal(interaction: discord.Interaction, modal: discord.ui.Modal) -> None:
-    await _fast(lambda: interaction.response.send_modal(modal))
+    await _respond_once(interaction, lambda: interaction.response.send_modal(modal))
 
 
 async def update_original(interaction: discord.Interaction, **fields: Any) -> discord.InteractionMessage:

@@ -199,3 +199,17 @@ async def test_reading_a_conversation_takes_a_call_of_the_bot_wide_budget_first(
         assert dc.requests_to("message_list") == [] and not reading.done()
         read = await reading
     assert [m.text for m in read] == ["earlier words"]
+
+
+async def test_an_ask_whose_deferral_answered_500_after_the_work_is_still_answered(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text(ANSWER))
+    async with running_bot(dc, db, openai_emulator):
+        dc.fail_after_work("interaction_callback", status=500)
+        interaction_id = await dc.invoke_slash("ask", {"question": "which first?"}, w.alice, w.channel_id)
+        await wait_for_text(dc, w.channel_id, ANSWER)
+    # One deferral: sent again, Discord would refuse it as already acknowledged and the answer would be lost.
+    assert [r.kind for r in dc.interaction_responses(interaction_id)].count("callback") == 1
