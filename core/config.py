@@ -37,6 +37,7 @@ HINTS: dict[str, str] = {
     "LLM_REQUEST_TIMEOUT_S": "a number of seconds, e.g. 60",
     "LLM_IDLE_TIMEOUT_S": "a number of seconds, e.g. 30",
     "LLM_MODEL_OVERRIDES": 'a JSON object, e.g. {"context_limit": 32000, "supports_vision": false}',
+    "LLM_MODEL": "the model's name at the provider, e.g. gpt-4o-mini",
     "LLM_TEMPERATURE": "a number between 0 and 2, or leave it unset",
     "LLM_MAX_TOKENS": "a whole number of tokens, or 0 for the model's own limit",
     "SYSTEM_PROMPT_FILE": "the path of a readable text file, or leave it unset",
@@ -165,7 +166,7 @@ class Settings(BaseSettings):
     # Language model
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str = Field(default="", repr=False)
-    llm_model: str = "gpt-4o-mini"
+    llm_model: str = Field(default="gpt-4o-mini", min_length=1)
     llm_upstream_model: str | None = None
     llm_model_overrides: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict)
     llm_request_timeout_s: float = Field(default=60.0, gt=0)

@@ -165,7 +165,8 @@ def test_model_overrides_in_range_are_read_as_numbers_and_flags() -> None:
 @pytest.mark.parametrize(
     ("variable", "value"),
     [("LLM_REQUEST_TIMEOUT_S", "inf"), ("SHUTDOWN_GRACE_S", "nan"), ("LLM_TEMPERATURE", "-1"), ("LLM_MAX_TOKENS", "-5"),
-     ("EMBEDDING_DIMENSION", "0"), ("INGEST_MAX_URL_BYTES", "0"), ("SYSTEM_PROMPT_FILE", "/nonexistent/prompt.md")],
+     ("EMBEDDING_DIMENSION", "0"), ("INGEST_MAX_URL_BYTES", "0"), ("SYSTEM_PROMPT_FILE", "/nonexistent/prompt.md"),
+     ("LLM_MODEL", "")],
 )
 def test_values_that_would_fail_later_are_refused_at_load(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
     monkeypatch.setenv(variable, value)
