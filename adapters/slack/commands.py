@@ -10,7 +10,7 @@ from slack_sdk.errors import SlackApiError
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import Gate
+from adapters.gate import EventNotRecorded, Gate
 from core.engine import Engine
 from core.requests import Actor, ConversationKey, Request
 
@@ -59,7 +59,13 @@ class SlackCommands:
                             else wording.direct_messages_members_only() if direct else wording.ask_not_allowed())
                 return
             # Slack does not retry commands, but two processes must never both take one.
-            if not await self._gate.first_time(f"command:{body.get('trigger_id') or ''}"):
+            try:
+                if not await self._gate.first_time(f"command:{body.get('trigger_id') or ''}"):
+                    return
+            except EventNotRecorded:
+                # Nothing redelivers a command: the asker hears why now rather than never.
+                logger.warning("a /ask could not be recorded (database down); telling the asker", exc_info=True)
+                await _tell(respond, wording.database_unreachable())
                 return
             shown = fit(sentence(wording.asked(slack_wording.mention(user), safe_markdown(question))), MAX_MESSAGE_TEXT_CHARS)
             try:
