@@ -213,3 +213,19 @@ async def test_an_ask_whose_deferral_answered_500_after_the_work_is_still_answer
         await wait_for_text(dc, w.channel_id, ANSWER)
     # One deferral: sent again, Discord would refuse it as already acknowledged and the answer would be lost.
     assert [r.kind for r in dc.interaction_responses(interaction_id)].count("callback") == 1
+
+
+async def test_a_re_post_answered_with_the_first_message_for_its_nonce_shows_the_new_text(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """Within the nonce's window Discord returns the first message, which shows the first attempt's text."""
+    dc = discord_emulator
+    w = make_world(dc)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        transport = ChannelTransport(adapter.client.get_partial_messageable(w.channel_id))
+        dc.fail_after_work("message_create", kind="drop")
+        with pytest.raises(TransientSendError):
+            await transport.post("the data ▌", key="answer-3:0")
+        message_id = await transport.post("the database first", key="answer-3:0")
+    [posted] = bot_messages(dc, w.channel_id)
+    assert (str(posted.id), posted.content) == (message_id, "the database first")
