@@ -1,4 +1,4 @@
-"""Splits long text into message-sized parts at natural boundaries, keeping code fences balanced."""
+"""Splits long text into message-sized parts at natural boundaries, keeping code fences balanced and characters (grapheme clusters) whole."""
 
 from __future__ import annotations
 
