@@ -14,6 +14,7 @@ import functools
 import hashlib
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -21,7 +22,7 @@ from urllib.parse import unquote
 import re2
 import referencing
 import referencing.exceptions
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from jsonschema.validators import extend
 
@@ -40,6 +41,13 @@ ERROR_STEPS = 10  # making an error (its message, its path) costs about ten keyw
 PATTERN_CHARS_PER_STEP = 1_000
 # The best of the first errors is as good a sentence for the model as the best of all; the rest is not looked for.
 MAX_ERRORS_RANKED = 20
+# RE2's limits for one pattern: its memory (a bigger program is refused while compiling), its length and its
+# program's size (matching time grows with it); a schema's distinct patterns, and the time compiling them.
+RE2_MAX_MEM_BYTES = 256 * 1024
+MAX_PATTERN_CHARS = 1_000
+MAX_PATTERN_PROGRAM = 5_000
+MAX_SCHEMA_PATTERNS = 100
+PATTERN_COMPILE_BUDGET_S = 0.05
 # Their evaluation re-walks the schema for every object or array they see, outside the step count.
 UNSUPPORTED_KEYWORDS = ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
 # Keywords whose value is one schema, a list of schemas, or names mapped to schemas (2020-12 and draft 7).
@@ -71,19 +79,35 @@ def _re2_options() -> Any:
     options = re2.Options()
     options.log_errors = False  # a refused pattern is the writer's mistake, said in the 400; not a line on stderr
     options.never_capture = True  # only whether it matches is asked
+    options.max_mem = RE2_MAX_MEM_BYTES
     return options
 
 
 _OPTIONS = _re2_options()
 
 
-@functools.lru_cache(maxsize=2048)
-def compiled(pattern: str) -> Any:
-    """The RE2 program for a pattern (re2.error when RE2 cannot compile it)."""
+@functools.lru_cache(maxsize=4096)
+def _program(pattern: str) -> tuple[Any, str]:
+    """The RE2 program for a pattern and "", or None and why not (refusals are kept too: they cost as much)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return None, f"it is longer than {MAX_PATTERN_CHARS} characters"
     try:
-        return re2.compile(pattern, options=_OPTIONS)
+        program = re2.compile(pattern, options=_OPTIONS)
     except UnicodeEncodeError:
-        raise re2.error("it is not valid Unicode (a lone surrogate)") from None
+        return None, "it is not valid Unicode (a lone surrogate)"
+    except re2.error as error:
+        return None, re2_error_text(error)
+    if program.programsize > MAX_PATTERN_PROGRAM:
+        return None, f"its RE2 program has {program.programsize} instructions; at most {MAX_PATTERN_PROGRAM} are accepted"
+    return program, ""
+
+
+def compiled(pattern: str) -> Any:
+    """The RE2 program for a pattern (re2.error saying why when it is refused)."""
+    program, problem = _program(pattern)
+    if program is None:
+        raise re2.error(problem)
+    return program
 
 
 def re2_error_text(error: BaseException) -> str:
@@ -137,7 +161,8 @@ def search(pattern: str, text: str) -> bool:
 
 
 def _search(pattern: str, text: str) -> bool:
-    _charge(1 + len(text) // PATTERN_CHARS_PER_STEP)
+    # RE2's time is linear in the text, times a factor that grows with the program when its DFA gives way.
+    _charge(1 + len(text) * (1 + compiled(pattern).programsize // 64) // PATTERN_CHARS_PER_STEP)
     return search(pattern, text)
 
 
@@ -214,47 +239,79 @@ GuardedValidator = extend(
 
 # ----- checking a schema once -------------------------------------------------------------------
 
-_RE2_FORMATS = FormatChecker(formats=())
+_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 
 
-@_RE2_FORMATS.checks("regex", raises=re2.error)
-def _is_re2(instance: object) -> bool:
-    return not isinstance(instance, str) or compiled(instance) is not None
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_TYPES = ["array", "boolean", "integer", "null", "number", "object", "string"]
-_SUB: dict[str, Any] = {"type": ["object", "boolean"]}
-_SUBS: dict[str, Any] = {"type": "array", "minItems": 1, "items": _SUB}
-_SUB_MAP: dict[str, Any] = {"type": "object", "additionalProperties": _SUB}
-_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
-_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
-# The 2020-12 meta-schema's rules for one schema's own keywords, without descending: each schema inside is
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, (dict, bool))
+
+
+def _pattern_says(value: Any) -> str:
+    if not isinstance(value, str):
+        return "must be a string"
+    try:
+        compiled(value)
+    except re2.error as error:
+        reason = re2_error_text(error)
+        # RE2's own syntax errors: what the writer most likely used is a Perl feature RE2 leaves out.
+        hint = "; look-arounds and back-references are not supported" if reason.startswith("invalid") else ""
+        return f"{_quote(value)} cannot be compiled by RE2: {reason}{hint}"
+    return ""
+
+
+def _type_says(value: Any) -> str:
+    names = value if isinstance(value, list) else [value]
+    ok = names and all(isinstance(name, str) and name in _TYPES for name in names) and len(set(names)) == len(names)
+    return "" if ok else f"must be one of {', '.join(sorted(_TYPES))}, or a list of them without repeats"
+
+
+def _strings_says(value: Any) -> str:
+    ok = isinstance(value, list) and all(isinstance(item, str) for item in value) and len(set(value)) == len(value)
+    return "" if ok else "must be a list of different strings"
+
+
+def _says(ok: Callable[[Any], bool], wanted: str) -> Callable[[Any], str]:
+    return lambda value: "" if ok(value) else f"must be {wanted}"
+
+
+_SCHEMA = _says(_is_schema, "a schema (an object or a boolean)")
+_SCHEMAS = _says(lambda v: isinstance(v, list) and bool(v) and all(map(_is_schema, v)), "a non-empty list of schemas")
+_SCHEMA_MAP_SAYS = _says(lambda v: isinstance(v, dict) and all(map(_is_schema, v.values())), "an object of schemas")
+_COUNT = _says(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a non-negative integer")
+
+
+def _pattern_properties_says(value: Any) -> str:
+    problem = _SCHEMA_MAP_SAYS(value)
+    return problem or next((said for key in value if (said := _pattern_says(key))), "")
+
+
+# What the 2020-12 meta-schema asks of one schema's own keywords, without descending: each schema inside is
 # checked on its own (the walk finds them all), so the check is linear in the schema's size. The meta-schema
-# itself, with its $dynamicRefs, takes about 4 ms per kB of schema: a quarter of a second for the largest one.
-_ONE_NODE = {
-    "type": "object",
-    "properties": {
-        "type": {"anyOf": [{"enum": _TYPES}, {"type": "array", "items": {"enum": _TYPES}, "minItems": 1, "uniqueItems": True}]},
-        "enum": {"type": "array"},
-        "required": _STRINGS,
-        "multipleOf": {"type": "number", "exclusiveMinimum": 0},
-        **{key: {"type": "number"} for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")},
-        **{key: _COUNT for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
-                                   "minContains", "maxContains")},
-        "uniqueItems": {"type": "boolean"},
-        "pattern": {"type": "string", "format": "regex"},
-        "patternProperties": {**_SUB_MAP, "propertyNames": {"format": "regex"}},
-        **{key: _SUB_MAP for key in ("properties", "$defs", "definitions", "dependentSchemas")},
-        **{key: _SUBS for key in ("allOf", "anyOf", "oneOf", "prefixItems")},
-        **{key: _SUB for key in ("items", "not", "if", "then", "else", "contains", "additionalProperties", "propertyNames",
-                                 "contentSchema")},
-        "dependentRequired": {"type": "object", "additionalProperties": _STRINGS},
-        **{key: {"type": "string"} for key in ("$ref", "$id", "$schema", "$anchor", "$comment", "title", "description",
-                                               "format", "contentEncoding", "contentMediaType")},
-        **{key: {"type": "boolean"} for key in ("readOnly", "writeOnly", "deprecated")},
-    },
+# itself, with its $dynamicRefs, took about 4 ms per kB: a quarter of a second for the largest schema.
+_KEYWORDS: dict[str, Callable[[Any], str]] = {
+    "type": _type_says,
+    "enum": _says(lambda v: isinstance(v, list), "a list"),
+    "required": _strings_says,
+    "multipleOf": _says(lambda v: _is_number(v) and v > 0, "a number above 0"),
+    **{key: _says(_is_number, "a number") for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")},
+    **{key: _COUNT for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+                               "minContains", "maxContains")},
+    **{key: _says(lambda v: isinstance(v, bool), "true or false") for key in ("uniqueItems", "readOnly", "writeOnly", "deprecated")},
+    "pattern": _pattern_says,
+    "patternProperties": _pattern_properties_says,
+    **{key: _SCHEMA_MAP_SAYS for key in ("properties", "$defs", "definitions", "dependentSchemas")},
+    **{key: _SCHEMAS for key in ("allOf", "anyOf", "oneOf", "prefixItems")},
+    **{key: _SCHEMA for key in ("items", "not", "if", "then", "else", "contains", "additionalProperties", "propertyNames",
+                                "contentSchema")},
+    "dependentRequired": _says(lambda v: isinstance(v, dict) and not any(map(_strings_says, v.values())),
+                               "an object of lists of different strings"),
+    **{key: _says(lambda v: isinstance(v, str), "a string") for key in (
+        "$ref", "$id", "$schema", "$anchor", "$comment", "title", "description", "format", "contentEncoding", "contentMediaType")},
 }
-_NODE_CHECKER = Draft202012Validator(_ONE_NODE, format_checker=_RE2_FORMATS)
 
 
 def check_schema(schema: Any) -> None:
@@ -291,16 +348,40 @@ def _problem(found: _Found) -> str:
     return ""
 
 
+def _check_patterns(found: _Found) -> None:
+    patterns = {pattern for _, node in found.nodes for pattern in _patterns_of(node)}
+    if len(patterns) > MAX_SCHEMA_PATTERNS:
+        raise SchemaRefused(f"it has {len(patterns)} different patterns; at most {MAX_SCHEMA_PATTERNS} are accepted")
+    # A few patterns take RE2 tens of milliseconds to compile (or to refuse): a schema may spend only so long on them.
+    started = time.perf_counter()
+    for pattern in sorted(patterns):
+        _program(pattern)
+        if time.perf_counter() - started > PATTERN_COMPILE_BUDGET_S:
+            raise SchemaRefused(f"its patterns take RE2 more than {PATTERN_COMPILE_BUDGET_S * 1000:g} ms to compile; simplify them")
+
+
+def _patterns_of(node: dict[str, Any]) -> list[str]:
+    found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+    named = node.get("patternProperties")
+    return found + [key for key in named if isinstance(key, str)] if isinstance(named, dict) else found
+
+
 def _check_found(found: _Found) -> None:
     for ref in found.refs:
         if not ref.startswith("#") or (ref != "#" and not ref.startswith("#/")):
             raise SchemaRefused(f"the $ref {_quote(ref)} does not point inside the schema; only local '#/…' references are followed")
         if unquote(ref[1:]) not in found.schemas:
             raise SchemaRefused(f"the $ref {_quote(ref)} points at no schema inside this one")
+    _check_patterns(found)
     for pointer, node in sorted(found.nodes, key=lambda item: item[0]):
-        error = best_match(_NODE_CHECKER.iter_errors(node))
-        if error is not None:
-            raise SchemaRefused(_schema_error(error, pointer))
+        for keyword, value in node.items():
+            check = _KEYWORDS.get(keyword)
+            problem = check(value) if check is not None else ""
+            if problem:
+                where = f"{pointer}/{_escape(keyword)}".lstrip("/")
+                if keyword in ("pattern", "patternProperties") and "RE2" in problem:
+                    raise SchemaRefused(f"the pattern {problem} (at '{where}')")
+                raise SchemaRefused(f"it is not a valid JSON schema (at '{where}'): {keyword} {problem}")
 
 
 class _Found:
@@ -353,16 +434,6 @@ def _escape(key: str) -> str:
 
 def _quote(text: str) -> str:
     return repr(text if len(text) <= 120 else text[:117] + "...")
-
-
-def _schema_error(error: ValidationError, pointer: str) -> str:
-    where = "/".join([pointer.lstrip("/")] * bool(pointer) + [str(part) for part in error.absolute_path])
-    location = f" (at '{where}')" if where else ""
-    if error.validator == "format" and error.validator_value == "regex":
-        cause = f": {re2_error_text(error.cause)}" if error.cause else ""
-        return (f"the pattern {_quote(str(error.instance))}{location} cannot be compiled by RE2{cause}; "
-                "look-arounds and back-references are not supported")
-    return f"it is not a valid JSON schema{location}: {_quote(error.message)}"
 
 
 # ----- applying it ------------------------------------------------------------------------------

@@ -162,6 +162,12 @@ def test_patterns_re2_cannot_compile_are_refused_naming_the_pattern() -> None:
             spec(with_key({"type": "string", "pattern": pattern}))
         with pytest.raises(ValueError, match="cannot be compiled by RE2"):
             spec({"type": "object", "patternProperties": {pattern: {}}})
+    # Patterns whose programs are big (slow to compile, slower to match) are refused, and so are too many.
+    for pattern, words in (("x" * 1001, "longer than"), (".{1000}", "instructions"), ("\\pL{1000}", "too large")):
+        with pytest.raises(ValueError, match=words):
+            spec(with_key({"type": "string", "pattern": pattern}))
+    with pytest.raises(ValueError, match=f"at most {schemas.MAX_SCHEMA_PATTERNS} are accepted"):
+        spec({"type": "object", "properties": {f"p{i}": {"pattern": f"^x{i}$"} for i in range(schemas.MAX_SCHEMA_PATTERNS + 1)}})
     # UTF-8, and so RE2, cannot hold a lone surrogate: refused in a pattern, matched as U+FFFD in arguments.
     with pytest.raises(ValueError, match="not valid Unicode"):
         spec(with_key({"type": "string", "pattern": "\ud800"}))
