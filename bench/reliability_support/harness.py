@@ -55,6 +55,8 @@ class Stage:
         self.processes: list[BotProcess] = []
         self.database_url = ""
         self._started = 0.0
+        # Text shown twice anywhere in an answer counts as duplicated (see tally.intact); set by a scenario.
+        self.strict = False
 
     async def __aenter__(self) -> Stage:
         self._started = time.monotonic()
@@ -152,7 +154,7 @@ class Stage:
         assert self.side is not None
         want = self.script.expected(question.marker) if expected is True else (expected or None)
         texts = self.side.answer_texts(question)  # type: ignore[arg-type]
-        return read_answer(question.marker, want, texts)
+        return read_answer(question.marker, want, texts, strict=self.strict)
 
     async def settle(self, questions: Sequence[Question], *, limit_s: float, expected: str | None | bool = True,
                      stall_s: float = STALL_S) -> bool:
@@ -193,6 +195,19 @@ class Stage:
                         out.write(f"    | {text[:300]!r}{' …' if len(text) > 300 else ''} ({len(text)} chars)\n")
 
     # --- database ---
+
+    async def count_rows(self, table: str) -> int | None:
+        """Rows in one of the bot's tables now; None while the database cannot be reached."""
+
+        def count() -> int:
+            with psycopg.connect(self.database_url, connect_timeout=2) as conn:
+                row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            return int(row[0]) if row else 0
+
+        try:
+            return await asyncio.to_thread(count)
+        except psycopg.Error:
+            return None
 
     async def reminder_runs(self) -> dict[str, int]:
         """Reminder rows per question marker: how many times each approved create_reminder call ran."""

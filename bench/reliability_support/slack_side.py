@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.emulators.slack import SlackEmulator, app_mention_event
+from tests.emulators.slack.server import EVENT_RETRY_DELAYS_S
 
 from .tally import leaks_traceback
 
@@ -51,14 +52,26 @@ class SlackSide:
         return f"C{index:07d}R"
 
     async def ask(self, marker: str, *, channel_index: int = 0, text: str | None = None,
-                  url: str | None = None) -> SlackQuestion:
+                  url: str | None = None, deliver: bool = True) -> SlackQuestion:
+        """The question posted and (unless `deliver` is False) its event delivered, retried while not acked."""
         channel = self.channel(channel_index)
         full = f"<@{self.slack.bot_user_id}> {text or f'What is the status of {marker}?'}"
         ts = self.slack.add_user_message(channel, full, USER)
         event = app_mention_event(text=full, user=USER, channel=channel, ts=ts, team_id=self.slack.team_id)
         question = SlackQuestion(marker=marker, channel=channel, ts=ts, envelope=self.slack.event_envelope(event))
-        await self.deliver(question.envelope, url=url)
+        if deliver:
+            await self.deliver(question.envelope, url=url)
         return question
+
+    async def deliver_on_slacks_schedule(self, question: SlackQuestion) -> int | None:
+        """Socket Mode: the event pushed again after each push nobody acked within ACK_WAIT_S, at Slack's own
+        delays (at once, after a minute, after five); the attempt that was acked (0 = the first), or None."""
+        acks = await self.slack.push_socket_event_until_acked(question.envelope, timeout_s=ACK_WAIT_S,
+                                                              retry_delays_s=EVENT_RETRY_DELAYS_S)
+        if acks[-1] is None:
+            self.unacked += 1
+            return None
+        return len(acks) - 1
 
     async def deliver(self, envelope: dict[str, Any], *, url: str | None = None, retry: int = 0) -> bool:
         """Pushes an event_callback as Slack does: again while nobody acks it, up to Slack's retries."""

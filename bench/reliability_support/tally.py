@@ -9,6 +9,8 @@ from enum import Enum
 
 # The bot's sentences that end an answer it could not give all start with this sign (adapters/wording.py).
 SENTENCE_SIGN = "⚠️"
+# The one sentence without that sign: a question that could not be recorded (adapters/wording.database_unreachable).
+DATABASE_SENTENCE = "I can't reach my database right now"
 PLACEHOLDER = "thinking…"
 CURSOR = "▌"
 # What a Python traceback or a raw exception looks like once it has leaked into a chat message.
@@ -51,20 +53,39 @@ def end_marker(marker: str) -> str:
     return f"Answer {marker} ends."
 
 
-def read_answer(marker: str, expected: str | None, texts: Sequence[str]) -> Reading:
+def is_sentence(text: str) -> bool:
+    return SENTENCE_SIGN in text or DATABASE_SENTENCE in text
+
+
+def answer_part(texts: Sequence[str]) -> str:
+    """The answer's own text, squashed: each message up to a sentence it ends with, sentence-only messages left out."""
+    kept = [text.split(SENTENCE_SIGN, 1)[0] for text in texts if DATABASE_SENTENCE not in text]
+    return squash("".join(kept))
+
+
+def intact(expected: str, texts: Sequence[str]) -> bool:
+    """Whether the answer text shown is the expected answer or a beginning of it, every piece once, nothing else
+    (a delta appended twice, or a part posted again, breaks it even where the whole answer is also there)."""
+    return squash(expected).startswith(answer_part(texts))
+
+
+def read_answer(marker: str, expected: str | None, texts: Sequence[str], *, strict: bool = False) -> Reading:
     """`texts`: the bot's answer messages for the question, in order (approval messages excluded).
-    `expected` None: the question needs no scripted answer, only an ending (any text, or a sentence)."""
+    `expected` None: the question needs no scripted answer, only an ending (any text, or a sentence).
+    `strict`: text shown twice anywhere in the answer (see intact) counts as duplicated."""
     joined = "\n".join(texts)
     stuck = any(PLACEHOLDER in text or CURSOR in text for text in texts)
-    sentence = any(SENTENCE_SIGN in text for text in texts)
+    sentence = any(is_sentence(text) for text in texts)
     if expected is None:
         whole = bool(texts) and not sentence
     else:
         whole = squash(expected) in squash(joined)
-    sentences = [text for text in texts if SENTENCE_SIGN in text]
+    sentences = [text for text in texts if is_sentence(text)]
     # The answer begun or ended twice, or the same closing sentence posted twice.
     duplicated = (joined.count(begin_marker(marker)) > 1 or joined.count(end_marker(marker)) > 1
                   or len(set(sentences)) < len(sentences))
+    if strict and expected is not None and not intact(expected, texts):
+        duplicated = True
     if stuck:
         outcome = Outcome.LOST
     elif whole:

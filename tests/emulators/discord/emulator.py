@@ -149,6 +149,17 @@ class DiscordEmulator(EmulatorCore):
         out, then answered with `status` ("status") or with the connection dropped before any answer ("drop")."""
         self.faults.arm(route, kind=kind, status=status, times=times)
 
+    def fail_after_work_randomly(self, share: float, *, routes: Sequence[str], kind: FaultKind = "drop",
+                                 seed: int = 0) -> None:
+        """From now on a seeded random `share` of the successful calls of `routes` are carried out, then answered
+        as fail_after_work's `kind` says (a dropped connection by default, or a 500); 0 turns it off."""
+        self.faults.arm_randomly(share, routes=frozenset(routes), kind=kind, seed=seed)
+
+    @property
+    def after_work_faults(self) -> int:
+        """How many calls were carried out and then answered with a fault (armed or random) so far."""
+        return self.faults.fired
+
     def set_nonce_window(self, seconds: float) -> None:
         """How long a message nonce is remembered for enforce_nonce (Discord: a few minutes)."""
         self.nonce_window_s = seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,9 +25,18 @@ class Faults:
 
     armed: list[AfterWorkFault] = field(default_factory=list)
     fired: int = 0
+    # A seeded random share of the calls of some routes, besides the armed ones (see arm_randomly).
+    random_share: float = 0.0
+    random_routes: frozenset[str] = frozenset()
+    random_kind: FaultKind = "drop"
+    _random: random.Random = field(default_factory=random.Random)
 
     def arm(self, route: str, *, kind: FaultKind = "status", status: int = 500, times: int = 1) -> None:
         self.armed.append(AfterWorkFault(route=route, kind=kind, status=status, times=times))
+
+    def arm_randomly(self, share: float, *, routes: frozenset[str], kind: FaultKind, seed: int) -> None:
+        self.random_share, self.random_routes, self.random_kind = share, routes, kind
+        self._random = random.Random(seed)
 
     def take(self, route: str) -> AfterWorkFault | None:
         for fault in self.armed:
@@ -34,7 +44,11 @@ class Faults:
                 fault.times -= 1
                 self.fired += 1
                 return fault
+        if self.random_share > 0 and route in self.random_routes and self._random.random() < self.random_share:
+            self.fired += 1
+            return AfterWorkFault(route=route, kind=self.random_kind, times=0)
         return None
 
     def clear(self) -> None:
         self.armed.clear()
+        self.random_share = 0.0

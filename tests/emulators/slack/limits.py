@@ -155,3 +155,46 @@ class RandomRateLimits:
             return None
         self.count += 1
         return self._random.randint(*self._retry_after_s)
+
+
+class RandomShare:
+    """Picks a seeded random `fraction` of calls (to `methods`, None: every method), e.g. replies to lose."""
+
+    def __init__(self, *, fraction: float, seed: int, methods: frozenset[str] | None) -> None:
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("fraction must be within [0, 1]")
+        self._fraction = fraction
+        self._random = random.Random(seed)
+        self._methods = methods
+        self.count = 0
+
+    def draw(self, method: str) -> bool:
+        if self._methods is not None and method not in self._methods:
+            return False
+        if self._random.random() >= self._fraction:
+            return False
+        self.count += 1
+        return True
+
+
+class Incident:
+    """A Slack incident: every Web API call fails until it ends, a seeded `share_503` of them with 503
+    `service_unavailable`, the others 429 `ratelimited` with a Retry-After (whole seconds) from `retry_after_s`."""
+
+    def __init__(self, *, share_503: float, retry_after_s: tuple[int, int], seed: int) -> None:
+        low, high = retry_after_s
+        if not 1 <= low <= high:
+            raise ValueError("retry_after_s must be (low, high) with 1 <= low <= high")
+        self._share_503 = share_503
+        self._retry_after_s = (low, high)
+        self._random = random.Random(seed)
+        self.count_503 = 0
+        self.count_429 = 0
+
+    def draw(self) -> tuple[int, str, dict[str, str]]:
+        """(HTTP status, error, headers) for the next call."""
+        if self._random.random() < self._share_503:
+            self.count_503 += 1
+            return 503, "service_unavailable", {}
+        self.count_429 += 1
+        return 429, "ratelimited", {"Retry-After": str(self._random.randint(*self._retry_after_s))}

@@ -21,8 +21,10 @@ from .limits import (
     DEFAULT_LIMITS,
     WORKSPACE_POST_LIMIT,
     Fault,
+    Incident,
     MethodLimit,
     RandomRateLimits,
+    RandomShare,
     RateLimiter,
     retry_after_header,
     workspace_post_cap,
@@ -105,6 +107,8 @@ class SlackEmulator:
         self._faults: dict[str, list[Fault]] = {}
         self._lost_replies: dict[str, int] = {}
         self._random_429s: RandomRateLimits | None = None
+        self._random_lost: RandomShare | None = None
+        self._incident: Incident | None = None
         self._socket = SocketHub(app_id=app_id)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -294,6 +298,26 @@ class SlackEmulator:
             methods=frozenset(methods) if methods is not None else None,
         ) if fraction > 0 else None
 
+    def lose_replies_randomly(self, fraction: float, *, methods: list[str] | None = None, seed: int = 0) -> None:
+        """From now on a seeded random `fraction` of the successful calls (to `methods`, default every method) is
+        performed and its reply lost, as lose_reply_next does; `fraction=0` turns it off."""
+        self._random_lost = RandomShare(
+            fraction=fraction, seed=seed, methods=frozenset(methods) if methods is not None else None,
+        ) if fraction > 0 else None
+
+    @property
+    def random_lost_reply_count(self) -> int:
+        """How many replies lose_replies_randomly has dropped so far."""
+        return self._random_lost.count if self._random_lost is not None else 0
+
+    def start_incident(self, *, share_503: float = 0.5, retry_after_s: tuple[int, int] = (1, 10), seed: int = 0) -> Incident:
+        """From now until end_incident every Web API call fails: 503 or 429 with Retry-After (see Incident)."""
+        self._incident = Incident(share_503=share_503, retry_after_s=retry_after_s, seed=seed)
+        return self._incident
+
+    def end_incident(self) -> None:
+        self._incident = None
+
     @property
     def random_429_count(self) -> int:
         """How many calls rate_limit_randomly has answered 429 so far."""
@@ -378,8 +402,10 @@ class SlackEmulator:
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
-        if self._lost_replies.get(method, 0) > 0 and status == 200:
+        armed = self._lost_replies.get(method, 0) > 0 and status == 200
+        if armed:
             self._lost_replies[method] -= 1
+        if armed or (status == 200 and body.get("ok") and self._random_lost is not None and self._random_lost.draw(method)):
             # Done, but the reply never arrives: the connection drops before it is written.
             if request.transport is not None:
                 request.transport.abort()
@@ -396,6 +422,9 @@ class SlackEmulator:
             team = self._default_team
         elif team is None:
             return 200, error("not_allowed_token_type" if token == self.app_token else "invalid_auth"), {}
+        if self._incident is not None:
+            status, code, headers = self._incident.draw()
+            return status, error(code), headers
         fault = self._take_fault(method)
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after_s)} if fault.http_status == 429 else {}
