@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import EventNotRecorded, Gate
-from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
+from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_capped, read_files
 from core import metrics
 from core.config import DirectMessagePolicy, Settings
 from core.engine import Engine
@@ -259,7 +259,7 @@ class SlackInbound:
                     logger.warning("could not download Slack file %s: %s %s", file.filename, response.status,
                                    response.content_type)
                     return None
-                return await response.content.read(cap + 1)
+                return await read_capped(response.content.read, cap)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             logger.warning("could not download Slack file %s: %r", file.filename, exc)
             return None

@@ -144,8 +144,6 @@ async def test_slack_a_file_past_its_cap_is_named_at_the_top_of_the_answer(
         await bot.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="adapters/slack/inbound.py (another helper's) still reads a file with one "
-                   "content.read(cap + 1); once it reads with adapters.policy.read_capped this passes: drop the mark")
 async def test_slack_a_file_bigger_than_one_buffer_reaches_the_model_whole(
     db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
