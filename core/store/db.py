@@ -91,12 +91,12 @@ class Database:
             max_size=self._max_size,
             timeout=POOL_TIMEOUT_S,
             configure=self._configure_connection if migrate else None,
-            open=False,
-        )
-        try:
             # After a database restart the idle connections are dead: checked before each hand-out, a dead
             # one is replaced instead of failing the first questions after recovery.
             check=AsyncConnectionPool.check_connection,
+            open=False,
+        )
+        try:
             await self._pool.open(wait=True)
         except psycopg.Error as error:
             reason = error_reason(error, url=self.url)
