@@ -126,7 +126,7 @@ class ChannelTransport:
         view = self.controls if self.controls is not None and not self.controlled else None
         once = self._once.get(key) if key is not None else None
         if key is not None and once is None:
-            once = self._once[key] = PostOnce(self._channel, attempted_at=self.attempted.get(key))
+            once = self._once[key] = PostOnce(self._channel, attempted_at=self.attempted.get(key), replies_to=self._reply_to)
         send = lambda: self._channel.send(  # noqa: E731
             text, reference=reference, allowed_mentions=NO_PINGS, nonce=part_nonce(key) if key else None,  # type: ignore[arg-type]
             **({"view": view} if view is not None else {}),

@@ -57,18 +57,23 @@ async def find_posted(channel: discord.abc.Messageable, *, since: datetime, matc
 class PostOnce:
     """One message that must appear once: sent, and after a failure whose outcome was not seen, looked up
     (from the first attempt's time) before it is sent again. It is known by the text an attempt sent (a
-    streamed post's text grows between attempts) or by `matches`. `attempted_at` seeds an attempt another
-    process made (the outbox records it)."""
+    streamed post's text grows between attempts) or by `matches`, and always `replies_to` the message it
+    was sent in reply to (two answers in one channel may both show the placeholder). `attempted_at` seeds
+    an attempt another process made (the outbox records it)."""
 
     def __init__(
-        self, channel: discord.abc.Messageable, *, matches: Matches | None = None, attempted_at: datetime | None = None
+        self, channel: discord.abc.Messageable, *, matches: Matches | None = None, attempted_at: datetime | None = None,
+        replies_to: int | None = None,
     ) -> None:
         self._channel = channel
         self._matches = matches
+        self._replies_to = replies_to
         self._texts: set[str] = set()
         self.attempted_at = attempted_at
 
     def _is_ours(self, message: discord.Message) -> bool:
+        if self._replies_to is not None and getattr(message.reference, "message_id", None) != self._replies_to:
+            return False
         if message.content.strip() in self._texts:
             return True
         return self._matches is not None and self._matches(message)

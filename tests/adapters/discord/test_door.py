@@ -229,3 +229,25 @@ async def test_a_re_post_answered_with_the_first_message_for_its_nonce_shows_the
         message_id = await transport.post("the database first", key="answer-3:0")
     [posted] = bot_messages(dc, w.channel_id)
     assert (str(posted.id), posted.content) == (message_id, "the database first")
+
+
+async def test_a_lost_placeholder_is_not_confused_with_another_answers_placeholder(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """Two answers in one channel, each replying to its question, both first show the placeholder."""
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.set_nonce_window(0.0)
+    first = await dc.send_user_message(w.channel_id, w.alice, "one?")
+    second = await dc.send_user_message(w.channel_id, w.bob, "two?")
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(w.channel_id)
+        # The other answer's placeholder comes first, within the look-up's reach (its skew margin).
+        others = await ChannelTransport(channel, reply_to=second).post("_thinking…_", key="answer-5:0")
+        mine = ChannelTransport(channel, reply_to=first)
+        dc.fail_after_work("message_create", status=500)
+        with pytest.raises(TransientSendError):
+            await mine.post("_thinking…_", key="answer-4:0")
+        found = await mine.post("_thinking…_", key="answer-4:0")
+    assert found != others
+    assert {m.message_reference["message_id"] for m in bot_messages(dc, w.channel_id)} == {str(first), str(second)}
