@@ -16,7 +16,7 @@ from .rate_budget import Priority, RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts
-from .transport import LiveText, MessageTransport, RateLimited, TransientSendError
+from .transport import LiveText, MessageTransport, RateLimited, TransientSendError, is_permanent
 
 logger = logging.getLogger(__name__)
 
@@ -394,13 +394,15 @@ class MessageStreamer:
                 if rate_limited % RATE_LIMITS_PER_LOG_LINE == 0:
                     logger.warning("final text still rate limited after %d tries; waiting as told", rate_limited)
                 continue
-            except TransientSendError as exc:
-                transient += 1
-                logger.info("final text not delivered yet (attempt %d): %s", transient, exc)
-                await self._final_pending()
-                await self._clock.sleep(self._limits.backoff_s(transient))
-                continue
-            except Exception:
+            except Exception as exc:
+                if not is_permanent(exc):
+                    # A 5xx, a dropped connection, an error nobody documented as final: "later", however often.
+                    transient += 1
+                    log = logger.info if isinstance(exc, TransientSendError) else logger.warning
+                    log("final text not delivered yet (attempt %d): %r", transient, exc)
+                    await self._final_pending()
+                    await self._clock.sleep(self._limits.backoff_s(transient))
+                    continue
                 failures += 1
                 logger.exception("final text not delivered (attempt %d)", failures)
                 if not posting:

@@ -462,3 +462,13 @@ async def test_a_database_error_recording_a_posted_part_keeps_the_rest_and_the_p
     assert await clock.run(runner.deliver_pending(delivery, finder=delivery)) == 1
     assert transport.final_texts() == ["part one", "part two"], "part one found, not posted twice"
     assert delivery.looked_up == [0]  # type: ignore[attr-defined]
+
+
+async def test_a_final_meeting_errors_nobody_documented_is_kept_and_delivered_not_given_up() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    outbox = MemoryOutbox()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
+    surface.transport.faults.extend(RuntimeError("an error no platform documents") for _ in range(12))
+    await clock.run(runner.play(_events(Done(answer="Arrives in the end.")), surface))
+    assert surface.transport.final_texts() == ["Arrives in the end."] and outbox.finals == {}

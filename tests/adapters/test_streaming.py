@@ -18,6 +18,7 @@ from adapters.streaming import (
     split_for_limit,
     split_parts,
 )
+from adapters.streaming.transport import PermanentSendError
 from adapters.streaming.rate_budget import (
     LEARNED_RATE_UNDER_MEASURED, PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S,
 )
@@ -816,7 +817,7 @@ async def test_a_message_that_cannot_be_edited_gets_its_final_in_a_new_message()
         await streamer.start()
         streamer.append("partial")
         await clock.sleep(2)
-        transport.faults.extend(RuntimeError("message_not_found") for _ in range(2))
+        transport.faults.extend(PermanentSendError("message_not_found", code="message_not_found") for _ in range(2))
         return await streamer.finish("partial, then complete")
 
     assert await clock.run(scenario()) == ["m2"]
@@ -850,7 +851,7 @@ async def test_only_permanent_failures_give_up_after_max_attempts() -> None:
     streamer = make_streamer(clock, transport)
 
     async def scenario() -> None:
-        transport.faults.extend(RuntimeError("channel_not_found") for _ in range(100))
+        transport.faults.extend(PermanentSendError("channel_not_found", code="channel_not_found") for _ in range(100))
         await streamer.finish("never seen")
 
     await clock.run(scenario())
@@ -1026,7 +1027,7 @@ async def test_interrupt_takes_over_a_finish_that_gave_up() -> None:
         streamer.append("Partial")
         await clock.sleep(2)
         # Permanent failures (only those make a finish give up).
-        transport.faults.extend(RuntimeError("cant_update_message") for _ in range(8))
+        transport.faults.extend(PermanentSendError("cant_update_message", code="cant_update_message") for _ in range(8))
         await streamer.finish()
         await streamer.interrupt("(interrupted)")
 
