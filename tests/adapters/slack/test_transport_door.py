@@ -114,3 +114,21 @@ async def test_the_runtime_guard_names_a_module_that_calls_the_client_outside_th
                  str(ROOT / "adapters" / "slack" / "surface.py"), "exec"), namespace)
     await namespace["call"](web)
     assert platform_door.take() == []
+
+
+def test_the_runtime_guard_reads_discord_requests_by_the_same_rule() -> None:
+    import discord.http
+    import discord.webhook.async_ as webhook
+
+    # The three doors are wrapped (conftest installs the guard for the whole suite).
+    for wrapped in (AsyncWebClient.api_call, discord.http.HTTPClient.request, webhook.AsyncWebhookAdapter.request):
+        assert wrapped.__module__ == platform_door.__name__, wrapped
+    namespace: dict[str, Any] = {}
+    source = "import sys\ndef call(check):\n    return check('discord', 'POST /channels/{channel_id}/messages', sys._getframe())\n"
+    for module, flagged in (("adapters/discord/surface.py", True), ("adapters/discord/transport_calls.py", False),
+                            ("tests/adapters/discord/helper.py", False)):
+        exec(compile(source, str(ROOT / module), "exec"), namespace)
+        found = namespace["call"](platform_door.check)
+        assert (found is not None) == flagged, module
+    [violation] = platform_door.take()
+    assert violation.module == "adapters/discord/surface.py"
