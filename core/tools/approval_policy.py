@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import re2
 
-from core.tools import schemas
+from core.tools import patterns
 from core.tools.context import ToolContext
 from core.tools.registry import ToolSpec
 
@@ -45,7 +45,7 @@ class ArgumentMatch:
         if self.pattern is None:
             return bool(actual == self.value)
         text = actual if isinstance(actual, str) else json.dumps(actual, ensure_ascii=False)
-        return schemas.search(self.pattern, text)
+        return patterns.search(self.pattern, text)
 
     def describe(self) -> str:
         if self.pattern is not None:
@@ -184,10 +184,10 @@ def parse_rule(tool: str, raw: Any) -> PolicyRule:
         if isinstance(expected, str) and len(expected) >= 2 and expected.startswith(REGEX_DELIMITER) and expected.endswith(REGEX_DELIMITER):
             pattern = expected[1:-1]
             try:
-                schemas.compiled(pattern)
+                patterns.compiled(pattern)
             except re2.error as error:
                 raise ValueError(
-                    f"the rule for {tool!r} has an invalid regex for {argument!r}: {schemas.re2_error_text(error)} "
+                    f"the rule for {tool!r} has an invalid regex for {argument!r}: {patterns.re2_error_text(error)} "
                     "(RE2 syntax: look-arounds and back-references are not supported)"
                 ) from None
             conditions.append(ArgumentMatch(str(argument), pattern=pattern))

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.tools import schemas
+from core.tools import schema_check, schemas
 from core.tools.context import ToolContext
 
 DEFAULT_TOOL_TIMEOUT_S = 20.0
@@ -50,8 +50,8 @@ class ToolSpec:
             raise ValueError(f"parameters of tool {self.name!r} must be a JSON schema of type object")
         try:
             # Clients and MCP servers write these: checked for refs out of the schema, size, depth and RE2 patterns.
-            schemas.check_schema(self.parameters)
-        except schemas.SchemaRefused as exc:
+            schema_check.check_schema(self.parameters)
+        except schema_check.SchemaRefused as exc:
             raise ValueError(f"parameters of tool {self.name!r} are refused: {exc}") from exc
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s of tool {self.name!r} must be positive")

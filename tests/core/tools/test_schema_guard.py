@@ -17,7 +17,7 @@ from core.events import Done
 from core.requests import ConversationKey
 from core.store.db import Database
 from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolRegistry, ToolResult, ToolSpec, builtin_registry
-from core.tools import schemas
+from core.tools import schema_check, schemas
 from core.tools.approval_policy import StaticLayer, ToolApprovals, parse_policy
 from core.tools.mcp.config import parse_servers
 from core.tools.mcp.tools import McpTools
@@ -116,9 +116,9 @@ def test_local_refs_work_and_refs_to_nothing_or_anchors_are_refused() -> None:
 
 def test_size_depth_and_keywords_that_escape_the_budget_are_refused_by_name() -> None:
     deep: dict[str, Any] = {"type": "string"}
-    for _ in range(schemas.MAX_SCHEMA_DEPTH):
+    for _ in range(schema_check.MAX_SCHEMA_DEPTH):
         deep = {"type": "object", "properties": {"a": deep}}
-    with pytest.raises(ValueError, match=f"nested deeper than {schemas.MAX_SCHEMA_DEPTH}"):
+    with pytest.raises(ValueError, match=f"nested deeper than {schema_check.MAX_SCHEMA_DEPTH}"):
         spec(deep)
     # Far past Python's recursion limit: refused, not a RecursionError.
     very_deep: Any = {}
@@ -127,7 +127,7 @@ def test_size_depth_and_keywords_that_escape_the_budget_are_refused_by_name() ->
     with pytest.raises(ValueError, match="nested deeper"):
         spec({"type": "object", "allOf": [very_deep]})
     big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(1000)}}
-    with pytest.raises(ValueError, match=f"at most {schemas.MAX_SCHEMA_BYTES}"):
+    with pytest.raises(ValueError, match=f"at most {schema_check.MAX_SCHEMA_BYTES}"):
         spec(big)
     for keyword in ("unevaluatedProperties", "$dynamicRef"):
         with pytest.raises(ValueError, match=re.escape(keyword) + " is not supported"):
@@ -166,8 +166,8 @@ def test_patterns_re2_cannot_compile_are_refused_naming_the_pattern() -> None:
     for pattern, words in (("x" * 1001, "longer than"), (".{1000}", "instructions"), ("\\pL{1000}", "too large")):
         with pytest.raises(ValueError, match=words):
             spec(with_key({"type": "string", "pattern": pattern}))
-    with pytest.raises(ValueError, match=f"at most {schemas.MAX_SCHEMA_PATTERNS} are accepted"):
-        spec({"type": "object", "properties": {f"p{i}": {"pattern": f"^x{i}$"} for i in range(schemas.MAX_SCHEMA_PATTERNS + 1)}})
+    with pytest.raises(ValueError, match=f"at most {schema_check.MAX_SCHEMA_PATTERNS} are accepted"):
+        spec({"type": "object", "properties": {f"p{i}": {"pattern": f"^x{i}$"} for i in range(schema_check.MAX_SCHEMA_PATTERNS + 1)}})
     # UTF-8, and so RE2, cannot hold a lone surrogate: refused in a pattern, matched as U+FFFD in arguments.
     with pytest.raises(ValueError, match="not valid Unicode"):
         spec(with_key({"type": "string", "pattern": "\ud800"}))
