@@ -27,6 +27,21 @@ async def test_a_live_processes_records_are_left_alone_and_a_dead_ones_taken_onc
     assert await alive.take_all("slack") == []  # its own records are never its orphans
     await Heartbeats(db, owner="alive").stop()  # a clean exit: the record is an orphan at once
     assert [m.message_id for m in await others[0].take_all("slack")] == ["1.0"]
+    for taker, batch in zip(others, taken):  # repaired: a taker removes what it claimed
+        for found in batch:
+            await taker.remove(platform=found.platform, channel=found.channel, message_id=found.message_id)
+    await others[0].remove(platform="slack", channel="C-live", message_id="1.0")
+
+
+async def test_a_claimed_record_stays_until_removed_and_a_released_one_is_an_orphan_again(db: Database) -> None:
+    await LiveMessages(db, owner="crashed").add(message(4, "discord"))
+    async with db.connection() as conn:
+        await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '1 minute' WHERE owner = 'crashed'")
+    repairer = LiveMessages(db, owner="repairer")
+    [claimed] = await repairer.take_all("discord")
+    assert await LiveMessages(db, owner="another").take_all("discord") == [], "claimed by a live repairer"
+    await repairer.release(claimed)  # a 429: for the next round
+    assert await LiveMessages(db, owner="another").take_all("discord") == [claimed]
 
 
 async def test_records_from_before_owners_existed_count_as_orphans(db: Database) -> None:
