@@ -22,7 +22,7 @@ MAX_SCHEMA_BYTES = 64_000
 MAX_SCHEMA_DEPTH = 32
 # A schema's distinct patterns, and the time compiling them may take (a few take RE2 tens of ms, even to refuse).
 MAX_SCHEMA_PATTERNS = 100
-PATTERN_COMPILE_BUDGET_S = 0.05
+PATTERN_COMPILE_BUDGET_S = 0.02
 CHECKED_CACHE_SIZE = 256
 # Their evaluation re-walks the schema for every object or array they see, outside the step count.
 UNSUPPORTED_KEYWORDS = ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
@@ -37,6 +37,10 @@ _SCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definition
 
 class SchemaRefused(ValueError):
     """A schema this server will not apply; the message names the problem for whoever wrote it."""
+
+
+class _OutOfTime(SchemaRefused):
+    """Its patterns took longer to compile than a schema may."""
 
 
 _TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
@@ -127,10 +131,11 @@ def check_schema(schema: Any) -> None:
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     problem = _checked.get(digest)
     if problem is None:
-        problem = _problem(found)
-        _checked[digest] = problem
-        while len(_checked) > CHECKED_CACHE_SIZE:
-            _checked.pop(next(iter(_checked)))
+        problem, lasting = _problem(found)
+        if lasting:
+            _checked[digest] = problem
+            while len(_checked) > CHECKED_CACHE_SIZE:
+                _checked.pop(next(iter(_checked)))
     if problem:
         raise SchemaRefused(problem)
 
@@ -138,13 +143,16 @@ def check_schema(schema: Any) -> None:
 _checked: dict[bytes, str] = {}  # a schema's JSON digest → its problem, or ""
 
 
-def _problem(found: _Found) -> str:
-    """The first problem of the refs and keywords the walk found, or ""."""
+def _problem(found: _Found) -> tuple[str, bool]:
+    """The first problem of the refs and keywords the walk found, or ""; and whether it holds for good (running out
+    of compile time depends on the machine's load, and the patterns compiled so far are kept for the next try)."""
     try:
         _check_found(found)
+    except _OutOfTime as refused:
+        return str(refused), False
     except SchemaRefused as refused:
-        return str(refused)
-    return ""
+        return str(refused), True
+    return "", True
 
 
 def _check_patterns(found: _Found) -> None:
@@ -156,7 +164,7 @@ def _check_patterns(found: _Found) -> None:
     for pattern in sorted(patterns):
         refusal(pattern)
         if time.perf_counter() - started > PATTERN_COMPILE_BUDGET_S:
-            raise SchemaRefused(f"its patterns take RE2 more than {PATTERN_COMPILE_BUDGET_S * 1000:g} ms to compile; simplify them")
+            raise _OutOfTime(f"its patterns take RE2 more than {PATTERN_COMPILE_BUDGET_S * 1000:g} ms to compile; simplify them")
 
 
 def _patterns_of(node: dict[str, Any]) -> list[str]:

@@ -11,6 +11,10 @@ from adapters.http.api.answers import ToolAction
 from adapters.http.api.errors import bad_request
 from core.requests import ClientTool
 
+# OpenAI's own limit for `tools`; and all their schemas together, which are checked on the event loop (linear,
+# but a few milliseconds per 10 kB): two of the largest one tool may have (core/tools/schema_check.py).
+MAX_CLIENT_TOOLS = 128
+MAX_CLIENT_SCHEMAS_CHARS = 128_000
 # A tool call id names its paused run and its place in it, so a stateless resend finds the one pause it answers.
 CALL_ID_PREFIX = "call_"
 # The stream a tool round's continuation plays under: a resend of the same round replays it (the tools ran once).
@@ -21,6 +25,9 @@ def client_tools(raw: list[Any] | None) -> tuple[ClientTool, ...]:
     """The request's `tools` ([{type: function, function: {name, description, parameters}}], or on /api/answer the
     function objects themselves) as client tools."""
     tools: list[ClientTool] = []
+    if raw and len(raw) > MAX_CLIENT_TOOLS:
+        raise bad_request(f"`tools` may declare at most {MAX_CLIENT_TOOLS} tools.", "invalid_tool")
+    schemas_chars = 0
     for index, item in enumerate(raw or ()):
         where = f"tools[{index}]"
         function = item.get("function") if isinstance(item, dict) and item.get("type") == "function" else (
@@ -31,8 +38,19 @@ def client_tools(raw: list[Any] | None) -> tuple[ClientTool, ...]:
         description = function.get("description") or ""
         if not isinstance(parameters, dict) or not isinstance(description, str):
             raise bad_request(f"`{where}.function` must have an object `parameters` and a text `description`.")
+        schemas_chars += _json_chars(parameters)
+        if schemas_chars > MAX_CLIENT_SCHEMAS_CHARS:
+            raise bad_request(f"The tools' `parameters` together may be at most {MAX_CLIENT_SCHEMAS_CHARS} characters of "
+                              f"JSON (`{where}` passes it).", "invalid_tool")
         tools.append(ClientTool(name=function["name"], description=description, parameters=parameters))
     return tuple(tools)
+
+
+def _json_chars(value: Any) -> int:
+    try:
+        return len(json.dumps(value, ensure_ascii=False))
+    except (RecursionError, ValueError):  # nested past what can be written back: as good as too big
+        return MAX_CLIENT_SCHEMAS_CHARS + 1
 
 
 def call_id(continuation_id: str, index: int) -> str:

@@ -119,3 +119,23 @@ async def test_a_catastrophic_pattern_in_a_client_tool_is_checked_in_bounded_wor
     assert [(f["call_id"], f["status"]) for f in finished] == [("c_evil", "error")]
     assert "does not match" in finished[0]["output"]
     assert events[-1].event == "end"
+
+
+async def test_the_tools_of_one_request_are_capped_in_number_and_in_schema_size(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    def named(index: int, parameters: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": f"t{index}", "parameters": parameters}}
+
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(800)}}
+    async with serve_api(db, openai_emulator.base_url, max_body_bytes=1_000_000) as api:
+        _, secret = await api.keys.create("many-tools", tokens_per_day=1_000_000)
+        client = openai.AsyncOpenAI(base_url=api.v1, api_key=secret, max_retries=0)
+        for tools, words in (([named(i, {"type": "object"}) for i in range(129)], "at most 128 tools"),
+                             ([named(i, wide) for i in range(3)], "together may be at most")):
+            with pytest.raises(openai.BadRequestError) as refused:
+                await client.chat.completions.create(model="classic", messages=[{"role": "user", "content": "hi"}],
+                                                     tools=tools)  # type: ignore[arg-type]
+            assert refused.value.code == "invalid_tool" and words in refused.value.message
+        await client.close()
+    assert openai_emulator.chat_requests == []
