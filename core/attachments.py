@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from core.llm import ModelInfo
 from core.requests import Attachment
+from core.text_safety import storable
 
 TEXT_ATTACHMENT_MAX_BYTES = 200_000
 IMAGE_ATTACHMENT_MAX_BYTES = 5_000_000
@@ -63,7 +64,7 @@ def prepare_attachments(attachments: Sequence[Attachment], *, model: ModelInfo) 
             blocks.append(f"(Attached file {attachment.filename} of type {content_type or 'unknown'} was left out: "
                           f"{reason}. The user has been told.)")
         elif is_text_like(attachment):
-            text = attachment.data.decode("utf-8", errors="replace")
+            text = storable(attachment.data.decode("utf-8", errors="replace"))  # a file may hold NUL bytes
             blocks.append(f"Attached file {attachment.filename}:\n```\n{text}\n```")
         else:
             encoded = base64.b64encode(attachment.data).decode("ascii")

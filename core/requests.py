@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from core.text_safety import capped_question, storable
+
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationKey:
@@ -29,6 +31,9 @@ class Attachment:
     data: bytes
     skipped: str = ""  # why it was not downloaded (e.g. "too large to read"); the engine then only names it
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filename", storable(self.filename))
+
 
 @dataclass(frozen=True, kw_only=True)
 class PriorMessage:
@@ -40,6 +45,11 @@ class PriorMessage:
     is_self: bool = False  # this bot's own message: only these become assistant turns
     at: datetime | None = None  # when it was written, as the platform says (UTC)
 
+    def __post_init__(self) -> None:
+        # Thread context is stored as history, and read_conversation's messages as a tool result.
+        object.__setattr__(self, "author", storable(self.author))
+        object.__setattr__(self, "text", storable(self.text))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Actor:
@@ -49,6 +59,9 @@ class Actor:
     name: str = ""
     roles: frozenset[str] = frozenset()
     is_admin: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", storable(self.name))  # a display name, stored as a message's author
 
     @property
     def display(self) -> str:
@@ -83,3 +96,7 @@ class Request:
     client_tools: tuple[ClientTool, ...] = ()
     # Structured output for the answer (OpenAI's json_object / json_schema), used where the model supports it.
     response_format: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # The one door for a question's text, whichever platform built it: storable, and capped in size.
+        object.__setattr__(self, "question", capped_question(self.question))

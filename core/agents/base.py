@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -12,6 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, S
 from core import wording
 from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, complete_tool_rounds, plan_budget
 from core.sources import SourceCollector, render_numbered
+from core.text_safety import storable
 from core.agents.state import PendingToolCall, RunState
 from core.events import (
     AnswerDelta,
@@ -441,6 +443,8 @@ class BaseAgent(ABC):
     async def _run_tool(self, parsed: ParsedCall, results: list[ToolResult]) -> AsyncIterator[Event]:
         yield ToolCallStarted(call_id=parsed.id, tool=parsed.name, arguments=parsed.arguments)
         result = await self.deps.executor.run(parsed, self._tool_context())
+        # Outside text (a page, a query's rows, an MCP server's answer) is stored with the turn and the pause.
+        result = dataclasses.replace(result, output=storable(result.output))
         results.append(result)
         yield ToolCallFinished(call_id=result.call_id, tool=result.tool, status=result.status, output_preview=_preview(result.output))
 
@@ -452,7 +456,8 @@ class BaseAgent(ABC):
             return ToolResult(call_id=call.id, tool=call.name, status="error", output=wording.client_tool_no_result(),
                               arguments={})
         spec = self.deps.executor.registry.get(call.name)
-        output = truncate_middle(decision.result, spec.max_output_chars if spec else len(decision.result) or 1)
+        text = storable(decision.result)
+        output = truncate_middle(text, spec.max_output_chars if spec else len(text) or 1)
         return ToolResult(call_id=call.id, tool=call.name, status="ok", output=output, arguments={})
 
     def _tool_context(self) -> ToolContext:

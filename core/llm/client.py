@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from core.events import Usage
 from core.llm.errors import (
@@ -24,6 +25,7 @@ from core.llm.errors import (
 )
 from core.llm.models import ModelInfo
 from core.llm.results import Completion, TextPiece, ToolCallRequest
+from core.text_safety import storable
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ RETRY_BACKOFF_S = 0.25
 MAX_RETRY_AFTER_S = 5.0
 # Local servers (Ollama, vLLM) need no key, but the client insists on one.
 NO_API_KEY = "none"
+# The SDK's typed create() walks every message and part in Python (its TypedDict transform), on the event loop:
+# thousands of history messages stalled it. Our params are JSON already, so they are posted as they are.
+CHAT_COMPLETIONS_PATH = "/chat/completions"
+_POST_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
 # Reasoning models take `max_completion_tokens` and refuse a custom temperature.
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 
@@ -132,8 +138,10 @@ class LLMClient:
     async def _stream_once(self, params: dict[str, Any], assembly: _Assembly) -> AsyncIterator[TextPiece]:
         try:
             async with asyncio.timeout(self._request_timeout_s):
-                stream = await self._client.chat.completions.create(
-                    **params, stream=True, stream_options={"include_usage": True}
+                stream = await self._client.post(
+                    CHAT_COMPLETIONS_PATH, cast_to=ChatCompletion, options=_POST_OPTIONS,
+                    body={**params, "stream": True, "stream_options": {"include_usage": True}},
+                    stream=True, stream_cls=openai.AsyncStream[ChatCompletionChunk],
                 )
         except TimeoutError:
             raise request_timeout_error() from None
@@ -166,7 +174,9 @@ class LLMClient:
     async def _complete_once(self, params: dict[str, Any]) -> Completion:
         try:
             async with asyncio.timeout(self._request_timeout_s):
-                response = await self._client.chat.completions.create(**params)
+                response = await self._client.post(
+                    CHAT_COMPLETIONS_PATH, cast_to=ChatCompletion, options=_POST_OPTIONS, body=params
+                )
         except TimeoutError:
             raise request_timeout_error() from None
         except Exception as exc:
@@ -177,14 +187,14 @@ class LLMClient:
         calls = tuple(
             ToolCallRequest(
                 id=call.id or _new_call_id(),
-                name=call.function.name,
-                arguments=call.function.arguments or "",
+                name=storable(call.function.name or ""),
+                arguments=storable(call.function.arguments or ""),
             )
             for call in choice.message.tool_calls or ()
             if getattr(call, "function", None) is not None
         )
         return Completion(
-            text=choice.message.content or "",
+            text=storable(choice.message.content or ""),
             tool_calls=calls,
             usage=_usage(response.usage),
             finish_reason=choice.finish_reason,
@@ -231,9 +241,11 @@ class _Assembly:
             for call in delta.tool_calls or ():
                 self._add_call_delta(call)
             if delta.content:
-                self.text.append(delta.content)
+                # The model's words are stored and shown like any outside text (a page can make it echo a NUL).
+                content = storable(delta.content)
+                self.text.append(content)
                 self.received_output = True
-                new_text += delta.content
+                new_text += content
         return new_text
 
     def _add_call_delta(self, delta: Any) -> None:
@@ -255,7 +267,8 @@ class _Assembly:
 
     def completion(self) -> Completion:
         calls = tuple(
-            ToolCallRequest(id=parts.id or _new_call_id(), name=parts.name, arguments="".join(parts.arguments))
+            ToolCallRequest(id=storable(parts.id) or _new_call_id(), name=storable(parts.name),
+                            arguments=storable("".join(parts.arguments)))
             for _, parts in sorted(self.calls.items())
         )
         return Completion(text="".join(self.text), tool_calls=calls, usage=self.usage, finish_reason=self.finish_reason)

@@ -18,6 +18,7 @@ from core.retrieval.links import web_uri
 from core.retrieval.store import vector_expression, vector_predicate
 from core.retrieval.retriever import OPEN_SOURCES, Exposure, SourceScope
 from core.store.db import Database
+from core.text_safety import storable
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,8 @@ class PgRetriever:
             return []
         # A question with a pasted file can be 100 KB; Postgres's text-search parser overflows its stack
         # on that, and the start of a question says what it is about anyway.
-        query = query[:SEARCH_QUERY_MAX_CHARS]
+        # The query is the asker's words or the model's (internal_search): storable is what Postgres can take.
+        query = storable(query[:SEARCH_QUERY_MAX_CHARS])
         if query_vector is None:
             query_vector = await self.embed_query(query)
         # Some hits are passed over by the token budget; fetch enough to still fill the limit.

@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from core.requests import ConversationKey
 from core.store.db import Database
+from core.text_safety import storable, storable_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,11 +90,13 @@ class ConversationStore:
                             conversation_id,
                             turn_id,
                             message.role,
-                            message.content,
-                            Jsonb(message.tool_calls) if message.tool_calls is not None else None,
-                            message.tool_call_id,
-                            Jsonb(message.sources) if message.sources is not None else None,
-                            message.author,
+                            # Text reaches here made storable where it entered (core/text_safety.py); this
+                            # is the table's own guard, so no outside text that slipped past fails a turn.
+                            storable(message.content),
+                            Jsonb(storable_json(message.tool_calls)) if message.tool_calls is not None else None,
+                            storable(message.tool_call_id) if message.tool_call_id is not None else None,
+                            Jsonb(storable_json(message.sources)) if message.sources is not None else None,
+                            storable(message.author) if message.author is not None else None,
                             message.token_count,
                             message.token_encoding,
                         )

@@ -1,0 +1,46 @@
+"""Outside text made storable once, where it enters the engine: no NUL, no lone surrogate, questions size-capped."""
+
+from __future__ import annotations
+
+import re
+
+# Postgres text and jsonb hold no NUL, and UTF-8 (so psycopg) cannot encode a lone UTF-16 surrogate: either in
+# a question, a page or a tool result failed the run when it was stored, long after it was read.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# Slack's own longest message, so no chat question is ever cut; an API question past it is (the prompt budget
+# would cut it anyway, after counting and encoding all of it on the event loop).
+QUESTION_MAX_CHARS = 40_000
+_CUT = re.compile(r"\n\n\[The question was cut here: it is [\d,]+ characters long and only the first [\d,]+ are read\.\]\Z")
+
+
+def storable(text: str) -> str:
+    """`text` without NUL characters, each lone surrogate replaced by U+FFFD (a split pair joined back)."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    text = text.replace("\x00", "")
+    # UTF-16 is where surrogates live: a pair becomes its one character, a lone half U+FFFD.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def capped_question(text: str, *, max_chars: int = QUESTION_MAX_CHARS) -> str:
+    """A question made storable and cut at `max_chars`, with a sentence saying so (the model reads it)."""
+    text = storable(text)
+    if len(text) <= max_chars or _CUT.match(text, max_chars):
+        return text  # short enough, or cut already (a Request rebuilt with dataclasses.replace)
+    return text[:max_chars] + question_cut(len(text), max_chars)
+
+
+def question_cut(length: int, max_chars: int) -> str:
+    """The sentence that ends a question cut at its cap."""
+    return f"\n\n[The question was cut here: it is {length:,} characters long and only the first {max_chars:,} are read.]"
+
+
+def storable_json(value: object) -> object:
+    """A JSON value (as json.loads makes it) with every string and key made storable; the rest as it was."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, list):
+        return [storable_json(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(str(key)) if isinstance(key, str) else key: storable_json(item) for key, item in value.items()}
+    return value
