@@ -277,12 +277,12 @@ class SlackAdapter:
         team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
         if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
-        return await next()
         # Ahead of Bolt's ack: a question whose record cannot be written is refused (HTTP 503, no Socket
         # Mode ack), so Slack redelivers it instead of it being acked into silence.
         retry_num = str((req.headers.get("x-slack-retry-num") or ["0"])[0])
         if is_question_event(body) and not await self.inbound.record(body, retry_num=int(retry_num) if retry_num.isdigit() else 0):
             return BoltResponse(status=503, body="")
+        return await next()
 
     async def _on_app_mention(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
         await self.inbound.on_app_mention(body, event, _bot(context))

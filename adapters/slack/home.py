@@ -7,7 +7,6 @@ import json
 import logging
 import re
 from collections.abc import Container
-from functools import partial
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck
@@ -22,7 +21,6 @@ from .clicks import SlackClicks
 from .inbound import SlackAccess
 from .render import sentence
 from .surface import PLATFORM, SlackSurfaces
-from .transport import send_paced
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +96,8 @@ class SlackHome:
         return readable
 
     async def _can_read(self, user: str, team: str, channel: str) -> bool:
-        client, budgets, clock = self._surfaces.client, self._surfaces.budgets, self._surfaces.clock
-        info = await send_paced(
-            partial(client.conversations_info, channel=channel), budget=budgets.read(team, "conversations.info"),
-            clock=clock,
-        )
+        web, budgets = self._surfaces.web, self._surfaces.budgets
+        info = await web.call("conversations.info", budget=budgets.read(team, "conversations.info"), channel=channel)
         conversation = info.get("channel") or {}
         if conversation.get("is_im"):
             return str(conversation.get("user") or "") == user
@@ -112,7 +107,7 @@ class SlackHome:
         budget = budgets.read(team, "conversations.members")
         for _ in range(MAX_MEMBER_PAGES):
             page = {"channel": channel, "limit": MEMBER_PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
-            response = await send_paced(partial(client.conversations_members, **page), budget=budget, clock=clock)
+            response = await web.call("conversations.members", budget=budget, **page)
             if user in (response.get("members") or ()):
                 return True
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
