@@ -219,6 +219,8 @@ class AnswerRunner:
         self._live = live
         self._outbox = outbox
         self._outbox_max_age_s = outbox_max_age_s
+        # Finals this process claimed and could not hand back (the database failed mid-pass).
+        self._unreleased: set[str] = set()
         self._answers: set[_Answer] = set()
         self._redraw_locks: dict[str, asyncio.Lock] = {}
 
@@ -378,44 +380,60 @@ class AnswerRunner:
             OUTBOX_EXPIRED.labels(self.platform).inc()
             log.error("final %s to %s not delivered in %g s; dropping it", expired.answer_id, expired.channel,
                       self._outbox_max_age_s)
+        for answer_id in sorted(self._unreleased):
+            await outbox.release(answer_id)  # the database is back: nothing left to wait for
+            self._unreleased.discard(answer_id)
         arrived = 0
-        for final in await outbox.take(self.platform):
-            parts = list(final.parts)
+        taken = await outbox.take(self.platform)
+        for position, final in enumerate(taken):
             try:
-                attempted = await outbox.attempts(final.answer_id) if finder is not None else {}
-                for index, part in enumerate(parts):
-                    if part.message_id is not None:
-                        await delivery.edit_part(final, part.message_id, part.text)
-                        continue
-                    message_id = None
-                    if finder is not None and index in attempted:
-                        message_id = await finder.find_part(final, index, since=attempted[index])
-                        if message_id is not None:
-                            # It may show a text of the stream before it (a cursor): the final text replaces it.
-                            await delivery.edit_part(final, message_id, part.text)
-                    if message_id is None:
-                        if not await outbox.attempting(final.answer_id, index):
-                            raise _HandedOver(final.answer_id)
-                        message_id = await delivery.post_part(final, index, part.text)
-                    parts[index] = FinalPart(text=part.text, message_id=message_id)
-                    await outbox.keep(_replace_parts(final, parts))
-            except _HandedOver:
-                log.info("final %s was taken over by another process", final.answer_id)
-                continue
-            except Exception as error:
-                if is_permanent(error):
-                    log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
-                    await outbox.delivered(final.answer_id)
-                    continue
-                log.warning("final %s not delivered yet (%s); handed back, retried after a backoff",
-                            final.answer_id, error or type(error).__name__)
-                await outbox.release(final.answer_id, backoff=True)
-                continue
-            await outbox.delivered(final.answer_id)
-            await self._forget(AnswerPlace(platform=final.platform, workspace=final.workspace, channel=final.channel),
-                               [p.message_id for p in parts if p.message_id])
-            arrived += 1
+                arrived += await self._deliver_one(final, delivery, finder)
+            except BaseException:
+                # A database failure (or a cancel) mid-pass leaves these claimed by a live process, and take()
+                # never hands a live process its own claims: give them back on the next pass.
+                self._unreleased.update(f.answer_id for f in taken[position:])
+                raise
         return arrived
+
+    async def _deliver_one(self, final: PendingFinal, delivery: FinalDelivery, finder: PartFinder | None) -> int:
+        """One kept final: 1 when it arrived; 0 when it was handed back, handed over or dropped as undeliverable."""
+        assert self._outbox is not None
+        outbox = self._outbox
+        parts = list(final.parts)
+        try:
+            attempted = await outbox.attempts(final.answer_id) if finder is not None else {}
+            for index, part in enumerate(parts):
+                if part.message_id is not None:
+                    await delivery.edit_part(final, part.message_id, part.text)
+                    continue
+                message_id = None
+                if finder is not None and index in attempted:
+                    message_id = await finder.find_part(final, index, since=attempted[index])
+                    if message_id is not None:
+                        # It may show a text of the stream before it (a cursor): the final text replaces it.
+                        await delivery.edit_part(final, message_id, part.text)
+                if message_id is None:
+                    if not await outbox.attempting(final.answer_id, index):
+                        raise _HandedOver(final.answer_id)
+                    message_id = await delivery.post_part(final, index, part.text)
+                parts[index] = FinalPart(text=part.text, message_id=message_id)
+                await outbox.keep(_replace_parts(final, parts))
+        except _HandedOver:
+            log.info("final %s was taken over by another process", final.answer_id)
+            return 0
+        except Exception as error:
+            if is_permanent(error):
+                log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
+                await outbox.delivered(final.answer_id)
+                return 0
+            log.warning("final %s not delivered yet (%s); handed back, retried after a backoff",
+                        final.answer_id, error or type(error).__name__)
+            await outbox.release(final.answer_id, backoff=True)
+            return 0
+        await outbox.delivered(final.answer_id)
+        await self._forget(AnswerPlace(platform=final.platform, workspace=final.workspace, channel=final.channel),
+                           [p.message_id for p in parts if p.message_id])
+        return 1
 
     async def _keep(self, answer: _Answer, place: AnswerPlace, parts: tuple[FinalPart, ...]) -> None:
         """The final goes to the outbox; its messages leave the live records (the outbox finishes them, not repair)."""

@@ -83,9 +83,6 @@ async def test_a_kept_final_whose_posted_part_cannot_be_recorded_is_delivered_la
         await bot.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="adapters/answers.py (another helper's): when handing a kept final back fails "
-                   "too, the row stays claimed by this live process, which take() never gives it again; drop the mark "
-                   "once a failed release is retried")
 async def test_kept_finals_a_database_outage_interrupted_are_delivered_once_it_is_back(
     db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, database_url: str
 ) -> None:
