@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,13 @@ from .render import ApprovalPart
 from .surface import edit_approval
 from . import transport_calls as calls
 from .transport import NO_PINGS, ChannelBudgets, fresh_nonce
+from .transport_lookup import PostOnce
 from .wording import mention
 
 log = logging.getLogger(__name__)
+
+# Reminders remembered with an unseen attempt; more is a Discord outage, and the oldest is let go.
+UNSEEN_KEPT = 1_000
 
 
 class DiscordNotifier:
@@ -29,6 +34,8 @@ class DiscordNotifier:
         self._client = client
         self._budgets = budgets
         self._clock = clock
+        # Reminders whose last post had no answer (channel, text): the retry looks for it before posting.
+        self._unseen: OrderedDict[tuple[int, str], PostOnce] = OrderedDict()
 
     async def approval_expired(self, *, view: ApprovalView, message_refs: list[dict[str, Any]]) -> None:
         client = self._client()
@@ -64,10 +71,21 @@ class DiscordNotifier:
             if user.isdigit()
             else NO_PINGS
         )
-        await calls.post_message(
-            channel, budget=self._budgets(channel_id), clock=self._clock, nonce=fresh_nonce(),
-            content=content[: render.MAX_CONTENT_CHARS], allowed_mentions=pings,
-        )
+        content = content[: render.MAX_CONTENT_CHARS]
+        key = (channel_id, content)
+        once = self._unseen.pop(key, None) or PostOnce(channel)
+        try:
+            await calls.post_message(
+                channel, budget=self._budgets(channel_id), clock=self._clock, nonce=fresh_nonce(), once=once,
+                content=content, allowed_mentions=pings,
+            )
+        except BaseException:
+            # The reminder job retries it later: an attempt whose outcome nobody saw is looked up first then.
+            if once.attempted_at is not None:
+                self._unseen[key] = once
+                while len(self._unseen) > UNSEEN_KEPT:
+                    self._unseen.popitem(last=False)
+            raise
 
 
 def _part(view: ApprovalView, shown: dict[str, Any]) -> ApprovalPart:

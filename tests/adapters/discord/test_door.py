@@ -9,10 +9,12 @@ import time
 import discord
 import pytest
 
+from adapters.discord.notifier import DiscordNotifier
 from adapters.discord.surface import DiscordFinalDelivery
 from adapters.discord.transport import ChannelTransport, guarded
 from adapters.discord.transport_http import OutcomeUnknown, is_permanent
 from adapters.streaming import MonotonicClock, TransientSendError
+from adapters.streaming.send import SEND_ATTEMPTS
 from adapters.streaming.transport import PermanentSendError
 from core.ports import FinalPart, PendingFinal
 from core.requests import ConversationKey
@@ -251,3 +253,29 @@ async def test_a_lost_placeholder_is_not_confused_with_another_answers_placehold
         found = await mine.post("_thinking…_", key="answer-4:0")
     assert found != others
     assert {m.message_reference["message_id"] for m in bot_messages(dc, w.channel_id)} == {str(first), str(second)}
+
+
+class QuickClock(MonotonicClock):
+    """Real time, with backoffs a hundredth as long."""
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / 100)
+
+
+async def test_a_reminder_retried_after_an_unseen_post_is_found_not_posted_twice(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    """The reminder job retries a delivery that failed; its last post may have arrived (a fresh nonce each time)."""
+    dc = discord_emulator
+    w = make_world(dc)
+    conversation = ConversationKey(platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id))
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        notifier = DiscordNotifier(client=lambda: adapter.client, budgets=adapter.budgets, clock=QuickClock())
+        dc.fail_after_work("message_create", status=500)
+        # Every look-up of this delivery loses its connection too: it gives up, not knowing.
+        # (aiohttp itself sends a GET again once when a kept-alive connection drops.)
+        dc.fail_after_work("message_list", kind="drop", times=2 * SEND_ATTEMPTS)
+        with pytest.raises(TransientSendError):
+            await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
+        await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
