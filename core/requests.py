@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from core.text_safety import capped_question, storable
+from core.text_safety import capped_question, storable, storable_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +76,11 @@ class ClientTool:
     name: str
     description: str
     parameters: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        # Kept in a paused run's state (jsonb, which holds no NUL and no lone surrogate) to offer it again.
+        object.__setattr__(self, "description", storable(self.description))
+        object.__setattr__(self, "parameters", storable_json(self.parameters))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # Postgres text and jsonb hold no NUL, and UTF-8 (so psycopg) cannot encode a lone UTF-16 surrogate: either in
 # a question, a page or a tool result failed the run when it was stored, long after it was read.
@@ -35,12 +36,20 @@ def question_cut(length: int, max_chars: int) -> str:
     return f"\n\n[The question was cut here: it is {length:,} characters long and only the first {max_chars:,} are read.]"
 
 
-def storable_json(value: object) -> object:
-    """A JSON value (as json.loads makes it) with every string and key made storable; the rest as it was."""
-    if isinstance(value, str):
-        return storable(value)
-    if isinstance(value, list):
-        return [storable_json(item) for item in value]
-    if isinstance(value, dict):
-        return {storable(str(key)) if isinstance(key, str) else key: storable_json(item) for key, item in value.items()}
-    return value
+def storable_json(value: Any) -> Any:
+    """A JSON value (as json.loads makes it) with every string and key made storable, the rest as it was; copied
+    without recursion, since a client's schema may nest deeper than Python's stack."""
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        holder, key = stack.pop()
+        item = holder[key]
+        if isinstance(item, str):
+            holder[key] = storable(item)
+        elif isinstance(item, list):
+            holder[key] = copied = list(item)
+            stack.extend((copied, index) for index in range(len(copied)))
+        elif isinstance(item, dict):
+            holder[key] = copied = {storable(name) if isinstance(name, str) else name: inner for name, inner in item.items()}
+            stack.extend((copied, name) for name in copied)
+    return root[0]

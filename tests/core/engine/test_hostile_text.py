@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.events import Failed
-from core.requests import Actor, Attachment, ConversationKey, Request
+from core.events import ApprovalRequired, Failed
+from core.requests import Actor, Attachment, ClientTool, ConversationKey, Request
 from core.retrieval.search import PgRetriever
 from core.store.conversations import ConversationStore, StoredMessage
 from core.store.db import Database
@@ -99,3 +99,17 @@ async def test_a_question_over_the_cap_is_cut_with_a_sentence_once(db: Database,
 async def test_search_takes_a_query_with_nul_and_surrogates(db: Database) -> None:
     # internal_search's query is the model's: the door of the search itself.
     assert await PgRetriever(db, None).search("deploy\x00 status \ud800", limit=3) == []
+
+
+async def test_a_client_tool_with_nul_in_its_description_and_schema_pauses(db: Database, openai_emulator: OpenAIEmulator) -> None:
+    # The paused run's state keeps the client's tools (jsonb, which takes no NUL) to offer them again on resume.
+    engine = make_engine(db, openai_emulator.base_url)
+    tool = ClientTool(name="lookup", description="Looks\x00 up", parameters={
+        "type": "object", "properties": {"key": {"type": "string", "description": "the\x00 key \ud800"}}})
+    openai_emulator.script(ToolCalls([Call("lookup", '{"key": "k"}')]))
+    events = await events_of(engine, _ask("look it up", "C-client", client_tools=(tool,)))
+    assert isinstance(events[-1], ApprovalRequired), events[-1]
+    [offered] = [tool["function"] for tool in openai_emulator.chat_requests[-1]["tools"]
+                 if tool["function"]["name"] == "lookup"]
+    assert offered["description"] == "Looks up"
+    assert offered["parameters"]["properties"]["key"]["description"] == "the key \ufffd"
