@@ -22,6 +22,7 @@ from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
 from . import render
+from . import transport_calls as calls
 from .reader import history
 from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
 from .transport import NO_PINGS, ChannelTransport
@@ -155,7 +156,6 @@ class DiscordInbound:
         self._follow_unmentioned = follow_unmentioned
 
     async def on_message(self, me: discord.ClientUser, message: discord.Message) -> None:
-        with self._gate.track():
         # Nothing redelivers a gateway message: one that cannot be recorded is held until the database is back.
         try:
             await self._take(me, message)
@@ -166,6 +166,7 @@ class DiscordInbound:
             )
 
     async def _take(self, me: discord.ClientUser, message: discord.Message) -> None:
+        with self._gate.track():
             # Who may ask
             if not self._gate.accepting or message.author.bot or message.author.id == me.id:
                 return
@@ -229,8 +230,8 @@ class DiscordInbound:
                 # not open fifty at once (the first text comes next, on the same budget).
                 await bot_wide.acquire(Priority.FIRST, channel.id)
             try:
-                thread = await message.create_thread(name=name)
-            except discord.HTTPException:
+                thread = await calls.open_thread(message, name=name)
+            except Exception:
                 # The event is already taken: the question is answered where it was asked instead.
                 log.warning("could not open a thread on message %s; answering in the channel", message.id, exc_info=True)
                 key = ConversationKey(
@@ -249,13 +250,13 @@ class DiscordInbound:
     async def on_ask(self, interaction: discord.Interaction, question: str) -> None:
         with self._gate.track():
             if not self._gate.accepting:
-                await interaction.response.send_message(wording.shutting_down(), ephemeral=True)
+                await calls.respond(interaction, wording.shutting_down())
                 return
             if not self._gate.allows(guild_of(interaction.guild_id)):
-                await interaction.response.send_message(wording.not_enabled_here(), ephemeral=True)
+                await calls.respond(interaction, wording.not_enabled_here())
                 return
             # Deferred at once: Discord wants an answer within 3 s; the answer streams by edits.
-            await interaction.response.defer(thinking=True)
+            await calls.acknowledge(interaction, thinking=True)
             channel = interaction.channel
             channel_id = interaction.channel_id or 0
             if interaction.guild_id is None:
@@ -292,7 +293,7 @@ async def _thread_context(
     """The thread's earlier messages, oldest first; the engine trims them to its history budget."""
     try:
         return tuple(await history(thread, limit=THREAD_CONTEXT_MAX_MESSAGES, me=me, before=before))
-    except discord.HTTPException:
+    except Exception:
         log.warning("could not read the earlier messages of thread %s", thread.id)
         return ()
 
@@ -327,6 +328,6 @@ async def _reply_once(transport: ChannelTransport, text: str) -> None:
 async def _refuse_ask(interaction: discord.Interaction, text: str) -> None:
     """The deferred /ask response becomes the refusal, and nothing else happens."""
     try:
-        await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
-    except discord.HTTPException:
+        await calls.update_original(interaction, content=text, allowed_mentions=NO_PINGS)
+    except Exception:
         log.exception("could not refuse an /ask")
