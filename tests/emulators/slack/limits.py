@@ -129,6 +129,17 @@ class Fault:
     retry_after_s: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallFault:
+    """What a fault plan (SlackEmulator.fault_plan) does to one call: "ratelimited" (429 before the work, with a
+    Retry-After of `retry_after_s` real seconds, fractional on a scaled emulator), "dropped" (the connection drops
+    before Slack reads the call: nothing done), "lost" (done, then the connection drops before the reply) or
+    "error_after_work" (done, then answered 500 internal_error)."""
+
+    kind: Literal["ratelimited", "dropped", "lost", "error_after_work"]
+    retry_after_s: float = 1.0
+
+
 class RandomRateLimits:
     """Answers a seeded random `fraction` of calls 429, with a `Retry-After` drawn from `retry_after_s`
     (whole real seconds, as Slack sends them), for fault tests that must not depend on timing."""

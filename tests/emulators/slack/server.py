@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -20,6 +21,7 @@ from .events import Delivery
 from .limits import (
     DEFAULT_LIMITS,
     WORKSPACE_POST_LIMIT,
+    CallFault,
     Fault,
     Incident,
     MethodLimit,
@@ -107,6 +109,8 @@ class SlackEmulator:
         self._faults: dict[str, list[Fault]] = {}
         self._lost_replies: dict[str, int] = {}
         self._random_429s: RandomRateLimits | None = None
+        # Consulted on every call of a known team with its method and params (tests/support/fault_schedule.py).
+        self.fault_plan: Callable[[str, JsonDict], CallFault | None] | None = None
         self._random_lost: RandomShare | None = None
         self._incident: Incident | None = None
         self._socket = SocketHub(app_id=app_id)
@@ -395,13 +399,28 @@ class SlackEmulator:
         token = token or str(params.pop("token", "") or "")
         params.pop("token", None)
         team = self._store.team_by_bot_token(token)
-        status, body, headers = await self._answer(method, params, token, team)
+        planned = self.fault_plan(method, params) if self.fault_plan is not None and team is not None else None
+        if planned is not None and planned.kind == "dropped":
+            # Never done: the connection drops before Slack reads the call.
+            if request.transport is not None:
+                request.transport.abort()
+            raise ConnectionResetError(f"{method}: connection dropped on purpose")
+        if planned is not None and planned.kind == "ratelimited":
+            status, body, headers = 429, error("ratelimited"), {"Retry-After": f"{planned.retry_after_s:g}"}
+        else:
+            status, body, headers = await self._answer(method, params, token, team)
+        if planned is not None and planned.kind == "error_after_work" and status == 200:
+            status, body, headers = 500, error("internal_error"), {}
         self._store.calls.append(CallRecord(
             method=method, at_s=time.monotonic(), team_id=team.team_id if team else None,
             params=params, status=status, error=None if body.get("ok") else str(body.get("error")),
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
+        if planned is not None and planned.kind == "lost" and status == 200:
+            if request.transport is not None:
+                request.transport.abort()
+            raise ConnectionResetError(f"{method}: reply lost on purpose")
         armed = self._lost_replies.get(method, 0) > 0 and status == 200
         if armed:
             self._lost_replies[method] -= 1
@@ -627,14 +646,6 @@ class SlackEmulator:
         return await self._post(url, events.event_body(envelope), "application/json",
                                 signing_secret=signing_secret, timestamp=timestamp, sign=sign, extra=extra)
 
-    async def deliver_envelope(self, url: str, envelope: JsonDict, *, signing_secret: str | None = None,
-                               timestamp: int | None = None, sign: bool = True,
-                               extra_headers: dict[str, str] | None = None) -> Delivery:
-        """POSTs an already-built envelope as-is (to redeliver the very same event_id)."""
-        return await self._post(url, events.event_body(envelope), "application/json",
-                                signing_secret=signing_secret, timestamp=timestamp, sign=sign,
-                                extra=extra_headers or {})
-
     async def deliver_event_until_taken(
         self, url: str, event: JsonDict, *, team_id: str | None = None, event_id: str | None = None,
         retry_delays_s: tuple[float, ...] = EVENT_RETRY_DELAYS_S,
@@ -661,6 +672,14 @@ class SlackEmulator:
                 break
             reason = "http_timeout" if delivery.status == 0 else "http_error"
         return deliveries
+
+    async def deliver_envelope(self, url: str, envelope: JsonDict, *, signing_secret: str | None = None,
+                               timestamp: int | None = None, sign: bool = True,
+                               extra_headers: dict[str, str] | None = None) -> Delivery:
+        """POSTs an already-built envelope as-is (to redeliver the very same event_id)."""
+        return await self._post(url, events.event_body(envelope), "application/json",
+                                signing_secret=signing_secret, timestamp=timestamp, sign=sign,
+                                extra=extra_headers or {})
 
     async def deliver_interaction(self, url: str, payload: JsonDict, *, signing_secret: str | None = None,
                                   timestamp: int | None = None, sign: bool = True) -> Delivery:
@@ -714,14 +733,6 @@ class SlackEmulator:
             else accepts_response_payload,
         )
 
-    async def request_socket_refresh(self) -> None:
-        await self._socket.request_refresh()
-
-
-async def _read_params(request: web.Request) -> dict[str, Any]:
-    """Query string, then form or JSON body: slack_sdk uses all three depending on the method."""
-    params: dict[str, Any] = dict(request.query)
-    if not request.can_read_body:
     async def push_socket_event_until_acked(
         self, payload: JsonDict, *, timeout_s: float = SOCKET_ACK_TIMEOUT_S,
         retry_delays_s: tuple[float, ...] = EVENT_RETRY_DELAYS_S,
@@ -739,6 +750,14 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
                 break
         return acks
 
+    async def request_socket_refresh(self) -> None:
+        await self._socket.request_refresh()
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """Query string, then form or JSON body: slack_sdk uses all three depending on the method."""
+    params: dict[str, Any] = dict(request.query)
+    if not request.can_read_body:
         return params
     if request.content_type == "application/json":
         try:
