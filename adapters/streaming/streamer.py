@@ -92,6 +92,7 @@ class MessageStreamer:
         self._on_message_posted = on_message_posted
         self._on_final_delivered = on_final_delivered
         self._on_final_pending = on_final_pending
+        self._final_texts: list[str] | None = None  # the final's parts, once its delivery laid them out
         self._on_post_attempt = on_post_attempt
         self._handed_over = False
         self._idempotency_key = idempotency_key
@@ -314,7 +315,8 @@ class MessageStreamer:
                 logger.exception("on_final_delivered failed")
 
     async def _deliver_final_targets(self, ending: _Ending) -> None:
-        targets = self._final_targets(ending, self._snapshot())
+        # Laid out once: the slots added below would otherwise count as sealed text in a second layout.
+        targets = self._final_texts = self._final_targets(ending, self._snapshot())
         delivered = True
         for index, target in enumerate(targets):
             if index == len(self._slots):
@@ -435,7 +437,7 @@ class MessageStreamer:
         if self._ending.kind != "finish":
             return  # only an answer's own text is worth keeping; notes and failures are not
         self._pending_told = True
-        targets = self._final_targets(self._ending, self._snapshot())
+        targets = self._final_texts or self._final_targets(self._ending, self._snapshot())
         parts = [
             (target, self._slots[index].message_id if index < len(self._slots) else None)
             for index, target in enumerate(targets)

@@ -1255,3 +1255,33 @@ def test_split_parts_bounds_the_measured_length_of_text_that_grows_when_rendered
     assert "".join(part.body for part in parts) == text
     assert all(escaped(part.text) <= 500 for part in parts)
     assert all(escaped(part.text) > 250 for part in parts[:-1]), "parts are not needlessly small"
+
+
+async def test_a_final_kept_while_a_later_part_waits_lists_each_part_once() -> None:
+    # The kept parts were laid out again over the slots the final delivery had already added: part 0 came
+    # back as part 2, and after a crash the thread showed it twice.
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    pending: list[list[tuple[str, str | None]]] = []
+
+    async def keep(parts: list[tuple[str, str | None]]) -> None:
+        pending.append(parts)
+
+    post, posts = transport.post, 0
+
+    async def second_post_fails_once(text: str, *, key: str | None = None) -> str:
+        nonlocal posts
+        posts += 1
+        if posts == 2:
+            raise TransientSendError("down for now")
+        return await post(text, key=key)
+
+    transport.post = second_post_fails_once  # type: ignore[method-assign]
+    streamer = make_streamer(clock, transport, on_final_pending=keep)
+    answer = words(200)
+    await clock.run(streamer.finish(answer))
+    delivered = transport.final_texts()
+    assert len(delivered) >= 3 and "".join(delivered).split() == answer.split()
+    [kept] = pending
+    assert [text for text, _ in kept] == delivered, "each part once, in order"
+    assert kept[0][1] == "m1" and all(message_id is None for _, message_id in kept[1:])
