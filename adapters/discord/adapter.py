@@ -240,7 +240,10 @@ class DiscordAdapter:
             platform=PLATFORM, allowed_workspaces=settings.discord_guild_ids, setting="DISCORD_GUILD_IDS",
             dedup=ports.dedup,
         )
-        self.runner = AnswerRunner(platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox)
+        self.runner = AnswerRunner(
+            platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
+            outbox_max_age_s=settings.outbox_max_age_s,
+        )
         limits = render.stream_limits(
             min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s,
             placeholder_after_s=settings.stream_placeholder_after_s,

@@ -279,3 +279,28 @@ async def test_a_reminder_retried_after_an_unseen_post_is_found_not_posted_twice
             await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
         await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
     assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
+
+
+async def test_a_kept_final_older_than_outbox_max_age_is_dropped_with_an_error_line(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # OUTBOX_MAX_AGE_S is the platform-independent rule: Discord used the default whatever it was set to.
+    dc = discord_emulator
+    w = make_world(dc)
+    final = PendingFinal(
+        answer_id="answer-old", platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id), thread="",
+        parts=(FinalPart(text="too late to say"),),
+    )
+    async with running_bot(dc, db, openai_emulator, outbox_max_age_s=3600) as (adapter, _):
+        gone = PendingFinals(db, owner="gone-old")
+        await gone.keep(final)
+        await gone.release("answer-old")
+        async with db.connection() as conn:
+            await conn.execute("UPDATE pending_finals SET created_at = now() - interval '2 hours' WHERE answer_id = 'answer-old'")
+        delivery = DiscordFinalDelivery(adapter.client, adapter.budgets, MonotonicClock())
+        assert await adapter.runner.deliver_pending(delivery, finder=delivery) == 0
+    assert bot_messages(dc, w.channel_id) == []
+    async with db.connection() as conn:
+        left = await (await conn.execute("SELECT count(*) FROM pending_finals WHERE answer_id = 'answer-old'")).fetchone()
+    assert left is not None and left[0] == 0
+    assert any(r.levelname == "ERROR" and "answer-old" in r.getMessage() for r in caplog.records)
