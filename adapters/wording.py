@@ -203,6 +203,13 @@ def home_more_approvals(count: int) -> str:
     return f"…and {count} more: open their threads to decide."
 
 
+def home_approvals_elsewhere(count: int, where: str) -> str:
+    """Approvals in conversations the viewer cannot read: named, never shown (`where` formatted by the platform)."""
+    if count == 1:
+        return f"An approval waits in {where}, where you cannot read: its calls are shown only to people in that conversation."
+    return f"{count} approvals wait in {where}, where you cannot read: their calls are shown only to people in that conversation."
+
+
 def home_approval_where(where: str) -> str:
     """`where` is already formatted by the platform (a channel link)."""
     return f"Asked in {where}."

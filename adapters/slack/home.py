@@ -38,12 +38,6 @@ MAX_MEMBER_PAGES = 10
 MEMBER_PAGE_SIZE = 200
 
 
-def approvals_elsewhere(count: int, where: str) -> str:
-    """Approvals in conversations the viewer cannot read: named, never shown. (`where` is formatted by Slack.)"""
-    what = "An approval waits" if count == 1 else f"{count} approvals wait"
-    return f"{what} in {where}, where you cannot read: its calls are shown only to people in that conversation."
-
-
 class SlackHome:
     """Publishes the Home tab on `app_home_opened` and after each click made in it."""
 
@@ -215,7 +209,7 @@ def _name_elsewhere(blocks: list[dict[str, Any]], elsewhere: dict[str, int]) -> 
     for channel, count in elsewhere.items():
         if len(blocks) >= HOME_MAX_BLOCKS:
             return
-        blocks.append(_context(sentence(approvals_elsewhere(count, f"<#{channel}>"))))
+        blocks.append(_context(sentence(wording.home_approvals_elsewhere(count, f"<#{channel}>"))))
 
 
 def _where(item: PendingApproval) -> dict[str, Any] | None:
