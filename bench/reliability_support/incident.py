@@ -10,7 +10,8 @@ from .harness import Question, Stage
 from .slack_side import SlackSide
 
 J_BEFORE = 10  # questions streaming when the incident starts
-J_DURING = 20  # asked during it
+J_DURING = 50  # asked during it: five or more kept finals a channel, past chat.postMessage's burst of 3
+J_DURING_PACE_S = 0.5
 J_CHANNELS = 10
 J_INCIDENT_S = 60.0
 J_SHARE_503 = 0.5
@@ -26,7 +27,7 @@ DELIVERY_METHODS = ("chat.postMessage", "chat.update", "chat.startStream", "chat
 
 async def slack_incident(stage: Stage) -> None:
     """(j): 10 answers streaming when every Web API call starts failing (half 503 service_unavailable, half 429
-    with Retry-After 1–10 s) for 60 s, 20 more questions during it; then Slack recovers."""
+    with Retry-After 1–10 s) for 60 s, 50 more questions during it; then Slack recovers."""
     side, figures = stage.side, stage.figures
     assert isinstance(side, SlackSide)
     slack = side.slack
@@ -61,7 +62,7 @@ async def slack_incident(stage: Stage) -> None:
     try:
         for index in range(J_BEFORE, J_BEFORE + J_DURING):
             questions.append(await side.ask(plan(index), channel_index=index % J_CHANNELS))
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(J_DURING_PACE_S)
         await asyncio.sleep(max(0.0, J_INCIDENT_S - (time.monotonic() - began)))
     finally:
         slack.end_incident()
@@ -77,7 +78,12 @@ async def slack_incident(stage: Stage) -> None:
     methods = sorted({c.method for c in limited})
     figures.note(f"after recovery: {len(limited)} 429s of {len(after)} calls"
                  + (f" ({', '.join(methods)})" if methods else "")
-                 + f"; the last answer call {max(0.0, last_delivery - recovered):.0f} s after recovery")
+                 + f"; time to settle {max(0.0, last_delivery - recovered):.0f} s (the last answer call after recovery)")
+    posts = [c for c in after if c.method == "chat.postMessage" and c.status == 200]
+    if len(posts) > 1:
+        span = posts[-1].at_s - posts[0].at_s
+        figures.note(f"chat.postMessage after recovery: {len(posts)} in {span:.0f} s "
+                     f"({60 * (len(posts) - 1) / max(span, 1e-9):.0f} a minute)")
     left = await stage.count_rows("pending_finals")
     figures.note(f"kept finals: at most {kept_peak} in the outbox at once, {left} left at the end")
     dropped = bot.log_lines(r"dropping it|cannot be delivered")
