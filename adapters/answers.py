@@ -10,8 +10,6 @@ from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
-from prometheus_client import Counter
-
 from adapters import wording
 from adapters.streaming import (
     Clock,
@@ -22,7 +20,7 @@ from adapters.streaming import (
 )
 from adapters.streaming.splitter import close_open_fence
 from adapters.streaming.transport import is_permanent
-from core import observe
+from core import metrics, observe
 from core import wording as engine_wording
 from core.approvals import ApprovalView, ClickResult
 from core.citations import Citation, cite
@@ -47,34 +45,6 @@ INTERRUPT_WAIT_S = 5.0
 CURSOR_CHAR = "▌"
 # Kept finals older than this (OUTBOX_MAX_AGE_S) are dropped with an ERROR line: the only way one is given up.
 OUTBOX_MAX_AGE_S = 86400.0
-OUTBOX_EXPIRED = Counter(
-    "relaybot_outbox_expired", "Kept final answers dropped undelivered after OUTBOX_MAX_AGE_S, by platform.",
-    ["platform"],
-)
-
-
-class Outbox(FinalOutbox, Protocol):
-    """The outbox as the runner uses it (core.store.pending_finals.PendingFinals): besides keeping finals, it
-    records each attempted post of a part, only while this process owns the final, and expires old ones."""
-
-    async def release(self, answer_id: str, *, backoff: bool = False) -> None: ...
-
-    async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
-        """Records a post of part `index` about to be attempted; False when this process no longer owns the final."""
-        ...
-
-    async def attempts(self, answer_id: str) -> dict[int, float]:
-        """When a post of each part was attempted (epoch seconds), for parts with no message known."""
-        ...
-
-    async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]: ...
-
-
-class RepairLog(LiveAnswerLog, Protocol):
-    """The live-message records as crash repair uses them: claimed by `take_all`, dropped (`remove`) only once
-    repaired or refused for good, handed back (`release`) after a failure that may pass."""
-
-    async def release(self, message: LiveMessage) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,7 +181,7 @@ class AnswerRunner:
     """One per platform adapter; the same behaviour on every platform."""
 
     def __init__(
-        self, *, platform: str, approvals: ApprovalMessages, live: RepairLog, outbox: Outbox | None = None,
+        self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog, outbox: FinalOutbox | None = None,
         outbox_max_age_s: float = OUTBOX_MAX_AGE_S,
     ) -> None:
         self.platform = platform
@@ -377,7 +347,7 @@ class AnswerRunner:
             return 0
         outbox = self._outbox
         for expired in await outbox.expire(self.platform, max_age_s=self._outbox_max_age_s):
-            OUTBOX_EXPIRED.labels(self.platform).inc()
+            metrics.OUTBOX_EXPIRED.labels(self.platform).inc()
             log.error("final %s to %s not delivered in %g s; dropping it", expired.answer_id, expired.channel,
                       self._outbox_max_age_s)
         for answer_id in sorted(self._unreleased):

@@ -31,6 +31,10 @@ TOOL_RUNS = Counter(
 APPROVALS = Counter(
     "relaybot_approvals", "Approval decisions by decision (approved, rejected, refused, expired).", ["decision"]
 )
+OUTBOX_EXPIRED = Counter(
+    "relaybot_outbox_expired", "Kept final answers dropped undelivered after OUTBOX_MAX_AGE_S, by platform.",
+    ["platform"],
+)
 RATE_LIMITED = Counter(
     "relaybot_rate_limited", "429 answers received, by platform and method.", ["platform", "method"]
 )

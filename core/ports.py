@@ -27,7 +27,12 @@ class LiveAnswerLog(Protocol):
     async def remove(self, *, platform: str, channel: str, message_id: str) -> None: ...
 
     async def take_all(self, platform: str) -> list[LiveMessage]:
-        """Remove and return the platform's records left by processes that died (each record to one caller)."""
+        """Claim the platform's records left by processes that died (each record to one caller); crash repair
+        drops one (`remove`) only once repaired or refused for good."""
+        ...
+
+    async def release(self, message: LiveMessage) -> None:
+        """Hand a claimed record back for the next round (its repair failed for now)."""
         ...
 
 
@@ -61,12 +66,25 @@ class FinalOutbox(Protocol):
 
     async def delivered(self, answer_id: str) -> None: ...
 
-    async def release(self, answer_id: str) -> None:
-        """Hand a final over to whichever process delivers next (this one is stopping, or was told "later")."""
+    async def release(self, answer_id: str, *, backoff: bool = False) -> None:
+        """Hand a final over to whichever process delivers next (this one is stopping, or was told "later";
+        `backoff`: not before a delay that grows with its attempts, capped at 5 minutes)."""
         ...
 
     async def take(self, platform: str) -> list[PendingFinal]:
         """Claim the platform's finals nobody is delivering: released, or their process died (each to one caller)."""
+        ...
+
+    async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
+        """Records a post of part `index` about to be attempted; False when this process no longer owns the final."""
+        ...
+
+    async def attempts(self, answer_id: str) -> dict[int, float]:
+        """When a post of each part was attempted (epoch seconds), for parts with no message known."""
+        ...
+
+    async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]:
+        """Drop and return the platform's finals kept longer than `max_age_s` (OUTBOX_MAX_AGE_S)."""
         ...
 
 
