@@ -383,11 +383,11 @@ class BaseAgent(ABC):
             self._round = results
             for call in completion.tool_calls:
                 parsed = self.deps.executor.parse(_as_tool_call(call), offered=state.offered_tools)
-                if isinstance(parsed, ToolResult):
-                    yield ToolCallFinished(call_id=parsed.call_id, tool=parsed.tool, status="error", output_preview=_preview(parsed.output))
-                    results.append(parsed)
-                elif parsed.spec.client_side or self.deps.executor.needs_approval(parsed, self._tool_context()):
-                    # A client's tool always waits for its result, whatever an approval rule says.
+                triage = self._triage(parsed)
+                if isinstance(triage, ToolResult):
+                    yield ToolCallFinished(call_id=triage.call_id, tool=triage.tool, status="error", output_preview=_preview(triage.output))
+                    results.append(triage)
+                elif triage:
                     pending.append(PendingToolCall(call_id=parsed.id, tool=parsed.name, arguments=parsed.call.arguments))
                 else:
                     async for event in self._run_tool(parsed, results):
@@ -397,6 +397,15 @@ class BaseAgent(ABC):
                 yield self._pause(state, pending)
                 return
         yield Failed(message=wording.loop_limit_reached(self.config.loop_limit), retryable=False)
+
+    def _triage(self, parsed: ParsedCall | ToolResult) -> ToolResult | bool:
+        """An error result for a call that cannot run (its arguments, or its approval rule failed), else whether
+        it waits: for a person's approval, or for a client's result."""
+        if isinstance(parsed, ToolResult):
+            return parsed
+        if parsed.spec.client_side:
+            return True  # a client's tool always waits for its result, whatever an approval rule says
+        return self.deps.executor.decide(parsed, self._tool_context())
 
     async def _continue(
         self, state: RunState, decisions: Mapping[str, Decision], mark_started: MarkStarted

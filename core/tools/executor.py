@@ -177,20 +177,26 @@ class ToolExecutor:
         return self._approvals
 
     def needs_approval(self, parsed: ParsedCall, ctx: ToolContext) -> bool:
+        """Whether the call waits for a person; a rule that raised counts as "no" (see `decide`)."""
+        return self.decide(parsed, ctx) is True
+
+    def decide(self, parsed: ParsedCall, ctx: ToolContext) -> bool | ToolResult:
         """The one place that decides whether a call waits for a person (core/tools/approval_policy.py).
 
-        A rule that raises (a tool's own rule on arguments it did not expect) fails only this call: the
-        answer is "no approval", and `run` then answers with the error instead of running the tool."""
+        A rule that raises (a tool's own rule on arguments it did not expect) fails only this call: its error
+        result comes back instead of a verdict, and the tool is not run."""
         try:
             verdict = self._approvals.decide(parsed.spec, parsed.arguments, ctx)
         except Exception as exc:
             logger.exception("tool %s (call %s): the approval rule failed", parsed.name, parsed.id)
-            parsed.failed_check.append(
+            problem = (
                 f"Error: {parsed.name} was not run: whether it needs approval could not be decided for these "
                 f"arguments ({_short(str(exc) or type(exc).__name__)}). Call it again with different arguments, "
                 "or answer without it."
             )
-            return False
+            # Kept on the call too, so a later `run` of it (however it gets there) answers the same error.
+            parsed.failed_check.append(problem)
+            return self._result(parsed, "error", problem)
         logger.debug("tool %s (call %s): %s (%s)", parsed.name, parsed.id,
                      "needs approval" if verdict.needs_approval else "no approval", verdict.reason)
         return verdict.needs_approval

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from core.events import Done
+from core.events import Done, ToolCallFinished, ToolCallStarted
 from core.requests import ConversationKey
 from core.store.db import Database
 from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolRegistry, ToolResult, ToolSpec, builtin_registry
@@ -321,3 +321,8 @@ async def test_an_approval_rule_that_raises_becomes_that_calls_error_and_the_run
     assert "could not be decided" in outputs["c_fragile"] and "http://[::1" in outputs["c_fragile"]
     assert outputs["c_calc"] == "2+2 = 4"
     assert runs == []
+    # Not started, so no tool-run audit line says it ran: it ends as an error at once, like broken arguments.
+    started = [event.call_id for event in events if isinstance(event, ToolCallStarted)]
+    assert "c_fragile" not in started and "c_calc" in started
+    assert any(isinstance(event, ToolCallFinished) and event.call_id == "c_fragile" and event.status == "error"
+               for event in events)
