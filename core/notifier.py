@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 from core.approvals import ApprovalView
@@ -15,6 +16,12 @@ class Notifier(Protocol):
         """Edit the messages that showed an approval to say it expired (buttons gone)."""
         ...
 
-    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
-        """Post a reminder where it was asked for."""
+    async def deliver_reminder(
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+    ) -> None:
+        """Post a reminder where it was asked for, exactly once.
+
+        `key` ("reminder:<id>") names this reminder's post. `attempted_at` is when an earlier claim (this process's
+        or a dead one's) first tried to post it, its outcome unknown: the post is then looked up from that time
+        (less the platform's skew margin) and not sent again if found."""
         ...

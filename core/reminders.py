@@ -1,4 +1,4 @@
-"""Reminders: a Postgres row is the truth; apscheduler wakes us; claim → deliver → mark delivered, retried and taken over."""
+"""Reminders: a Postgres row is the truth; apscheduler wakes us; claim → record the attempt → deliver → mark delivered, exactly once."""
 
 from __future__ import annotations
 
@@ -51,6 +51,11 @@ def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def reminder_key(reminder_id: int) -> str:
+    """What names a reminder's post on the platform (Slack metadata, a Discord nonce), for its look-up."""
+    return f"reminder:{reminder_id}"
+
+
 async def _insert(db: Database, *, conversation: ConversationKey, user_id: str, text: str, due_at: datetime) -> Reminder:
     async with db.connection() as conn:
         cursor = await conn.execute(
@@ -77,8 +82,10 @@ class ReminderService:
     """Arms in-memory wake-ups for the reminders of the platforms this process serves and delivers each once.
 
     Delivery has the outbox's guarantees: the row is claimed ('fired', by this process's heartbeat owner
-    `instance`), delivered, then marked 'delivered'. A failed delivery goes back to 'pending' with a
-    backoff until `retry_grace_s` after its due time; a claim whose process died is taken over.
+    `instance`), its attempt recorded (`attempted_at`), delivered, then marked 'delivered'. A failed delivery
+    goes back to 'pending' with a backoff until `retry_grace_s` after its due time; a claim whose process died
+    is taken over. Every attempt after the first gives the notifier the first one's time, so a post the
+    platform took (from a process that died before the mark, or a reply that never came) is found, not repeated.
     """
 
     def __init__(
@@ -168,16 +175,26 @@ class ReminderService:
                 " WHERE r.id = %(id)s AND r.platform = ANY(%(platforms)s) AND r.due_at <= now()"
                 "  AND ((r.status = 'pending' AND coalesce(r.next_attempt_at, r.due_at) <= now())"
                 f"   OR (r.status = 'fired' AND r.fired_by = %(me)s) OR {_CLAIM_ABANDONED})"
-                " RETURNING platform, workspace, channel, thread, user_id, text",
+                " RETURNING platform, workspace, channel, thread, user_id, text, attempted_at",
                 {"me": self.instance, "id": reminder_id, "platforms": self._platforms, "stale_s": self._stale_after_s},
             )
             row = await cursor.fetchone()
-        if row is None:
-            return False
-        platform, workspace, channel, thread, user_id, text = row
+            if row is None:
+                return False
+            # Written before the platform is called: a process dying after the platform took the post (and before
+            # the mark) leaves the time its successor looks the post up from. The first attempt's time is kept.
+            await conn.execute(
+                "UPDATE reminders SET attempted_at = coalesce(attempted_at, now())"
+                " WHERE id = %s AND status = 'fired' AND fired_by = %s",
+                (reminder_id, self.instance),
+            )
+        platform, workspace, channel, thread, user_id, text, attempted_at = row
         conversation = ConversationKey(platform=platform, workspace=workspace, channel=channel, thread=thread)
         try:
-            await self._notifiers[platform].deliver_reminder(conversation=conversation, user=user_id, text=text)
+            await self._notifiers[platform].deliver_reminder(
+                conversation=conversation, user=user_id, text=text, key=reminder_key(reminder_id),
+                attempted_at=attempted_at,
+            )
         except Exception as error:
             await self._retry_later(reminder_id, error)
             return False

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import discord
@@ -17,14 +17,11 @@ from . import render
 from .render import ApprovalPart
 from .surface import edit_approval
 from . import transport_calls as calls
-from .transport import NO_PINGS, ChannelBudgets, fresh_nonce
+from .transport import NO_PINGS, ChannelBudgets, part_nonce
 from .transport_lookup import PostOnce
 from .wording import mention
 
 log = logging.getLogger(__name__)
-
-# Reminders remembered with an unseen attempt; more is a Discord outage, and the oldest is let go.
-UNSEEN_KEPT = 1_000
 
 
 class DiscordNotifier:
@@ -34,8 +31,6 @@ class DiscordNotifier:
         self._client = client
         self._budgets = budgets
         self._clock = clock
-        # Reminders whose last post had no answer (channel, text): the retry looks for it before posting.
-        self._unseen: OrderedDict[tuple[int, str], PostOnce] = OrderedDict()
 
     async def approval_expired(self, *, view: ApprovalView, message_refs: list[dict[str, Any]]) -> None:
         client = self._client()
@@ -57,7 +52,9 @@ class DiscordNotifier:
                     # One message that cannot be edited must not keep the others showing live buttons.
                     log.exception("could not mark approval message %s as expired", message_id)
 
-    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+    async def deliver_reminder(
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+    ) -> None:
         client = self._client()
         if client is None:
             raise RuntimeError("Discord is not connected")
@@ -72,20 +69,12 @@ class DiscordNotifier:
             else NO_PINGS
         )
         content = content[: render.MAX_CONTENT_CHARS]
-        key = (channel_id, content)
-        once = self._unseen.pop(key, None) or PostOnce(channel)
-        try:
-            await calls.post_message(
-                channel, budget=self._budgets(channel_id), clock=self._clock, nonce=fresh_nonce(), once=once,
-                content=content, allowed_mentions=pings,
-            )
-        except BaseException:
-            # The reminder job retries it later: an attempt whose outcome nobody saw is looked up first then.
-            if once.attempted_at is not None:
-                self._unseen[key] = once
-                while len(self._unseen) > UNSEEN_KEPT:
-                    self._unseen.popitem(last=False)
-            raise
+        # An earlier attempt whose outcome nobody saw (this process's, or one that died before marking it
+        # delivered) is looked up by its text from then; the reminder's own nonce covers Discord's few minutes.
+        await calls.post_message(
+            channel, budget=self._budgets(channel_id), clock=self._clock, nonce=part_nonce(key),
+            once=PostOnce(channel, attempted_at=attempted_at), content=content, allowed_mentions=pings,
+        )
 
 
 def _part(view: ApprovalView, shown: dict[str, Any]) -> ApprovalPart:

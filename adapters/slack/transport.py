@@ -293,17 +293,23 @@ class SlackWeb:
 
     async def post(
         self, *, team_id: str, channel: str, thread_ts: str | None, key: str | None = None,
-        budget: RateBudget | None = None, priority: Priority = Priority.FINAL, **message: Any,
+        budget: RateBudget | None = None, priority: Priority = Priority.FINAL, post_key: str | None = None,
+        attempted_at: float | None = None, **message: Any,
     ) -> dict[str, Any]:
         """chat.postMessage on the channel's budget (or `budget`), retried; `key` names an answer part ("<answer
-        id>:<part>"), else the post gets a key of its own. After a failure whose outcome was not seen, the post is
-        looked up by its key (from just before the attempt) before it is sent again: never twice."""
-        metadata = part_metadata(key) if key else post_metadata(uuid.uuid4().hex)
-        attempted_at = time.time()
+        id>:<part>"), `post_key` any other post that must appear once ("reminder:<id>"), else the post gets a key
+        of its own. After a failure whose outcome was not seen, the post is looked up by its key (from just before
+        the attempt) before it is sent again: never twice. `attempted_at` (epoch seconds) is an earlier attempt's,
+        made by another call or process: the post is looked up from then before it is sent at all."""
+        metadata = part_metadata(key) if key else post_metadata(post_key or uuid.uuid4().hex)
+        since = time.time() if attempted_at is None else attempted_at
 
         async def look_up() -> dict[str, Any] | None:
             return await self.find(team_id=team_id, channel=channel, thread_ts=thread_ts, metadata=metadata,
-                                   since=attempted_at)
+                                   since=since)
+
+        if attempted_at is not None and (found := await look_up()) is not None:
+            return found
 
         return await send_paced(
             lambda: self.once("chat.postMessage", channel=channel, thread_ts=thread_ts, metadata=metadata, **message),

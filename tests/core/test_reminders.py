@@ -24,11 +24,15 @@ KEY = ConversationKey(platform="test", workspace="W", channel="C", thread="t1")
 class RecordingNotifier:
     def __init__(self) -> None:
         self.reminders: list[tuple[ConversationKey, str, str]] = []
+        self.attempts_seen: list[tuple[str, datetime | None]] = []  # (key, attempted_at) of every delivery
 
     async def approval_expired(self, *, continuation_id: str, message_refs: list[dict[str, Any]]) -> None:
         raise AssertionError("not expected")
 
-    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+    async def deliver_reminder(
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+    ) -> None:
+        self.attempts_seen.append((key, attempted_at))
         self.reminders.append((conversation, user, text))
 
 
@@ -116,11 +120,13 @@ class BlippingNotifier(RecordingNotifier):
         self.failures = failures
         self.attempts = 0
 
-    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+    async def deliver_reminder(
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+    ) -> None:
         self.attempts += 1
         if self.attempts <= self.failures:
             raise ConnectionError("platform unreachable")
-        await super().deliver_reminder(conversation=conversation, user=user, text=text)
+        await super().deliver_reminder(conversation=conversation, user=user, text=text, key=key, attempted_at=attempted_at)
 
 
 async def _insert_due(db: Database, text: str, **columns: Any) -> int:
@@ -207,7 +213,7 @@ async def test_a_delivery_whose_mark_cannot_be_written_is_marked_later_and_never
         delivered: list[str] = []
 
         class DatabaseDiesAfterDelivery(RecordingNotifier):
-            async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+            async def deliver_reminder(self, *, text: str, **_: Any) -> None:
                 delivered.append(text)
                 await outage.down()  # the platform took it; the database goes before the mark
 
@@ -224,3 +230,61 @@ async def test_a_delivery_whose_mark_cannot_be_written_is_marked_later_and_never
     finally:
         await outage.up()
         await database.close()
+
+
+async def _attempted_at(db: Database, reminder_id: int) -> datetime | None:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT attempted_at FROM reminders WHERE id = %s", (reminder_id,))
+        row = await cursor.fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def test_a_takeover_after_the_platform_took_the_post_is_given_the_first_attempt_to_look_it_up(db: Database) -> None:
+    """Process A records its attempt before calling the platform, the platform takes the post, A dies before the
+    mark: B, taking the claim over, is told when A attempted it (what it looks the post up from) and its key."""
+    posted: list[tuple[str, datetime | None]] = []
+    recorded_before_the_call: list[datetime | None] = []
+
+    class DiesAfterThePost(RecordingNotifier):
+        async def deliver_reminder(self, *, key: str, attempted_at: datetime | None, **_: Any) -> None:
+            recorded_before_the_call.append(await _attempted_at(db, reminder_id))
+            posted.append((key, attempted_at))
+            raise asyncio.CancelledError  # the process goes down here: the platform has it, the row is not marked
+
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    a = ReminderService(db, scheduler, {"test": DiesAfterThePost()}, instance="dies-after-post")
+    b_notifier = RecordingNotifier()
+    b = ReminderService(db, scheduler, {"test": b_notifier}, instance="takes-over")
+    reminder_id = await _insert_due(db, "posted, then the process died")
+    with pytest.raises(asyncio.CancelledError):
+        await a.fire(reminder_id)
+    assert posted == [(f"reminder:{reminder_id}", None)], "the first attempt has nothing to look up"
+    first_attempt = recorded_before_the_call[0]
+    assert first_attempt is not None, "the attempt is in the row before the platform is called"
+    assert (await _row(db, reminder_id))[0] == "fired"
+    assert await b.sweep() == 0, "A is still beating: its claim is not taken over"
+    async with db.connection() as conn:
+        await conn.execute(
+            "UPDATE process_heartbeats SET seen_at = now() - interval '5 minutes' WHERE owner = 'dies-after-post'"
+        )
+    assert await b.sweep() == 1
+    assert b_notifier.attempts_seen == [(f"reminder:{reminder_id}", first_attempt)]
+    assert await _row(db, reminder_id) == ("delivered", 0, "takes-over")
+    assert await _attempted_at(db, reminder_id) == first_attempt, "the first attempt's time is kept"
+
+
+async def test_a_retry_after_a_failed_delivery_is_given_the_first_attempt_to_look_it_up(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure may have come after the platform did the work (a lost reply): the retry looks it up too."""
+    monkeypatch.setattr("core.reminders.RETRY_FIRST_S", 0.0)
+    notifier = BlippingNotifier(failures=1)
+    service = ReminderService(db, AsyncIOScheduler(timezone=timezone.utc), {"test": notifier}, instance="retries")
+    reminder_id = await _insert_due(db, "after a lost reply")
+    assert await service.sweep() == 0
+    first_attempt = await _attempted_at(db, reminder_id)
+    assert first_attempt is not None
+    await asyncio.sleep(0.05)
+    assert await service.sweep() == 1
+    assert notifier.attempts_seen == [(f"reminder:{reminder_id}", first_attempt)]

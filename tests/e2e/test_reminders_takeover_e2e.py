@@ -1,0 +1,130 @@
+"""A reminder is posted exactly once when its process dies after the platform took the post but before the row
+was marked delivered: the process taking the claim over finds the post (Slack metadata, Discord text) instead of
+posting it again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from core.notifier import Notifier
+from core.reminders import ReminderService
+from core.store.db import Database
+from tests.adapters.discord.harness import bot_messages, make_world, running_bot
+from tests.e2e.slack_harness import ALICE, start_bot
+from tests.emulators.discord import DiscordEmulator
+from tests.emulators.openai_server import OpenAIEmulator
+from tests.emulators.slack import SlackEmulator
+
+pytestmark = pytest.mark.timeout(90)
+
+CHANNEL = "C0TAKEOVER"
+
+
+class DiesAfterThePost:
+    """Process A's notifier: the adapter's own, after which the process goes down (before the mark is written).
+    `meanwhile` runs in between (people talking in the channel before the takeover)."""
+
+    def __init__(self, notifier: Notifier, *, meanwhile: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._notifier = notifier
+        self._meanwhile = meanwhile
+        self.posted = 0
+
+    async def approval_expired(self, **_: Any) -> None:
+        raise AssertionError("not expected")
+
+    async def deliver_reminder(self, **reminder: Any) -> None:
+        await self._notifier.deliver_reminder(**reminder)
+        self.posted += 1
+        if self._meanwhile is not None:
+            await self._meanwhile()
+        raise asyncio.CancelledError  # the platform has the post; the row still says 'fired' by A
+
+
+async def _due_reminder(db: Database, *, platform: str, workspace: str, channel: str, thread: str, user: str,
+                        text: str) -> int:
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "INSERT INTO reminders (platform, workspace, channel, thread, user_id, text, due_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (platform, workspace, channel, thread, user, text, datetime.now(timezone.utc) - timedelta(seconds=1)),
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _status(db: Database, reminder_id: int) -> str:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT status FROM reminders WHERE id = %s", (reminder_id,))
+        row = await cursor.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def _a_dies_and_b_takes_over(
+    db: Database, reminder_id: int, *, platform: str, notifier: Notifier,
+    meanwhile: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """A claims and posts the reminder and dies before the mark; its heartbeat goes stale; B takes the claim over."""
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    dies = DiesAfterThePost(notifier, meanwhile=meanwhile)
+    a = ReminderService(db, scheduler, {platform: dies}, instance="process-a")
+    with pytest.raises(asyncio.CancelledError):
+        await a.fire(reminder_id)
+    assert dies.posted == 1
+    assert await _status(db, reminder_id) == "fired"
+    async with db.connection() as conn:
+        await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '5 minutes' WHERE owner = 'process-a'")
+    b = ReminderService(db, scheduler, {platform: notifier}, instance="process-b")
+    assert await b.sweep() == 1, "B took the abandoned claim over and delivered it"
+    assert await _status(db, reminder_id) == "delivered"
+    assert await b.sweep() == 0
+
+
+@pytest.mark.parametrize("where, tier", [("channel", "internal"), ("thread", "limited")])
+async def test_a_slack_reminder_posted_by_a_process_that_died_before_the_mark_is_not_posted_again(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, where: str, tier: str
+) -> None:
+    slack = slack_emulator
+    if tier == "limited":
+        slack.limit_history("limited")  # 15 messages a page, one read a minute
+    thread = slack.add_user_message(CHANNEL, "remind me", ALICE) if where == "thread" else ""
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_history_tier=tier)
+    try:
+        text = f"water the plants ({where})"
+        reminder_id = await _due_reminder(db, platform="slack", workspace=slack.team_id, channel=CHANNEL, thread=thread,
+                                          user=ALICE, text=text)
+
+        def posted() -> int:
+            shown = slack.thread(CHANNEL, thread) if thread else slack.messages(CHANNEL)
+            return sum(1 for m in shown if m.is_bot and text in m.text)
+
+        async def chatter() -> None:
+            # People keep talking after A's post: B's look-up reads past them, from A's attempt on.
+            for n in range(20):
+                slack.add_user_message(CHANNEL, f"chatter {n}", ALICE, thread_ts=thread or None)
+
+        await _a_dies_and_b_takes_over(db, reminder_id, platform="slack", notifier=bot.adapter.notifier, meanwhile=chatter)
+        assert posted() == 1
+    finally:
+        await bot.stop()
+
+
+async def test_a_discord_reminder_posted_by_a_process_that_died_before_the_mark_is_not_posted_again(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.set_nonce_window(0.0)  # long after Discord's nonce window: only the look-up can tell
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        reminder_id = await _due_reminder(db, platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id),
+                                          thread="", user=str(w.alice), text="stand-up in 5")
+        await dc.send_user_message(w.channel_id, w.bob, "anyone around?")
+        await _a_dies_and_b_takes_over(db, reminder_id, platform="discord", notifier=adapter.notifier)
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
