@@ -5,11 +5,13 @@ posting it again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
+from psycopg_pool import PoolTimeout
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from core.notifier import Notifier
@@ -20,18 +22,28 @@ from tests.e2e.slack_harness import ALICE, start_bot
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai_server import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator
+from tests.support.outage import DatabaseOutage
 
 pytestmark = pytest.mark.timeout(90)
 
 CHANNEL = "C0TAKEOVER"
 
 
-class DiesAfterThePost:
-    """Process A's notifier: the adapter's own, after which the process goes down (before the mark is written).
-    `meanwhile` runs in between (people talking in the channel before the takeover)."""
+Death = Literal["cancelled after the post", "mark fails, then stopped"]
 
-    def __init__(self, notifier: Notifier, *, meanwhile: Callable[[], Awaitable[None]] | None = None) -> None:
+
+class DiesAfterThePost:
+    """Process A's notifier: the adapter's own, after which A goes down before the mark is written — cancelled
+    there, or its database gone (the mark fails and waits in A's memory, lost when A stops). `meanwhile` runs in
+    between (people talking in the channel before the takeover)."""
+
+    def __init__(
+        self, notifier: Notifier, *, death: Death, outage: DatabaseOutage,
+        meanwhile: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._notifier = notifier
+        self._death = death
+        self._outage = outage
         self._meanwhile = meanwhile
         self.posted = 0
 
@@ -43,7 +55,9 @@ class DiesAfterThePost:
         self.posted += 1
         if self._meanwhile is not None:
             await self._meanwhile()
-        raise asyncio.CancelledError  # the platform has the post; the row still says 'fired' by A
+        if self._death == "cancelled after the post":
+            raise asyncio.CancelledError  # the platform has the post; the row still says 'fired' by A
+        await self._outage.down()
 
 
 async def _due_reminder(db: Database, *, platform: str, workspace: str, channel: str, thread: str, user: str,
@@ -67,16 +81,53 @@ async def _status(db: Database, reminder_id: int) -> str:
     return str(row[0])
 
 
+@pytest.fixture
+async def database(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Database]:
+    """The module's database, with a pool that gives up within a second while the database is down."""
+    monkeypatch.setattr("core.store.db.POOL_TIMEOUT_S", 1.0)
+    opened = Database(url=database_url, data_dir=tmp_path)
+    await opened.open()
+    async with opened.connection() as conn:
+        await conn.execute("DELETE FROM reminders")  # one test's failure leaves no claim for the next one's B
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
+    made = DatabaseOutage(admin_url=pg_server, database_url=database_url)
+    yield made
+    await made.up()
+
+
+async def _until_reachable(db: Database) -> None:
+    """After an outage the pool reconnects with a backoff: wait for it to hand out connections again."""
+    for _ in range(50):
+        try:
+            async with db.connection() as conn:
+                await conn.execute("SELECT 1")
+            return
+        except PoolTimeout:
+            await asyncio.sleep(0.2)
+    raise AssertionError("the database did not come back")
+
+
 async def _a_dies_and_b_takes_over(
-    db: Database, reminder_id: int, *, platform: str, notifier: Notifier,
+    db: Database, reminder_id: int, *, platform: str, notifier: Notifier, death: Death, outage: DatabaseOutage,
     meanwhile: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """A claims and posts the reminder and dies before the mark; its heartbeat goes stale; B takes the claim over."""
     scheduler = AsyncIOScheduler(timezone=timezone.utc)
-    dies = DiesAfterThePost(notifier, meanwhile=meanwhile)
+    dies = DiesAfterThePost(notifier, death=death, outage=outage, meanwhile=meanwhile)
     a = ReminderService(db, scheduler, {platform: dies}, instance="process-a")
-    with pytest.raises(asyncio.CancelledError):
-        await a.fire(reminder_id)
+    if death == "cancelled after the post":
+        with pytest.raises(asyncio.CancelledError):
+            await a.fire(reminder_id)
+    else:
+        assert await a.fire(reminder_id), "delivered; the mark waits in A's memory"
+        await outage.up()
+        del a  # A stops before its next sweep would have written the mark
+        await _until_reachable(db)
     assert dies.posted == 1
     assert await _status(db, reminder_id) == "fired"
     async with db.connection() as conn:
@@ -87,10 +138,13 @@ async def _a_dies_and_b_takes_over(
     assert await b.sweep() == 0
 
 
+@pytest.mark.parametrize("death", ["cancelled after the post", "mark fails, then stopped"])
 @pytest.mark.parametrize("where, tier", [("channel", "internal"), ("thread", "limited")])
 async def test_a_slack_reminder_posted_by_a_process_that_died_before_the_mark_is_not_posted_again(
-    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, where: str, tier: str
+    database: Database, outage: DatabaseOutage, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator,
+    where: str, tier: str, death: Death,
 ) -> None:
+    db = database
     slack = slack_emulator
     if tier == "limited":
         slack.limit_history("limited")  # 15 messages a page, one read a minute
@@ -110,15 +164,19 @@ async def test_a_slack_reminder_posted_by_a_process_that_died_before_the_mark_is
             for n in range(20):
                 slack.add_user_message(CHANNEL, f"chatter {n}", ALICE, thread_ts=thread or None)
 
-        await _a_dies_and_b_takes_over(db, reminder_id, platform="slack", notifier=bot.adapter.notifier, meanwhile=chatter)
+        await _a_dies_and_b_takes_over(db, reminder_id, platform="slack", notifier=bot.adapter.notifier, death=death,
+                                       outage=outage, meanwhile=chatter)
         assert posted() == 1
     finally:
         await bot.stop()
 
 
+@pytest.mark.parametrize("death", ["cancelled after the post", "mark fails, then stopped"])
 async def test_a_discord_reminder_posted_by_a_process_that_died_before_the_mark_is_not_posted_again(
-    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+    discord_emulator: DiscordEmulator, database: Database, outage: DatabaseOutage, openai_emulator: OpenAIEmulator,
+    death: Death,
 ) -> None:
+    db = database
     dc = discord_emulator
     w = make_world(dc)
     dc.set_nonce_window(0.0)  # long after Discord's nonce window: only the look-up can tell
@@ -126,5 +184,6 @@ async def test_a_discord_reminder_posted_by_a_process_that_died_before_the_mark_
         reminder_id = await _due_reminder(db, platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id),
                                           thread="", user=str(w.alice), text="stand-up in 5")
         await dc.send_user_message(w.channel_id, w.bob, "anyone around?")
-        await _a_dies_and_b_takes_over(db, reminder_id, platform="discord", notifier=adapter.notifier)
+        await _a_dies_and_b_takes_over(db, reminder_id, platform="discord", notifier=adapter.notifier, death=death,
+                                       outage=outage)
     assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
