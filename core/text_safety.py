@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 # Postgres text and jsonb hold no NUL, and UTF-8 (so psycopg) cannot encode a lone UTF-16 surrogate: either in
 # a question, a page or a tool result failed the run when it was stored, long after it was read.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# The same in JSON text written without ASCII escapes, where NUL is still \u0000 (a literal "\\u0000" matches too,
+# and is only copied needlessly).
+_UNSTORABLE_JSON = re.compile(r"\\u0000|[\ud800-\udfff]")
 # Slack's own longest message, so no chat question is ever cut; an API question past it is (the prompt budget
 # would cut it anyway, after counting and encoding all of it on the event loop).
 QUESTION_MAX_CHARS = 40_000
@@ -39,6 +43,12 @@ def question_cut(length: int, max_chars: int) -> str:
 def storable_json(value: Any) -> Any:
     """A JSON value (as json.loads makes it) with every string and key made storable, the rest as it was; copied
     without recursion, since a client's schema may nest deeper than Python's stack."""
+    try:
+        # The common case, checked in C: nothing to clean, nothing copied (a 50,000-value enum is a big copy).
+        if _UNSTORABLE_JSON.search(json.dumps(value, ensure_ascii=False)) is None:
+            return value
+    except (RecursionError, TypeError, ValueError):
+        pass  # too deep for the C encoder, or not plain JSON: walked below
     root = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from core.events import Usage
 from core.llm.errors import (
@@ -141,7 +141,8 @@ class LLMClient:
                 stream = await self._client.post(
                     CHAT_COMPLETIONS_PATH, cast_to=ChatCompletion, options=_POST_OPTIONS,
                     body={**params, "stream": True, "stream_options": {"include_usage": True}},
-                    stream=True, stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                    # Chunks as parsed JSON (`object`): the SDK's model building took ~160 µs of the loop per chunk.
+                    stream=True, stream_cls=openai.AsyncStream[object],
                 )
         except TimeoutError:
             raise request_timeout_error() from None
@@ -226,44 +227,48 @@ class _Assembly:
         self.received_output = False
 
     def add(self, chunk: Any) -> str:
-        """Take in one chunk; return the new answer text it carried (maybe empty)."""
-        if chunk.usage is not None:
-            self.usage = _usage(chunk.usage)
+        """Take in one chunk (its JSON as parsed); return the new answer text it carried (maybe empty)."""
+        if not isinstance(chunk, dict):
+            return ""
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = _usage_of(chunk["usage"])
         new_text = ""
-        for choice in chunk.choices or ():
-            if choice.index not in (0, None):
+        for choice in _dicts(chunk.get("choices")):
+            if choice.get("index") not in (0, None):
                 continue
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
                 continue
-            for call in delta.tool_calls or ():
+            for call in _dicts(delta.get("tool_calls")):
                 self._add_call_delta(call)
-            if delta.content:
+            content = delta.get("content")
+            if content and isinstance(content, str):
                 # The model's words are stored and shown like any outside text (a page can make it echo a NUL).
-                content = storable(delta.content)
+                content = storable(content)
                 self.text.append(content)
                 self.received_output = True
                 new_text += content
         return new_text
 
-    def _add_call_delta(self, delta: Any) -> None:
-        index = delta.index
-        if index is None:
+    def _add_call_delta(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index")
+        if not isinstance(index, int):
             # Some servers omit the index: a delta with an id starts a new call, else continues the last.
-            index = len(self.calls) if delta.id or not self.calls else max(self.calls)
+            index = len(self.calls) if delta.get("id") or not self.calls else max(self.calls)
         parts = self.calls.setdefault(index, _ToolCallParts())
         self.received_output = True
-        if delta.id:
-            parts.id = delta.id
-        function = delta.function
-        if function is None:
+        if delta.get("id"):
+            parts.id = str(delta["id"])
+        function = delta.get("function")
+        if not isinstance(function, dict):
             return
-        if function.name and function.name != parts.name:
-            parts.name = function.name if not parts.name else parts.name + function.name
-        if function.arguments:
-            parts.arguments.append(function.arguments)
+        name, arguments = function.get("name"), function.get("arguments")
+        if name and isinstance(name, str) and name != parts.name:
+            parts.name = name if not parts.name else parts.name + name
+        if arguments and isinstance(arguments, str):
+            parts.arguments.append(arguments)
 
     def completion(self) -> Completion:
         calls = tuple(
@@ -293,6 +298,16 @@ def _params(
     if max_tokens is not None and max_tokens > 0:
         params["max_completion_tokens" if reasoning else "max_tokens"] = max_tokens
     return params
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _usage_of(usage: dict[str, Any]) -> Usage:
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return Usage(prompt_tokens=prompt if isinstance(prompt, int) else 0,
+                 completion_tokens=completion if isinstance(completion, int) else 0)
 
 
 def _usage(usage: Any) -> Usage:

@@ -52,3 +52,27 @@ async def test_nul_and_lone_surrogates_from_the_model_come_out_storable(llm: LLM
     assert "".join(pieces) == completion.text == "ab\ufffdc"
     _, [with_call] = await _collect(llm, tools=TOOLS)
     assert with_call.tool_calls[0].name == "search" and with_call.tool_calls[0].arguments == '{"q": "x\ufffd"}'
+
+
+async def test_streamed_chunks_are_read_as_json_without_building_sdk_models(
+    llm: LLMClient, openai_emulator: OpenAIEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK's pydantic construct took ~160 µs of the event loop per chunk; a long answer streams hundreds.
+    import openai._base_client
+
+    built = 0
+    construct = openai._base_client.construct_type
+
+    def counted(**kwargs: object) -> object:
+        nonlocal built
+        built += 1
+        return construct(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(openai._base_client, "construct_type", counted)
+    openai_emulator.script(Text("x" * 400, chunk_chars=4), ToolCalls([Call("search", '{"q": "a"}'), Call("search", "{}")]))
+    pieces, [completion] = await _collect(llm)
+    assert len(pieces) == 100 and completion.text == "x" * 400 and completion.usage.completion_tokens > 0
+    _, [with_calls] = await _collect(llm, tools=TOOLS)
+    assert [(call.name, call.arguments) for call in with_calls.tool_calls] == [("search", '{"q": "a"}'), ("search", "{}")]
+    assert with_calls.finish_reason == "tool_calls"
+    assert built == 0
