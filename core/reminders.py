@@ -11,7 +11,7 @@ from typing import Mapping
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from core.notifier import Notifier
+from core.notifier import ClaimLost, Notifier
 from core.requests import ConversationKey
 from core.store.db import Database
 from core.store.heartbeats import STALE_AFTER_S
@@ -193,14 +193,29 @@ class ReminderService:
         try:
             await self._notifiers[platform].deliver_reminder(
                 conversation=conversation, user=user_id, text=text, key=reminder_key(reminder_id),
-                attempted_at=attempted_at,
+                attempted_at=attempted_at, check_claim=lambda: self._check_claim(reminder_id),
             )
+        except ClaimLost:
+            log.info("reminder %s was taken over by another process while this one waited to post it", reminder_id)
+            return False
         except Exception as error:
             await self._retry_later(reminder_id, error)
             return False
         self._unmarked.add(reminder_id)
         await self._mark_unmarked()
         return True
+
+    async def _check_claim(self, reminder_id: int) -> None:
+        """Before each post attempt: this process still holds the claim (a delivery that waited out a budget while
+        its heartbeat went stale may have been taken over, and posted by the taker); stamps the heartbeat too."""
+        async with self._db.connection() as conn:
+            await conn.execute(_STAMP, (self.instance,))
+            cursor = await conn.execute(
+                "SELECT 1 FROM reminders WHERE id = %s AND status = 'fired' AND fired_by = %s", (reminder_id, self.instance)
+            )
+            held = await cursor.fetchone() is not None
+        if not held:
+            raise ClaimLost(f"reminder {reminder_id} is no longer claimed by {self.instance}")
 
     async def _retry_later(self, reminder_id: int, error: Exception) -> None:
         """Back to 'pending' with a backoff, or 'failed' past the grace; armed for the next attempt."""

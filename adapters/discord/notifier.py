@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +53,8 @@ class DiscordNotifier:
                     log.exception("could not mark approval message %s as expired", message_id)
 
     async def deliver_reminder(
-        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None,
+        check_claim: Callable[[], Awaitable[None]],
     ) -> None:
         client = self._client()
         if client is None:
@@ -73,7 +74,8 @@ class DiscordNotifier:
         # delivered) is looked up by its text from then; the reminder's own nonce covers Discord's few minutes.
         await calls.post_message(
             channel, budget=self._budgets(channel_id), clock=self._clock, nonce=part_nonce(key),
-            once=PostOnce(channel, attempted_at=attempted_at), content=content, allowed_mentions=pings,
+            once=PostOnce(channel, attempted_at=attempted_at), before_send=check_claim, content=content,
+            allowed_mentions=pings,
         )
 
 

@@ -31,17 +31,22 @@ HISTORY_PAGE = 100
 
 async def post_message(
     channel: discord.abc.Messageable, *, budget: RateBudget, clock: Clock, nonce: str | None = None,
-    matches: Matches | None = None, priority: Priority = Priority.FINAL, once: PostOnce | None = None, **fields: Any,
+    matches: Matches | None = None, priority: Priority = Priority.FINAL, once: PostOnce | None = None,
+    before_send: Callable[[], Awaitable[None]] | None = None, **fields: Any,
 ) -> discord.Message:
     """Posts a message on `budget`, retrying 429s and transient failures without ever posting it twice:
     the nonce covers Discord's few minutes, the look-up (by `matches`, else by its text) the rest. `once`,
-    kept by a caller that sends the same message again later, carries an unseen attempt over to that call."""
+    kept by a caller that sends the same message again later, carries an unseen attempt over to that call.
+    `before_send` is awaited before each attempt, once the budget let it go (a reminder's claim check)."""
     once = once if once is not None else PostOnce(channel, matches=matches)
     extra = {"nonce": nonce} if nonce is not None else {}
-    return await send_paced(
-        lambda: once(lambda: channel.send(**fields, **extra), text=fields.get("content")), budget=budget, clock=clock,
-        priority=priority,
-    )
+
+    async def attempt() -> discord.Message:
+        if before_send is not None:
+            await before_send()
+        return await once(lambda: channel.send(**fields, **extra), text=fields.get("content"))
+
+    return await send_paced(attempt, budget=budget, clock=clock, priority=priority)
 
 
 async def update_message(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -40,12 +41,13 @@ class SlackNotifier:
                     logger.exception("could not mark approval message %s in %s as expired", part.get("ts"), ref.get("channel"))
 
     async def deliver_reminder(
-        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None,
+        check_claim: Callable[[], Awaitable[None]],
     ) -> None:
         # The post carries the reminder's key in its metadata: after an attempt whose outcome nobody saw (this
         # process's, or one that died before marking it delivered), it is looked up from then, not posted again.
         target = ReplyTarget(team_id=conversation.workspace, channel=conversation.channel, thread_ts=conversation.thread or None)
         await self._surfaces.post_paced(
             target, post_key=key, attempted_at=None if attempted_at is None else attempted_at.timestamp(),
-            markdown_text=markdown_text(text),
+            before_send=check_claim, markdown_text=markdown_text(text),
         )

@@ -294,13 +294,14 @@ class SlackWeb:
     async def post(
         self, *, team_id: str, channel: str, thread_ts: str | None, key: str | None = None,
         budget: RateBudget | None = None, priority: Priority = Priority.FINAL, post_key: str | None = None,
-        attempted_at: float | None = None, **message: Any,
+        attempted_at: float | None = None, before_send: Callable[[], Awaitable[None]] | None = None, **message: Any,
     ) -> dict[str, Any]:
         """chat.postMessage on the channel's budget (or `budget`), retried; `key` names an answer part ("<answer
         id>:<part>"), `post_key` any other post that must appear once ("reminder:<id>"), else the post gets a key
         of its own. After a failure whose outcome was not seen, the post is looked up by its key (from just before
         the attempt) before it is sent again: never twice. `attempted_at` (epoch seconds) is an earlier attempt's,
-        made by another call or process: the post is looked up from then before it is sent at all."""
+        made by another call or process: the post is looked up from then before it is sent at all. `before_send` is
+        awaited before each attempt, once its budget let it go (a reminder's check that its claim is still held)."""
         metadata = part_metadata(key) if key else post_metadata(post_key or uuid.uuid4().hex)
         since = time.time() if attempted_at is None else attempted_at
 
@@ -311,9 +312,14 @@ class SlackWeb:
         if attempted_at is not None and (found := await look_up()) is not None:
             return found
 
+        async def attempt() -> dict[str, Any]:
+            if before_send is not None:
+                await before_send()
+            return await self.once("chat.postMessage", channel=channel, thread_ts=thread_ts, metadata=metadata, **message)
+
         return await send_paced(
-            lambda: self.once("chat.postMessage", channel=channel, thread_ts=thread_ts, metadata=metadata, **message),
-            budget=budget or self.budgets.post(team_id, channel), clock=self.clock, priority=priority, look_up=look_up,
+            attempt, budget=budget or self.budgets.post(team_id, channel), clock=self.clock, priority=priority,
+            look_up=look_up,
         )
 
     async def find(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg_pool import PoolTimeout
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from core.reminders import ReminderService
@@ -30,9 +32,11 @@ class RecordingNotifier:
         raise AssertionError("not expected")
 
     async def deliver_reminder(
-        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
+        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None,
+        check_claim: Callable[[], Awaitable[None]],
     ) -> None:
         self.attempts_seen.append((key, attempted_at))
+        await check_claim()  # as the adapters do right before each post
         self.reminders.append((conversation, user, text))
 
 
@@ -120,13 +124,11 @@ class BlippingNotifier(RecordingNotifier):
         self.failures = failures
         self.attempts = 0
 
-    async def deliver_reminder(
-        self, *, conversation: ConversationKey, user: str, text: str, key: str, attempted_at: datetime | None
-    ) -> None:
+    async def deliver_reminder(self, **reminder: Any) -> None:
         self.attempts += 1
         if self.attempts <= self.failures:
             raise ConnectionError("platform unreachable")
-        await super().deliver_reminder(conversation=conversation, user=user, text=text, key=key, attempted_at=attempted_at)
+        await super().deliver_reminder(**reminder)
 
 
 async def _insert_due(db: Database, text: str, **columns: Any) -> int:
@@ -202,6 +204,18 @@ async def test_a_claim_left_by_a_dead_process_is_taken_over_and_delivered_once(d
     assert len(notifier.reminders) == 1
 
 
+async def _until_reachable(db: Database) -> None:
+    """After an outage the pool reconnects with a backoff: wait for it to hand out connections again."""
+    for _ in range(50):
+        try:
+            async with db.connection() as conn:
+                await conn.execute("SELECT 1")
+            return
+        except PoolTimeout:
+            await asyncio.sleep(0.2)
+    raise AssertionError("the database did not come back")
+
+
 async def test_a_delivery_whose_mark_cannot_be_written_is_marked_later_and_never_sent_again(
     pg_server: str, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +237,7 @@ async def test_a_delivery_whose_mark_cannot_be_written_is_marked_later_and_never
         reminder_id = await _insert_due(database, "delivered, unmarked")
         assert await me.fire(reminder_id)
         await outage.up()
+        await _until_reachable(database)
         assert await other.sweep() == 0, "the claim's process is alive: not taken over"
         assert await me.sweep() == 0, "marked, not delivered again"
         assert delivered == ["delivered, unmarked"]
@@ -288,3 +303,32 @@ async def test_a_retry_after_a_failed_delivery_is_given_the_first_attempt_to_loo
     await asyncio.sleep(0.05)
     assert await service.sweep() == 1
     assert notifier.attempts_seen == [(f"reminder:{reminder_id}", first_attempt)]
+
+
+async def test_a_delivery_whose_claim_was_taken_over_while_it_waited_posts_nothing(db: Database) -> None:
+    """A waits for its rate budget (a busy channel) while its heartbeat goes stale (a database failover): B takes
+    the claim over and delivers; A, let go, finds the claim no longer its own and posts nothing."""
+    released = asyncio.Event()
+    waiting = asyncio.Event()
+
+    class WaitsForItsBudget(RecordingNotifier):
+        async def deliver_reminder(self, **reminder: Any) -> None:
+            waiting.set()
+            await released.wait()
+            await super().deliver_reminder(**reminder)
+
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    a_notifier, b_notifier = WaitsForItsBudget(), RecordingNotifier()
+    a = ReminderService(db, scheduler, {"test": a_notifier}, instance="waits")
+    b = ReminderService(db, scheduler, {"test": b_notifier}, instance="takes-over-meanwhile")
+    reminder_id = await _insert_due(db, "one of us posts it")
+    a_fire = asyncio.ensure_future(a.fire(reminder_id))
+    await asyncio.wait_for(waiting.wait(), 5.0)
+    async with db.connection() as conn:
+        await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '5 minutes' WHERE owner = 'waits'")
+    assert await b.sweep() == 1
+    released.set()
+    assert await a_fire is False
+    assert [text for _, _, text in b_notifier.reminders] == ["one of us posts it"]
+    assert a_notifier.reminders == []
+    assert await _row(db, reminder_id) == ("delivered", 0, "takes-over-meanwhile")

@@ -1,11 +1,12 @@
 """A reminder is posted exactly once when its process dies after the platform took the post but before the row
 was marked delivered: the process taking the claim over finds the post (Slack metadata, Discord text) instead of
-posting it again."""
+posting it again. And a process whose claim was taken over while it waited to post (its heartbeat stale, itself
+alive) posts nothing."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +15,11 @@ import pytest
 from psycopg_pool import PoolTimeout
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from adapters.discord.notifier import DiscordNotifier
+from adapters.slack.notifier import SlackNotifier
+from adapters.slack.surface import SlackSurfaces
+from adapters.slack.transport import SlackBudgets
+from adapters.streaming import Clock, MonotonicClock, Priority, RateBudget
 from core.notifier import Notifier
 from core.reminders import ReminderService
 from core.store.db import Database
@@ -187,3 +193,80 @@ async def test_a_discord_reminder_posted_by_a_process_that_died_before_the_mark_
         await _a_dies_and_b_takes_over(db, reminder_id, platform="discord", notifier=adapter.notifier, death=death,
                                        outage=outage)
     assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
+
+
+class HeldBudget(RateBudget):
+    """Process A's post budget: every call waits until `released` (A busy behind other posts) and says when it
+    started waiting, so A's heartbeat can go stale and B take over meanwhile."""
+
+    def __init__(self, *, clock: Clock) -> None:
+        super().__init__(capacity=2, refill_per_s=1.0, clock=clock)
+        self.waiting = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def acquire(self, priority: Priority, requester_key: Hashable = None, **options: Any) -> None:
+        self.waiting.set()
+        await self.released.wait()
+        await super().acquire(priority, requester_key, **options)
+
+
+class HeldPosts(SlackBudgets):
+    """SlackBudgets whose chat.postMessage budget is the held one."""
+
+    def __init__(self, held: HeldBudget, *, clock: Clock) -> None:
+        super().__init__(clock=clock, share=1.0)
+        self._held = held
+
+    def post(self, team_id: str, channel: str) -> RateBudget:
+        return self._held
+
+
+async def _b_takes_over_while_a_waits(db: Database, reminder_id: int, *, platform: str, a_notifier: Notifier,
+                                      held: HeldBudget, b_notifier: Notifier) -> None:
+    scheduler = AsyncIOScheduler(timezone=timezone.utc)
+    a = ReminderService(db, scheduler, {platform: a_notifier}, instance="process-a")
+    b = ReminderService(db, scheduler, {platform: b_notifier}, instance="process-b")
+    a_fire = asyncio.ensure_future(a.fire(reminder_id))
+    await asyncio.wait_for(held.waiting.wait(), 10.0)
+    async with db.connection() as conn:
+        await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '5 minutes' WHERE owner = 'process-a'")
+    assert await b.sweep() == 1, "A looked dead: B took the claim over and posted it"
+    held.released.set()
+    assert await asyncio.wait_for(a_fire, 10.0) is False, "A found the claim gone and posted nothing"
+    assert await _status(db, reminder_id) == "delivered"
+
+
+async def test_a_slack_reminder_taken_over_while_its_process_waited_to_post_is_posted_once(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    try:
+        clock = bot.adapter.surfaces.clock
+        held = HeldBudget(clock=clock)
+        # Process A: its own budgets (a process of its own), on the same Slack.
+        a_surfaces = SlackSurfaces(client=bot.adapter.surfaces.client, budgets=HeldPosts(held, clock=clock), clock=clock)
+        reminder_id = await _due_reminder(db, platform="slack", workspace=slack.team_id, channel=CHANNEL, thread="",
+                                          user=ALICE, text="renew the certificate")
+        await _b_takes_over_while_a_waits(db, reminder_id, platform="slack", a_notifier=SlackNotifier(a_surfaces),
+                                          held=held, b_notifier=bot.adapter.notifier)
+        assert sum(1 for m in slack.messages(CHANNEL) if m.is_bot and "renew the certificate" in m.text) == 1
+    finally:
+        await bot.stop()
+
+
+async def test_a_discord_reminder_taken_over_while_its_process_waited_to_post_is_posted_once(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.set_nonce_window(0.0)  # only the claim check can keep A from posting it again
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        clock = MonotonicClock()
+        held = HeldBudget(clock=clock)
+        a_notifier = DiscordNotifier(client=lambda: adapter.client, budgets=lambda _channel: held, clock=clock)
+        reminder_id = await _due_reminder(db, platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id),
+                                          thread="", user=str(w.alice), text="renew the certificate")
+        await _b_takes_over_while_a_waits(db, reminder_id, platform="discord", a_notifier=a_notifier, held=held,
+                                          b_notifier=adapter.notifier)
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> renew the certificate"]
