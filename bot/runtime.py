@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from datetime import timezone
 from typing import Any
@@ -308,6 +309,9 @@ async def serve(settings: Settings) -> int:
     watch.start()
     try:
         await runtime.start()
+        # Everything imported and built at start lives as long as the process: moved out of the collector's
+        # reach, a full collection no longer walks ~160k objects on the event loop (a 100 ms stall each).
+        gc.freeze()
         log.info("relaybot is running")
         await stop.wait()
         log.info("shutting down")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import sys
 import threading
@@ -49,6 +50,11 @@ class LoopWatch:
         self._stopping = threading.Event()
         # Written by the loop, read by the watchdog: a float assignment is atomic under the GIL.
         self._due = 0.0
+        # The generation of the garbage collection running now (-1: none), and the longest seen since the last
+        # report, so a stall that is the collector says so instead of blaming whatever frame it interrupted.
+        self._collecting = -1
+        self._collected_s = 0.0
+        self._collect_started = 0.0
         self.stalls_reported = 0
 
     def start(self) -> None:
@@ -60,11 +66,14 @@ class LoopWatch:
         self._due = time.monotonic() + self._interval_s
         self._beat = loop.create_task(self._heartbeat(), name="loop-watch-heartbeat")
         self._stopping.clear()
+        gc.callbacks.append(self._on_collection)
         self._thread = threading.Thread(target=self._watch, name="loop-watchdog", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self._on_collection in gc.callbacks:
+            gc.callbacks.remove(self._on_collection)
         if self._beat is not None:
             self._beat.cancel()
             try:
@@ -89,6 +98,15 @@ class LoopWatch:
         self._contexts[task] = context
         return task
 
+    def _on_collection(self, phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != self._loop_thread_id:
+            return  # a collection in another thread does not hold the loop
+        if phase == "start":
+            self._collecting, self._collect_started = int(info.get("generation", -1)), time.monotonic()
+        else:
+            self._collected_s = max(self._collected_s, time.monotonic() - self._collect_started)
+            self._collecting = -1
+
     async def _heartbeat(self) -> None:
         while True:
             self._due = time.monotonic() + self._interval_s
@@ -111,10 +129,17 @@ class LoopWatch:
         stack = "".join(traceback.format_stack(frame, limit=STACK_FRAMES)) if frame is not None else "(no stack)\n"
         task, run = self._running()
         self.stalls_reported += 1
+        collecting, collected_s, self._collected_s = self._collecting, self._collected_s, 0.0
+        if collecting >= 0:
+            cause = f"; a garbage collection of generation {collecting} is running"
+        elif collected_s * 1000 >= 1:
+            cause = f"; garbage collection took {collected_s * 1000:.0f} ms of it"
+        else:
+            cause = ""
         log.warning(
-            "event loop stalled for %.0f ms so far in task %s (run %s); the loop thread's stack:\n%s",
+            "event loop stalled for %.0f ms so far in task %s (run %s)%s; the loop thread's stack:\n%s",
             late_s * 1000, task.get_name() if task is not None else "(unknown)",
-            run.run_id if run is not None else "(none)", stack.rstrip(),
+            run.run_id if run is not None else "(none)", cause, stack.rstrip(),
         )
 
     def _running(self) -> tuple[asyncio.Task[Any] | None, RunInfo | None]:

@@ -82,3 +82,26 @@ async def test_stop_ends_the_watchdog_thread_and_gives_the_loop_its_task_factory
     await watch.stop()
     assert not thread.is_alive()
     assert loop.get_task_factory() is before
+
+
+async def test_a_stall_inside_a_garbage_collection_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    import gc
+
+    def slow_collection(phase: str, info: dict[str, object]) -> None:
+        if phase == "start":
+            time.sleep(0.4)  # a collection walking a big heap, as seen in the fuzz suite
+
+    watch = LoopWatch()
+    watch.start()
+    gc.callbacks.append(slow_collection)  # after the watch's, so the collection is already known to be running
+    try:
+        await asyncio.sleep(0.2)
+        with caplog.at_level(logging.WARNING, logger="core.loop_watch"):
+            gc.collect(2)
+            await asyncio.sleep(0.3)
+    finally:
+        gc.callbacks.remove(slow_collection)
+        await watch.stop()
+    warnings = [record.getMessage() for record in caplog.records if "stalled" in record.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "garbage collection of generation 2 is running" in warnings[0]
