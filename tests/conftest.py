@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from core.store.db import Database
+from tests.support.outage import DatabaseOutage
 from tests.support import platform_door
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -80,3 +81,11 @@ async def db(database_url: str, tmp_path: Path) -> AsyncIterator[Database]:
     await database.open()
     yield database
     await database.close()
+
+
+@pytest.fixture
+async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
+    """The module's database made to go down and come back (tests/support/outage.py); always back after the test."""
+    made = DatabaseOutage(admin_url=pg_server, database_url=database_url)
+    yield made
+    await made.up()

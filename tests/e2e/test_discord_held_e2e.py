@@ -4,7 +4,6 @@ cannot be written is held in memory (bounded, once per message) and answered whe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,13 +15,6 @@ from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.outage import DatabaseOutage
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
-    outage = DatabaseOutage(admin_url=pg_server, database_url=database_url)
-    yield outage
-    await outage.up()
 
 
 @pytest.fixture(autouse=True)

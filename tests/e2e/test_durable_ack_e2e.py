@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,13 +19,6 @@ pytestmark = pytest.mark.timeout(90)
 CHANNEL = "C0DURABLE"
 # Slack time (the emulator's minute is 3 s): redeliveries a second or so apart, room for the pool to reconnect.
 QUICK_RETRIES_S = (20.0, 60.0, 60.0)
-
-
-@pytest.fixture
-async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
-    outage = DatabaseOutage(admin_url=pg_server, database_url=database_url)
-    yield outage
-    await outage.up()
 
 
 def texts(slack: SlackEmulator, thread_ts: str) -> list[str]:

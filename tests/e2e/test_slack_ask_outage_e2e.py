@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,13 +15,6 @@ from tests.support.outage import DatabaseOutage
 pytestmark = pytest.mark.timeout(60)
 
 CHANNEL = "C0ASKDOWN"
-
-
-@pytest.fixture
-async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
-    outage = DatabaseOutage(admin_url=pg_server, database_url=database_url)
-    yield outage
-    await outage.up()
 
 
 async def test_ask_while_the_database_is_down_tells_the_asker_instead_of_silence(
