@@ -107,8 +107,23 @@ class EmulatorCore:
             self.count_429 += 1
             body = {"message": "You are being rate limited.", "retry_after": round(decision.retry_after_s, 3), "global": False}
             return self._log(request, json_response(body, status=429, headers=decision.headers))
+        route = request.match_info.route.name or ""
+        planned = self.faults.plan(route, request.match_info.get("channel_id", "")) if self.faults.plan else None
+        if planned is not None and planned.kind == "ratelimited":
+            self.count_429 += 1
+            body = {"message": "You are being rate limited.", "retry_after": planned.retry_after_s, "global": False}
+            headers = {**decision.headers, "X-RateLimit-Remaining": "0", "X-RateLimit-Scope": "user",
+                       "Retry-After": f"{planned.retry_after_s:.3f}", "Via": "1.1 google"}
+            return self._log(request, json_response(body, status=429, headers=headers))
+        if planned is not None and planned.kind == "dropped":
+            # Never done: the connection drops before Discord reads the call.
+            if request.transport is not None:
+                request.transport.abort()
+            return self._log(request, web.Response(status=499))
         response = await handler(request)
-        fault = self.faults.take(request.match_info.route.name or "") if 200 <= response.status < 300 else None
+        fault = self.faults.take(route) if 200 <= response.status < 300 else None
+        if fault is None and planned is not None and 200 <= response.status < 300:
+            fault = planned.after_work(route)
         if fault is not None and fault.kind == "drop":
             # The work is done; the bot never hears so (the connection goes before the answer).
             if request.transport is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,6 +20,23 @@ class AfterWorkFault:
     times: int = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlannedFault:
+    """What a fault plan (Faults.plan) does to one call: "ratelimited" (a route 429 before the work, asking for
+    `retry_after_s`), "dropped" (the connection drops before the work), "lost" (done, then the connection drops)
+    or "error_after_work" (done, then answered 500)."""
+
+    kind: Literal["ratelimited", "dropped", "lost", "error_after_work"]
+    retry_after_s: float = 0.1
+
+    def after_work(self, route: str) -> AfterWorkFault | None:
+        if self.kind == "lost":
+            return AfterWorkFault(route=route, kind="drop", times=0)
+        if self.kind == "error_after_work":
+            return AfterWorkFault(route=route, kind="status", times=0)
+        return None
+
+
 @dataclass
 class Faults:
     """Faults armed by a test, taken by the middleware one call at a time."""
@@ -30,6 +48,8 @@ class Faults:
     random_routes: frozenset[str] = frozenset()
     random_kind: FaultKind = "drop"
     _random: random.Random = field(default_factory=random.Random)
+    # Consulted on every call with its route name and channel id ("" for none): tests/support/fault_schedule.py.
+    plan: Callable[[str, str], PlannedFault | None] | None = None
 
     def arm(self, route: str, *, kind: FaultKind = "status", status: int = 500, times: int = 1) -> None:
         self.armed.append(AfterWorkFault(route=route, kind=kind, status=status, times=times))
