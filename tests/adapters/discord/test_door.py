@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 
 import discord
 import pytest
@@ -255,6 +256,10 @@ async def test_a_lost_placeholder_is_not_confused_with_another_answers_placehold
     assert {m.message_reference["message_id"] for m in bot_messages(dc, w.channel_id)} == {str(first), str(second)}
 
 
+async def held() -> None:
+    """The reminder's claim is this process's throughout."""
+
+
 class QuickClock(MonotonicClock):
     """Real time, with backoffs a hundredth as long."""
 
@@ -265,7 +270,7 @@ class QuickClock(MonotonicClock):
 async def test_a_reminder_retried_after_an_unseen_post_is_found_not_posted_twice(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
 ) -> None:
-    """The reminder job retries a delivery that failed; its last post may have arrived (a fresh nonce each time)."""
+    """The reminder job retries a delivery that failed; its last post may have arrived (found by the look-up from the recorded attempt, past the nonce's window)."""
     dc = discord_emulator
     w = make_world(dc)
     conversation = ConversationKey(platform="discord", workspace=str(w.guild_id), channel=str(w.channel_id))
@@ -275,9 +280,13 @@ async def test_a_reminder_retried_after_an_unseen_post_is_found_not_posted_twice
         # Every look-up of this delivery loses its connection too: it gives up, not knowing.
         # (aiohttp itself sends a GET again once when a kept-alive connection drops.)
         dc.fail_after_work("message_list", kind="drop", times=2 * SEND_ATTEMPTS)
+        dc.set_nonce_window(0.0)  # the look-up, not the reminder's nonce, must find it
+        attempted_at = datetime.now(timezone.utc)  # what the reminder job records before the first attempt
+        reminder = {"conversation": conversation, "user": str(w.alice), "text": "stand-up in 5", "key": "reminder:1",
+                    "check_claim": held}
         with pytest.raises(TransientSendError):
-            await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
-        await notifier.deliver_reminder(conversation=conversation, user=str(w.alice), text="stand-up in 5")
+            await notifier.deliver_reminder(**reminder, attempted_at=None)
+        await notifier.deliver_reminder(**reminder, attempted_at=attempted_at)
     assert [m.content for m in bot_messages(dc, w.channel_id)] == [f"<@{w.alice}> stand-up in 5"]
 
 

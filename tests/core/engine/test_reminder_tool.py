@@ -26,7 +26,7 @@ class Inbox:
     async def approval_expired(self, *, continuation_id: str, message_refs: list[dict[str, Any]]) -> None:
         return None
 
-    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str) -> None:
+    async def deliver_reminder(self, *, conversation: ConversationKey, user: str, text: str, **_: Any) -> None:
         self.delivered.append((conversation, user, text))
 
 
