@@ -27,6 +27,11 @@ def storable(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def is_storable(text: str) -> bool:
+    """Whether Postgres can take `text` as it is (a lookup by an id that is not can match nothing stored)."""
+    return _UNSTORABLE.search(text) is None
+
+
 def capped_question(text: str, *, max_chars: int = QUESTION_MAX_CHARS) -> str:
     """A question made storable and cut at `max_chars`, with a sentence saying so (the model reads it)."""
     text = storable(text)

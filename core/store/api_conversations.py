@@ -6,6 +6,7 @@ import uuid
 
 from core.api_access import API_PLATFORM, api_conversation_key, api_key_workspace
 from core.store.db import Database
+from core.text_safety import is_storable
 
 
 class ApiConversations:
@@ -13,6 +14,8 @@ class ApiConversations:
         self._db = db
 
     async def exists(self, key_id: int, conversation: str) -> bool:
+        if not is_storable(conversation):
+            return False  # nothing stored has that id (and Postgres cannot be asked: a NUL fails the parameter)
         key = api_conversation_key(key_id, conversation)
         async with self._db.connection() as conn:
             cursor = await conn.execute(
@@ -23,6 +26,8 @@ class ApiConversations:
 
     async def latest_continuation(self, key_id: int, conversation: str) -> uuid.UUID | None:
         """The newest paused run of this key's conversation, whatever became of it (the approval service says)."""
+        if not is_storable(conversation):
+            return None
         key = api_conversation_key(key_id, conversation)
         async with self._db.connection() as conn:
             cursor = await conn.execute(

@@ -22,6 +22,11 @@ THREAD_PARSE_BYTES = 64 * 1024
 # A lone surrogate can only come from a `\ud800`-style escape: valid UTF-8 carries none.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# The ids a client hands back (ours are UUIDs and `call_…` names): bounded, printable, and storable, so a hostile one
+# is refused here with its field's name instead of failing the lookup in Postgres (a NUL fails any text parameter).
+ID_FIELDS = frozenset({"conversation_id", "continuation_id", "call_id", "tool_call_id", "stream_id"})
+ID_MAX_CHARS = 200
+_NOT_IN_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 class _Refused(ValueError):
@@ -114,7 +119,8 @@ def _too_large(max_bytes: int) -> ApiError:
 
 def field(body: dict[str, Any], name: str, kind: type[T] | tuple[type, ...], *, required: bool = False,
           default: Any = None) -> Any:
-    """body[name] when it is of `kind`; 400 naming the field otherwise (bool is never taken for int)."""
+    """body[name] when it is of `kind`; 400 naming the field otherwise (bool is never taken for int). A string
+    field named in ID_FIELDS must also be an id (see `identifier`)."""
     if name not in body or body[name] is None:
         if required:
             raise bad_request(f"`{name}` is required.")
@@ -124,6 +130,17 @@ def field(body: dict[str, Any], name: str, kind: type[T] | tuple[type, ...], *, 
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise bad_request(f"`{name}` must be {names}.")
+    if name in ID_FIELDS and isinstance(value, str):
+        return identifier(value, name)
+    return value
+
+
+def identifier(value: str, name: str) -> str:
+    """`value` when it can be an id: 1 to ID_MAX_CHARS characters, no control character or lone surrogate; a 400
+    naming `name` otherwise."""
+    if not value or len(value) > ID_MAX_CHARS or _NOT_IN_ID.search(value) is not None:
+        raise bad_request(f"`{name}` is not an id: ids are 1 to {ID_MAX_CHARS} characters, with no control "
+                          "character or lone surrogate.", "invalid_id")
     return value
 
 
