@@ -99,13 +99,6 @@ async def database(database_url: str, tmp_path: Path, monkeypatch: pytest.Monkey
     await opened.close()
 
 
-@pytest.fixture
-async def outage(pg_server: str, database_url: str) -> AsyncIterator[DatabaseOutage]:
-    made = DatabaseOutage(admin_url=pg_server, database_url=database_url)
-    yield made
-    await made.up()
-
-
 async def _until_reachable(db: Database) -> None:
     """After an outage the pool reconnects with a backoff: wait for it to hand out connections again."""
     for _ in range(50):
