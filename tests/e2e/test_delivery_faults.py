@@ -335,9 +335,9 @@ async def leftovers(admin: Database, platform: str, channel: str) -> tuple[int, 
 
 async def scripted(schedule: Schedule, pace: random.Random) -> AsyncIterator[Event]:
     """The model's side of the run: the answer in its deltas, a little apart, then Done."""
-    for piece in schedule.pieces:
+    for n, piece in enumerate(schedule.pieces):
         yield AnswerDelta(text=piece)
-        await asyncio.sleep(pace.choice((0.0, 0.0, 0.002, 0.01)))
+        await asyncio.sleep(schedule.first_pause_s if n == 0 and schedule.first_pause_s else pace.choice((0.0, 0.0, 0.002, 0.01)))
     yield Done(answer=schedule.answer)
 
 

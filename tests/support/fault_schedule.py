@@ -23,6 +23,7 @@ CRASH_SHARE = 0.4
 BLIP_SHARE = 0.25
 NATIVE_SHARE = 0.3
 REST_AT_ONCE_SHARE = 0.15
+REST_AFTER_S = 0.03
 WORDS = (
     "backup", "cluster", "restart", "the", "queue", "drains", "before", "noon", "and", "every", "replica", "keeps",
     "fourteen", "days", "of", "logs", "while", "deploys", "wait", "for", "green", "checks", "on", "main",
@@ -48,6 +49,7 @@ class Schedule:
     blip: BlipKind
     blip_s: float
     native: bool  # Slack: streamed natively (chat.startStream / appendStream / stopStream), not post+update
+    first_pause_s: float = 0.0  # the model's pause after its first delta (the first message is posted meanwhile)
 
     def describe(self) -> str:
         faults = ", ".join(f"#{n} {kind}" for n, kind in sorted(self.faults.items())) or "none"
@@ -81,15 +83,18 @@ def schedule_for(seed: int, platform: str, *, part_chars: int) -> Schedule:
     blip_at = rng.randint(1, CALL_HORIZON) if rng.random() < BLIP_SHARE else None
     blip: BlipKind = rng.choice(("refused", "dropped"))
     blip_s = rng.uniform(0.05, 0.4)
+    first_pause_s = 0.0
     native = platform == "slack" and rng.random() < NATIVE_SHARE
     if rng.random() < REST_AT_ONCE_SHARE:
         # A few words, then the rest in one delta as the run ends (a model that stalls, a run finishing its tools):
         # every later part of the final goes out at once, on a budget that may not hold them all.
         cut = rng.randint(20, 200)
         pieces = [answer[:cut], answer[cut:]]
+        first_pause_s = REST_AFTER_S
     return Schedule(
         seed=seed, platform=platform, answer=answer, pieces=tuple(pieces), faults=faults, retry_after=retry_after,
         crash_at=crash_at, crash_mode=crash_mode, blip_at=blip_at, blip=blip, blip_s=blip_s, native=native,
+        first_pause_s=first_pause_s,
     )
 
 
