@@ -59,11 +59,6 @@ ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",")
 # Bugs the sweep found in code this test does not own, by name: a failing schedule whose evidence names one of them
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
 KNOWN_BUGS: dict[str, str] = {
-    "kept-final-repeats-part": (
-        "adapters/streaming/streamer.py MessageStreamer._final_targets, called by _final_pending while"
-        " _deliver_final_targets posts the final: the slots that loop appended count as sealed and the text is split"
-        " again from _base, so the kept final repeats part 0 (and shifts the rest); a crash then shows part 0 twice"
-    ),
     "two-parts-one-message": (
         "adapters/answers.py AnswerRunner._play_answer posted() / _with_posted: the streamer sets slot.message_id"
         " before on_message_posted runs, so a final kept by the _watch_final task in between already has that id,"
@@ -249,8 +244,6 @@ class Result:
             return None
         if self.schedule.native and any(earlier[:40] == later[:40] for earlier, later in zip(self.shown, self.shown[1:])):
             return "native-start-unseen"
-        if self.kept is not None and "".join(text for text, _ in self.kept) != self.schedule.answer:
-            return "kept-final-repeats-part"
         ids = [message_id for _, message_id in (self.kept or []) if message_id and message_id != "attempted"]
         if len(ids) != len(set(ids)):
             return "two-parts-one-message"
