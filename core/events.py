@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
+from core.text_safety import storable
+
 ToolStatus = Literal["ok", "error", "rejected"]
 
 
@@ -82,6 +84,12 @@ class SourceItem:
     source: str = ""
     score: float = 0.0
     chunk_id: int | None = None
+
+    def __post_init__(self) -> None:
+        # A page's title and text are outside text: they reach the API's event journal and a paused run's state
+        # (jsonb, which takes no NUL), wherever the item was made.
+        for name in ("title", "uri", "text", "source"):
+            object.__setattr__(self, name, storable(getattr(self, name)))
 
 
 @dataclass(frozen=True, kw_only=True)

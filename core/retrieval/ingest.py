@@ -21,6 +21,7 @@ from core.retrieval.store import SourceExposure, SourceKind, ensure_vector_index
 from core.retrieval.targets import SourceTarget, build_targets, is_url, remember_targets
 from core.retrieval.url_guard import FetchError
 from core.store.db import Database
+from core.text_safety import storable
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,15 @@ def _source_kind(targets: Sequence[str]) -> SourceKind:
     return "urls" if urls == len(targets) else "mixed"
 
 
+def _storable(document: LoadedDocument) -> LoadedDocument:
+    """The document as Postgres can store it: a page or file may hold NUL, and a file name that is not UTF-8 comes
+    with lone surrogates (Python's surrogateescape) in its uri and title."""
+    uri, title, text = storable(document.uri), storable(document.title), storable(document.text)
+    if (uri, title, text) == (document.uri, document.title, document.text):
+        return document
+    return replace(document, uri=uri, title=title, text=text)
+
+
 def _chunk(document: LoadedDocument) -> list[Chunk]:
     return chunk_document(
         document.text, title=document.title, max_tokens=CHUNK_MAX_TOKENS, overlap_tokens=CHUNK_OVERLAP_TOKENS
@@ -139,6 +149,7 @@ class _Ingestion:
 
     async def take(self, document: LoadedDocument) -> None:
         """Decide what a loaded document needs, and queue or write it."""
+        document = _storable(document)
         self.seen.add(document.uri)
         known = self.known.get(document.uri)
         if known is not None and known.content_hash == document.content_hash:

@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from core.channels import FIELD_NAMES, ChannelSettings, ChannelSettingsError
 from core.store.db import Database
+from core.text_safety import storable, storable_json
 
 SOURCE_SCOPE_PREFIX = "source:"
 
@@ -94,7 +95,8 @@ class ChannelConfigStore:
             )
             row = await cursor.fetchone()
             before = dict(row[0]) if row else {}
-            after = {**before, **ChannelSettings.from_json(set_fields).to_json()}
+            # A setting's value is outside text (a Discord modal, the CLI): made storable as it is written.
+            after = {**before, **storable_json(ChannelSettings.from_json(set_fields).to_json())}
             for name in unset:
                 after.pop(name, None)
             changes = [name for name in FIELD_NAMES if before.get(name) != after.get(name)]
@@ -104,7 +106,7 @@ class ChannelConfigStore:
                 "INSERT INTO channel_config (scope, settings, updated_by) VALUES (%s, %s, %s) "
                 "ON CONFLICT (scope) DO UPDATE SET settings = EXCLUDED.settings, version = channel_config.version + 1,"
                 " updated_at = now(), updated_by = EXCLUDED.updated_by",
-                (scope, Jsonb(after), actor),
+                (scope, Jsonb(after), storable(actor)),
             )
             entries = [await _audit(conn, scope, name, before.get(name), after.get(name), actor) for name in changes]
         return _lenient(after), entries
@@ -201,7 +203,8 @@ async def _audit(conn: AsyncConnection, scope: str, field: str, before: Any, aft
     cursor = await conn.execute(
         "INSERT INTO config_audit (scope, field, before, after, changed_by) VALUES (%s, %s, %s, %s, %s) "
         "RETURNING changed_at",
-        (scope, field, None if before is None else Jsonb(before), None if after is None else Jsonb(after), actor),
+        (scope, field, None if before is None else Jsonb(before), None if after is None else Jsonb(after),
+         storable(actor)),
     )
     row = await cursor.fetchone()
     assert row is not None

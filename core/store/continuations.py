@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from core.store.db import Database
+from core.text_safety import is_storable, storable, storable_json
 
 ContinuationStatus = Literal["pending", "resuming", "done", "expired", "failed"]
 
@@ -95,6 +96,12 @@ class ContinuationRow:
         return tuple(call_id for call_id in self.call_ids if call_id not in self.decisions)
 
 
+def _jsonb(value: Any) -> Jsonb:
+    """A JSON value as Postgres can store it: a decision's comment, a client tool's result and a paused run's state
+    carry outside text (a NUL fails jsonb, a lone surrogate fails UTF-8)."""
+    return Jsonb(storable_json(value))
+
+
 def _row(data: dict[str, Any]) -> ContinuationRow:
     data = dict(data)
     data["call_ids"] = tuple(data["call_ids"])
@@ -128,8 +135,9 @@ class ContinuationStore:
                 "INSERT INTO continuations (id, conversation_id, schema_version, state, call_ids, calls, requested_by,"
                 " expires_at, platform) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
-                    continuation_id, conversation_id, schema_version, Jsonb(state), [call.call_id for call in calls],
-                    Jsonb([call.to_json() for call in calls]), requested_by, expires_at, platform,
+                    continuation_id, conversation_id, schema_version, _jsonb(state),
+                    [storable(call.call_id) for call in calls], _jsonb([call.to_json() for call in calls]),
+                    storable(requested_by), expires_at, platform,
                 ),
             )
         return continuation_id
@@ -147,6 +155,8 @@ class ContinuationStore:
         Returns the updated row, or None when nothing changed (not pending, expired, unknown call,
         that call already decided, or no call left undecided) — the caller reads the row to say which.
         """
+        if (call_id is not None and not is_storable(call_id)) or (among is not None and not all(map(is_storable, among))):
+            return None  # no stored call has such an id (and a NUL would fail the statement)
         if call_id is None and among is not None:
             return await self._fetch_one(
                 "UPDATE continuations SET decisions ="
@@ -155,7 +165,7 @@ class ContinuationStore:
                 " WHERE id = %s AND status = 'pending' AND expires_at > now()"
                 " AND EXISTS (SELECT 1 FROM unnest(call_ids) AS c WHERE c = ANY(%s::text[]) AND NOT decisions ? c)"
                 f" RETURNING {COLUMNS}",
-                (Jsonb(decision.to_json()), list(among), continuation_id, list(among)),
+                (_jsonb(decision.to_json()), list(among), continuation_id, list(among)),
             )
         if call_id is None:
             return await self._fetch_one(
@@ -164,13 +174,13 @@ class ContinuationStore:
                 " || decisions"
                 " WHERE id = %s AND status = 'pending' AND expires_at > now()"
                 f" AND EXISTS (SELECT 1 FROM unnest(call_ids) AS c WHERE NOT decisions ? c) RETURNING {COLUMNS}",
-                (Jsonb(decision.to_json()), continuation_id),
+                (_jsonb(decision.to_json()), continuation_id),
             )
         return await self._fetch_one(
             "UPDATE continuations SET decisions = decisions || jsonb_build_object(%s::text, %s::jsonb)"
             " WHERE id = %s AND status = 'pending' AND expires_at > now()"
             f" AND %s = ANY(call_ids) AND NOT decisions ? %s RETURNING {COLUMNS}",
-            (call_id, Jsonb(decision.to_json()), continuation_id, call_id, call_id),
+            (call_id, _jsonb(decision.to_json()), continuation_id, call_id, call_id),
         )
 
     async def claim(self, continuation_id: uuid.UUID, *, actor: str) -> ContinuationRow | None:
@@ -180,7 +190,7 @@ class ContinuationStore:
             " WHERE id = %s AND status = 'pending' AND expires_at > now()"
             " AND (SELECT count(*) FROM jsonb_object_keys(decisions)) >= cardinality(call_ids)"
             f" RETURNING {COLUMNS}",
-            (actor, continuation_id),
+            (storable(actor), continuation_id),
         )
 
     async def mark_started(self, continuation_id: uuid.UUID, call_id: str) -> bool:
@@ -257,7 +267,7 @@ class ContinuationStore:
         async with self._db.connection() as conn:
             await conn.execute(
                 "UPDATE continuations SET message_refs = message_refs || %s::jsonb WHERE id = %s",
-                (Jsonb([ref]), continuation_id),
+                (_jsonb([ref]), continuation_id),
             )
 
     async def _fetch_one(self, query: str, params: tuple[Any, ...]) -> ContinuationRow | None:

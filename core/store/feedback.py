@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from core.store.db import Database
+from core.text_safety import storable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +43,7 @@ class FeedbackStore:
                 " ON CONFLICT (turn_id, user_id) DO UPDATE SET vote = EXCLUDED.vote, user_name = EXCLUDED.user_name,"
                 " comment = CASE WHEN EXCLUDED.vote = feedback.vote THEN feedback.comment ELSE '' END,"
                 " updated_at = now()",
-                (key, user_id, user_name, platform, 1 if up else -1),
+                (key, storable(user_id), storable(user_name), platform, 1 if up else -1),
             )
         return True
 
@@ -55,7 +56,8 @@ class FeedbackStore:
             await conn.execute(
                 "INSERT INTO feedback (turn_id, user_id, user_name, platform, vote, comment) VALUES (%s, %s, %s, %s, -1, %s)"
                 " ON CONFLICT (turn_id, user_id) DO UPDATE SET vote = -1, comment = EXCLUDED.comment, updated_at = now()",
-                (key, user_id, user_name, platform, text.strip()),
+                # The comment is a person's words from a modal: outside text, made storable as it is written.
+                (key, storable(user_id), storable(user_name), platform, storable(text).strip()),
             )
         return True
 
