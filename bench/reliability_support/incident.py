@@ -1,5 +1,5 @@
-"""Scenario (j), Slack: an incident — 60 s of 503/429 on every Web API method — then recovery: every kept final
-delivered, paced (no 429 of Slack's own limits once it is over)."""
+"""Scenario (j), Slack: an incident — 60 s of 503/429 on every Web API method, a process restarted during it — then
+recovery: every kept final delivered, paced (no 429 of Slack's own limits once it is over)."""
 
 from __future__ import annotations
 
@@ -18,22 +18,28 @@ J_SHARE_503 = 0.5
 J_RETRY_AFTER_S = (1, 10)
 J_SEED = 30
 J_LONG_EVERY = 5
-# Backoff on transient failures is capped at 5 minutes; a 60 s incident leaves waits of about a minute after it.
-J_SETTLE_S = 300.0
+# A deploy (or an operator) restarts A during the incident: its kept finals are B's to deliver, looked up first
+# where a post was attempted; A comes back once Slack does (apps.connections.open fails until then).
+J_SIGTERM_AT_S = 30.0
+# Backoff on transient failures is capped at 5 minutes; and the workspace's chat.postMessage rate, learnt down by
+# the incident's 429s, grows back slowly (about 5 minutes for 60 finals in one run): measured, not cut short.
+J_SETTLE_S = 420.0
 J_STALL_S = 150.0
 J_POLL_S = 1.0
 DELIVERY_METHODS = ("chat.postMessage", "chat.update", "chat.startStream", "chat.appendStream", "chat.stopStream")
 
 
 async def slack_incident(stage: Stage) -> None:
-    """(j): 10 answers streaming when every Web API call starts failing (half 503 service_unavailable, half 429
-    with Retry-After 1–10 s) for 60 s, 50 more questions during it; then Slack recovers."""
+    """(j): two processes; 10 answers streaming when every Web API call starts failing (half 503
+    service_unavailable, half 429 with Retry-After 1–10 s) for 60 s, 50 more questions during it, A SIGTERMed
+    30 s in; then Slack recovers and A starts again."""
     side, figures = stage.side, stage.figures
     assert isinstance(side, SlackSide)
     slack = side.slack
     stage.strict = True
-    bot = stage.process("A")
-    await stage.start(bot)
+    first, second = stage.process("A", of=2), stage.process("B", of=2)
+    await stage.start(first)
+    await stage.start(second)
     questions: list[Question] = []
 
     def plan(index: int) -> str:
@@ -63,10 +69,14 @@ async def slack_incident(stage: Stage) -> None:
         for index in range(J_BEFORE, J_BEFORE + J_DURING):
             questions.append(await side.ask(plan(index), channel_index=index % J_CHANNELS))
             await asyncio.sleep(J_DURING_PACE_S)
+        await asyncio.sleep(max(0.0, J_SIGTERM_AT_S - (time.monotonic() - began)))
+        code = await first.terminate()
+        figures.check(f"A stopped cleanly on SIGTERM during the incident (exit {code})", code == 0)
         await asyncio.sleep(max(0.0, J_INCIDENT_S - (time.monotonic() - began)))
     finally:
         slack.end_incident()
     recovered = time.monotonic()
+    await stage.start(first)
     figures.note(f"incident: {incident.count_503} calls answered 503, {incident.count_429} answered 429")
     settled = await stage.settle(questions, limit_s=J_SETTLE_S, stall_s=J_STALL_S)
     watch = False
@@ -86,10 +96,10 @@ async def slack_incident(stage: Stage) -> None:
                      f"({60 * (len(posts) - 1) / max(span, 1e-9):.0f} a minute)")
     left = await stage.count_rows("pending_finals")
     figures.note(f"kept finals: at most {kept_peak} in the outbox at once, {left} left at the end")
-    dropped = bot.log_lines(r"dropping it|cannot be delivered")
+    dropped = first.log_lines(r"dropping it|cannot be delivered") + second.log_lines(r"dropping it|cannot be delivered")
     stage.tally(questions)
     figures.check(f"every kept final delivered (outbox empty, {len(dropped)} dropped)", left == 0 and not dropped)
     figures.check(f"paced after recovery ({len(limited)} 429s, target 0)", not limited)
     figures.check("some finals were kept (the scenario tested the outbox)", kept_peak > 0)
     figures.check("every question settled in time", settled)
-    figures.check("health check green", await bot.healthy())
+    figures.check("health checks green", await first.healthy() and await second.healthy())
