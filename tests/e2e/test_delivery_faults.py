@@ -552,8 +552,11 @@ async def slack_world_on(db: Database, database_url: str, tmp_path: Path) -> Asy
         )
         await install_blips(db)
 
+        # Channels are new in each world: the database (and what earlier tests left in it) is the module's.
+        tag = "".join(random.choices("ABCDEFGHJKLMNPQRSTUVWXYZ", k=3))
+
         async def new_place(seed: int) -> tuple[str, str]:
-            channel = f"CF{seed:08d}"
+            channel = f"CF{tag}{seed:06d}"
             return channel, slack.add_user_message(channel, "what happens at noon?", "U0000ALICE", None)
 
         async def new_process(name: str) -> Process:
