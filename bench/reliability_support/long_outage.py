@@ -21,8 +21,9 @@ G_STALL_S = 90.0
 
 
 async def database_down_30_s(stage: Stage) -> None:
-    """(g): Postgres stopped (`pg_ctl stop -m fast`) for 30 s; 20 questions asked during it (Slack: redelivered on
-    Slack's own schedule while not acked; Discord: the gateway sends each once), then 5 more once it is back."""
+    """(g): Postgres stopped (`pg_ctl stop -m fast`) for 30 s; 20 questions asked during it, then 5 more 1 s after it
+    is back (Slack: each event redelivered on Slack's own schedule while not acked — at once, after a minute,
+    after five; Discord: the gateway sends each once)."""
     side, figures = stage.side, stage.figures
     assert side is not None
     figures.sentence_ok = True
@@ -50,23 +51,32 @@ async def database_down_30_s(stage: Stage) -> None:
     figures.check("process survived the outage", bot.running)
     await asyncio.sleep(1.0)
     after: list[Question] = []
+    after_deliveries: list[asyncio.Task[int | None]] = []
     for index in range(G_AFTER):
         marker = f"Qg{G_DURING + index:03d}"
         stage.script.plan(marker, chars=400, chunk_chars=40, chunk_delay_s=0.05)
-        after.append(await side.ask(marker, channel_index=index))  # type: ignore[arg-type]
+        if isinstance(side, SlackSide):
+            question = await side.ask(marker, channel_index=index, deliver=False)
+            after_deliveries.append(asyncio.create_task(side.deliver_on_slacks_schedule(question)))
+        else:
+            question = await side.ask(marker, channel_index=index)  # type: ignore[assignment]
+        after.append(question)
     settled = await stage.settle(during + after, limit_s=G_SETTLE_S, stall_s=G_STALL_S)
     unacked = 0
-    if deliveries:
+    for name, tasks in (("during", deliveries), ("after", after_deliveries)):
+        if not tasks:
+            continue
         # The last redelivery is five minutes on: an event still unacked by now is cut short and counted.
-        for task in deliveries:
+        for task in tasks:
             if not task.done():
                 task.cancel()
-        attempts = await asyncio.gather(*deliveries, return_exceptions=True)
+        attempts = await asyncio.gather(*tasks, return_exceptions=True)
         taken = [a for a in attempts if isinstance(a, int)]
         spread = {n: taken.count(n) for n in sorted(set(taken))}
-        figures.note("Slack deliveries acked at attempt " + (", ".join(f"{n}: {c}" for n, c in spread.items()) or "-")
+        figures.note(f"Slack deliveries {name} the outage acked at attempt "
+                     + (", ".join(f"{n}: {c}" for n, c in spread.items()) or "-")
                      + f"; {len(attempts) - len(taken)} never acked")
-        unacked = len(attempts) - len(taken)
+        unacked += len(attempts) - len(taken)
     stage.tally(during + after)
     outcomes = [stage.reading(q).outcome for q in during]
     figures.note(f"asked during the outage: {outcomes.count(Outcome.ANSWERED)} answered after it, "
