@@ -10,6 +10,7 @@ the stack (the gateway's own requests) are exempt; a few lifecycle calls are all
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,16 +56,22 @@ def is_transport(module: str) -> bool:
     return module.startswith("adapters/") and (name in TRANSPORT_NAMES or name.startswith(TRANSPORT_PREFIX))
 
 
+@functools.lru_cache(maxsize=4096)
+def _ours(filename: str) -> str | None:
+    """A code file's path relative to the repository when it is in one of our layers, else None (resolved once)."""
+    try:
+        relative = Path(filename).resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    return relative.as_posix() if relative.parts and relative.parts[0] in LAYERS else None
+
+
 def caller(frame: FrameType | None) -> tuple[str, int] | None:
     """The nearest frame in our code (path relative to the repository, line), or None."""
     while frame is not None:
-        path = Path(frame.f_code.co_filename)
-        try:
-            relative = path.resolve().relative_to(ROOT)
-        except ValueError:
-            relative = None
-        if relative is not None and relative.parts and relative.parts[0] in LAYERS:
-            return relative.as_posix(), frame.f_lineno
+        module = _ours(frame.f_code.co_filename)
+        if module is not None:
+            return module, frame.f_lineno
         frame = frame.f_back
     return None
 
