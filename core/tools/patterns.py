@@ -16,6 +16,9 @@ import re2
 RE2_MAX_MEM_BYTES = 256 * 1024
 MAX_PATTERN_CHARS = 1_000
 MAX_PATTERN_PROGRAM = 5_000
+# Programs kept compiled: a client's own tools repeat a few patterns, while a hostile one can send new ones with every
+# request, each program holding up to RE2_MAX_MEM_BYTES once matched (4,096 kept could hold a gigabyte).
+PROGRAM_CACHE_SIZE = 256
 
 
 def _re2_options() -> Any:
@@ -29,7 +32,7 @@ def _re2_options() -> Any:
 _OPTIONS = _re2_options()
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
 def _program(pattern: str) -> tuple[Any, str]:
     """The RE2 program for a pattern and "", or None and why not (refusals are kept too: they cost as much)."""
     if len(pattern) > MAX_PATTERN_CHARS:
