@@ -12,7 +12,7 @@ H_CHANNELS = 10
 H_PACE_S = 0.3
 H_LONG_EVERY = 5  # every fifth answer is long enough to be split over several messages
 H_SHARE = 0.10
-H_SEED = 20
+H_SEED = 29  # each method draws on its own: with 29 the third chat.startStream loses its reply
 # Posts, edits and native-stream calls: each does its work and then the connection drops before the reply.
 H_SLACK_METHODS = ["chat.postMessage", "chat.update", "chat.startStream", "chat.appendStream", "chat.stopStream"]
 H_DISCORD_ROUTES = ["message_create", "message_edit", "thread_from_message"]

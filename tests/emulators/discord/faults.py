@@ -47,7 +47,8 @@ class Faults:
     random_share: float = 0.0
     random_routes: frozenset[str] = frozenset()
     random_kind: FaultKind = "drop"
-    _random: random.Random = field(default_factory=random.Random)
+    _randoms: dict[str, random.Random] = field(default_factory=dict)
+    _seed: int = 0
     # Consulted on every call with its route name and channel id ("" for none): tests/support/fault_schedule.py.
     plan: Callable[[str, str], PlannedFault | None] | None = None
 
@@ -56,7 +57,8 @@ class Faults:
 
     def arm_randomly(self, share: float, *, routes: frozenset[str], kind: FaultKind, seed: int) -> None:
         self.random_share, self.random_routes, self.random_kind = share, routes, kind
-        self._random = random.Random(seed)
+        # One seeded sequence per route: its n-th call faults or not whatever the other routes did.
+        self._seed, self._randoms = seed, {}
 
     def take(self, route: str) -> AfterWorkFault | None:
         for fault in self.armed:
@@ -64,7 +66,8 @@ class Faults:
                 fault.times -= 1
                 self.fired += 1
                 return fault
-        if self.random_share > 0 and route in self.random_routes and self._random.random() < self.random_share:
+        drawn = self._randoms.setdefault(route, random.Random(f"{self._seed}:{route}")) if route in self.random_routes else None
+        if self.random_share > 0 and drawn is not None and drawn.random() < self.random_share:
             self.fired += 1
             return AfterWorkFault(route=route, kind=self.random_kind, times=0)
         return None

@@ -169,20 +169,23 @@ class RandomRateLimits:
 
 
 class RandomShare:
-    """Picks a seeded random `fraction` of calls (to `methods`, None: every method), e.g. replies to lose."""
+    """Picks a seeded random `fraction` of calls (to `methods`, None: every method), e.g. replies to lose. Each
+    method draws from its own seeded sequence: its n-th call is picked or not whatever the other methods did."""
 
     def __init__(self, *, fraction: float, seed: int, methods: frozenset[str] | None) -> None:
         if not 0.0 <= fraction <= 1.0:
             raise ValueError("fraction must be within [0, 1]")
         self._fraction = fraction
-        self._random = random.Random(seed)
+        self._seed = seed
+        self._randoms: dict[str, random.Random] = {}
         self._methods = methods
         self.count = 0
 
     def draw(self, method: str) -> bool:
         if self._methods is not None and method not in self._methods:
             return False
-        if self._random.random() >= self._fraction:
+        drawn = self._randoms.setdefault(method, random.Random(f"{self._seed}:{method}"))
+        if drawn.random() >= self._fraction:
             return False
         self.count += 1
         return True
