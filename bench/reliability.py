@@ -14,7 +14,9 @@ Scenarios (each on Slack and on Discord):
   (g) Postgres stopped for 30 s while 20 questions are asked (Slack redelivering on its own schedule), 5 after it
   (h) 10 % of posts and edits carried out by the platform, then their reply lost (the connection dropped)
   (i) Slack: SIGKILL of a process while its answers stream natively (SLACK_NATIVE_STREAMING=auto); the other repairs
-  (j) Slack: an incident, 60 s of 503/429 on every Web API method, then recovery (kept finals, 429s after it)
+      them while a quarter of reads and edits are answered 429
+  (j) Slack: an incident, 60 s of 503/429 on every Web API method, one of two processes restarted during it, then
+      recovery (kept finals delivered, 429s and time to settle after it)
 Targets: 0 lost, 0 duplicated, exactly 1 run per approved call, 0 user-visible tracebacks (and each scenario's
 checks); in (g)–(j) text shown twice anywhere in an answer counts as duplicated. Bounded: every wait has a limit;
 the time budget is what the chosen scenarios may take at worst, with room for overruns, so every line runs.
