@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-from core.text_safety import storable
+from core.text_safety import storable, storable_json
 
 ToolStatus = Literal["ok", "error", "rejected"]
 
@@ -26,6 +26,10 @@ class ToolCallStarted:
     tool: str
     arguments: dict[str, Any]
     kind: Literal["tool_call_started"] = "tool_call_started"
+
+    def __post_init__(self) -> None:
+        # The model's JSON may escape a NUL ("\u0000") that parsing turned into one: the API's journal keeps this.
+        object.__setattr__(self, "arguments", storable_json(self.arguments))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,10 @@ class PendingCall:
     arguments: dict[str, Any]
     description: str = ""
     client: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arguments", storable_json(self.arguments))
+        object.__setattr__(self, "description", storable(self.description))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,8 @@ import pytest
 
 from core.store.api_conversations import ApiConversations
 from core.store.db import Database
-from tests.adapters.api.harness import auth, serve_api
-from tests.emulators.openai_server import OpenAIEmulator
+from tests.adapters.api.harness import Deploys, auth, read_sse, registry_with, serve_api
+from tests.emulators.openai_server import Call, OpenAIEmulator, ToolCalls
 
 HOSTILE_IDS = ["conv\u0000", "a\u0001b", "x" * 201, ""]
 BODIES = [
@@ -63,3 +63,20 @@ async def test_the_store_takes_an_unstorable_id_as_no_such_conversation(db: Data
     for hostile in ("conv\u0000", "lone \ud800"):
         assert await conversations.exists(1, hostile) is False
         assert await conversations.latest_continuation(1, hostile) is None
+
+
+async def test_a_tool_call_whose_arguments_escape_a_nul_is_journaled_and_paused(
+    db: Database, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # JSON arguments escape a NUL as "\u0000", storable as text; parsed, it failed the journal's jsonb insert.
+    caplog.set_level(logging.INFO)
+    openai_emulator.script(ToolCalls([Call("deploy", '{"target": "prod\\u0000"}', id="call_nul")]))
+    async with serve_api(db, openai_emulator.base_url, registry=registry_with(Deploys())) as api, \
+            aiohttp.ClientSession() as http:
+        _, secret = await api.keys.create("nul arguments")
+        async with http.post(f"{api.url}/api/answer/stream", json={"question": "deploy"}, headers=auth(secret)) as response:
+            events = await read_sse(response)
+    assert [e.event for e in events][-2:] == ["tool_calls_pending", "end"]
+    [call] = events[-1].data["pending_approval"]["calls"]
+    assert call["arguments"] == {"target": "prod"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
