@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -64,6 +65,8 @@ class NativeStreaming:
         self._share = share
         self._refused_until: dict[str, float] = {}
         self.counts = NativeCounts()
+        # Streams this process's answers are sending now: a look-up for an unseen start never takes one of them.
+        self.live_streams: set[str] = set()
         self._starts: BudgetMap[str] = BudgetMap(
             lambda team: self._budget(START_CALLS_PER_MINUTE, START_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
         )
@@ -199,6 +202,15 @@ class _Switch:
         (self._granted or self._target).release()
 
 
+@dataclass(frozen=True)
+class _UnseenStart:
+    """A chat.startStream sent without seeing its outcome: when (epoch seconds) and the text it carried."""
+
+    since: float
+    text: str
+    found: str | None = None  # the stream's message once a look-up found it
+
+
 @dataclass(kw_only=True)
 class _Stream:
     ts: str
@@ -235,6 +247,7 @@ class NativeSlackSurface(SlackSurface):
             edit_budget=_Switch(self._answer, native=native.append(team), classic=self._classic_edit, counts=None),  # type: ignore[arg-type]
         )
         self._streams: dict[str, _Stream] = {}
+        self._unseen_start: _UnseenStart | None = None
 
     @property
     def mode(self) -> Mode:
@@ -243,6 +256,15 @@ class NativeSlackSurface(SlackSurface):
     # --- MessageTransport ---
 
     async def post(self, text: str, *, key: str | None = None) -> str:
+        if self._unseen_start is not None:
+            # An earlier start's outcome was never seen (the streamer's call timeout cut it): the stream it may
+            # have made is looked for before anything is sent again.
+            was_native = self._answer.mode == "native"
+            if (adopted := await self._look_for_start(text, key)) is not None:
+                return adopted
+            if was_native:
+                self._answer.to_classic("start_unseen")
+                await self._classic_post.acquire(Priority.FIRST, key)
         if self._answer.mode != "native":
             return await self._classic.post(text, key=key)
         if not isinstance(text, LiveText):
@@ -253,15 +275,19 @@ class NativeSlackSurface(SlackSurface):
         try:
             return await self._start(text, key)
         except RateLimited as exc:
+            self._unseen_start = None  # a 429 comes before the work
             self._native.start(self.target.team_id).penalize(exc.retry_after_s, wide=exc.wide)
             reason = "rate_limited"
         except TransientSendError as exc:
             logger.info("chat.startStream failed (%s); this answer uses post+update", exc)
             reason = "transient"
         except SlackApiError as exc:
+            self._unseen_start = None  # a refusal: nothing was made
             reason = _error(exc)
             self._native.refused(self.target.team_id, reason)
         self._answer.to_classic(reason)
+        if self._unseen_start is not None and (adopted := await self._look_for_start(text, key)) is not None:
+            return adopted
         # The first text still goes out now, as a post (on the post budget: the stream's token was used).
         await self._classic_post.acquire(Priority.FIRST, key)
         return await self._classic.post(text, key=key)
@@ -291,13 +317,54 @@ class NativeSlackSurface(SlackSurface):
             arguments["markdown_text"] = rendered
         if not self.target.channel.startswith("D"):
             arguments.update(recipient_user_id=self.target.recipient_user, recipient_team_id=self.target.recipient_team)
+        self._unseen_start = _UnseenStart(since=time.time(), text=rendered)
         response = await self._web.once(
             "chat.startStream", channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
         )
+        self._unseen_start = None
         stream.ts = str(response["ts"])
         stream.appended = rendered
         self._streams[stream.ts] = stream
+        self._native.live_streams.add(stream.ts)
         return stream.ts
+
+    async def _look_for_start(self, text: str, key: str | None) -> str | None:
+        """After a start whose outcome was not seen: the stream it made, if any, becomes this answer's message
+        (stopped, and given `text` and the part's metadata by chat.update); None when there is none, and the
+        caller posts. A failure here leaves the start unseen, so the streamer's retry looks again."""
+        unseen = self._unseen_start
+        assert unseen is not None
+        if unseen.found is None:
+            live = self._native.live_streams
+
+            def started(message: dict[str, Any]) -> bool:
+                # Streams carry no metadata until stopped; one of ours still streaming is another answer's.
+                return (bool(message.get("bot_id")) and "metadata" not in message and str(message.get("ts")) not in live
+                        and str(message.get("text") or "").strip() == unseen.text.strip())
+
+            found = await self._web.find_where(
+                team_id=self.target.team_id, channel=self.target.channel, thread_ts=self.target.thread_ts,
+                since=unseen.since, match=started,
+            )
+            if found is None:
+                self._unseen_start = None
+                return None
+            self._unseen_start = unseen = replace(unseen, found=str(found["ts"]))
+            logger.info("chat.startStream's unseen outcome was stream %s in %s; it goes on with chat.update",
+                        unseen.found, self.target.channel)
+            self._answer.to_classic("start_unseen")
+            if self._native.stop(self.target.team_id).try_acquire(Priority.FINAL):
+                try:
+                    await self._web.once("chat.stopStream", channel=self.target.channel, ts=unseen.found)
+                except Exception as exc:  # the update below ends the stream anyway
+                    logger.info("could not stop native stream %s: %s", unseen.found, exc)
+        assert unseen.found is not None
+        await self._web.once(
+            "chat.update", channel=self.target.channel, ts=unseen.found, markdown_text=markdown_text(text),
+            **({"metadata": part_metadata(key)} if key is not None else {}),
+        )
+        self._unseen_start = None
+        return unseen.found
 
     async def _append(self, stream: _Stream, text: LiveText) -> None:
         rendered = safe_markdown(text.body)
@@ -347,12 +414,14 @@ class NativeSlackSurface(SlackSurface):
             await self._fall_back(stream, _error(exc), stop=False)
         stream.appended = rendered
         stream.live = False
+        self._native.live_streams.discard(stream.ts)
 
     async def _fall_back(self, stream: _Stream, reason: str, *, stop: bool = True) -> None:
         """The answer goes on with post+update: the stream is stopped where it is (if a token is free; an
         update ends it anyway) and the streamer is told to send again, which now edits with chat.update."""
         logger.info("native stream %s in %s goes on with chat.update (%s)", stream.ts, self.target.channel, reason)
         stream.live = False
+        self._native.live_streams.discard(stream.ts)
         self._answer.to_classic(reason)
         if stop and self._native.stop(self.target.team_id).try_acquire(Priority.FINAL):
             try:

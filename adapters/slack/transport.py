@@ -325,7 +325,20 @@ class SlackWeb:
     async def find(
         self, *, team_id: str, channel: str, thread_ts: str | None, metadata: dict[str, object], since: float
     ) -> dict[str, Any] | None:
-        """The message carrying `metadata` posted after `since` (epoch seconds, less LOOKUP_SKEW_S), or None.
+        """The message carrying `metadata` posted after `since` (epoch seconds, less LOOKUP_SKEW_S), or None."""
+
+        def carries(message: dict[str, Any]) -> bool:
+            found = message.get("metadata")
+            return (isinstance(found, dict) and found.get("event_type") == metadata["event_type"]
+                    and found.get("event_payload") == metadata["event_payload"])
+
+        return await self.find_where(team_id=team_id, channel=channel, thread_ts=thread_ts, since=since, match=carries)
+
+    async def find_where(
+        self, *, team_id: str, channel: str, thread_ts: str | None, since: float,
+        match: Callable[[dict[str, Any]], bool],
+    ) -> dict[str, Any] | None:
+        """The first message posted after `since` (epoch seconds, less LOOKUP_SKEW_S) that `match`es, or None.
 
         Reads forward from there on the read budget (conversations.replies in a thread, history at top level):
         never the whole thread, which has no newest-first order."""
@@ -339,9 +352,7 @@ class SlackWeb:
             page = {**window, **({"cursor": cursor} if cursor else {})}
             response = await self.call(method, budget=self.budgets.read(team_id, method), **page)
             for message in response.get("messages") or ():
-                found = message.get("metadata")
-                if (isinstance(found, dict) and found.get("event_type") == metadata["event_type"]
-                        and found.get("event_payload") == metadata["event_payload"]):
+                if match(dict(message)):
                     return dict(message)
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:

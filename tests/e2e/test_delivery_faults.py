@@ -69,11 +69,6 @@ KNOWN_BUGS: dict[str, str] = {
         " is seen (and a failed write is only logged), so a process dying after the platform made the message but"
         " before the record leaves it at the cursor, or a native stream never stopped, with nothing to repair it"
     ),
-    "native-start-unseen": (
-        "adapters/slack/native_stream.py NativeSlackSurface.post: a chat.startStream whose outcome was not seen (reply"
-        " lost, 5xx after the work, the streamer's call timeout) falls back to a classic post without looking for the"
-        " stream it may have started: the thread keeps that half-streamed message beside the whole answer"
-    ),
     "kept-without-its-attempt": (
         "adapters/answers.py pending(): the final is kept (outbox.keep) and the posts already sent unseen are recorded"
         " (outbox.attempting) in separate writes after it; a process dying between them leaves a kept part with no"
@@ -116,7 +111,7 @@ REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("slack", 95, "unrecorded-message-after-crash"), ("slack", 170, "unrecorded-message-after-crash"),
     ("slack", 200, "unrecorded-message-after-crash"), ("slack", 217, "unrecorded-message-after-crash"),
     ("discord", 218, "unrecorded-message-after-crash"), ("discord", 219, "unrecorded-message-after-crash"),
-    ("slack", 332, "native-start-unseen"), ("slack", 234, "native-start-unseen"),
+    ("slack", 332, None), ("slack", 234, None),
     ("discord", 7, "failed-keep-read-as-handover"), ("discord", 185, "failed-keep-read-as-handover"),
     ("slack", 670, "two-parts-one-message"),
     ("slack", 336, "stale-live-record-repaired"), ("slack", 823, "stale-live-record-repaired"),
@@ -255,8 +250,6 @@ class Result:
         """The known bug (KNOWN_BUGS) that explains this failure, from what the run left as evidence."""
         if self.problem is None:
             return None
-        if self.schedule.native and any(earlier[:40] == later[:40] for earlier, later in zip(self.shown, self.shown[1:])):
-            return "native-start-unseen"
         ids = [message_id for _, message_id in (self.kept or []) if message_id and message_id != "attempted"]
         if len(ids) != len(set(ids)):
             return "two-parts-one-message"

@@ -239,6 +239,11 @@ class WebApi:
         rejection = None if markdown is not None else check_message(text=text, blocks=blocks, is_update=True)
         if rejection is not None:
             return _rejected(rejection)
+        if "metadata" in params:  # chat.update may set a message's metadata (left as it is when not given)
+            metadata = _metadata(params.get("metadata"))
+            if isinstance(metadata, Rejection):
+                return _rejected(metadata)
+            record.metadata = metadata
         record.text, record.blocks, record.markdown = text, blocks, markdown is not None
         if record.stream is not None and not record.stream.stopped:
             record.stream.stopped, record.stream.stopped_by = True, "update"  # an update ends a stream

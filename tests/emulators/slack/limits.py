@@ -133,11 +133,13 @@ class Fault:
 class CallFault:
     """What a fault plan (SlackEmulator.fault_plan) does to one call: "ratelimited" (429 before the work, with a
     Retry-After of `retry_after_s` real seconds, fractional on a scaled emulator), "dropped" (the connection drops
-    before Slack reads the call: nothing done), "lost" (done, then the connection drops before the reply) or
-    "error_after_work" (done, then answered 500 internal_error)."""
+    before Slack reads the call: nothing done), "lost" (done, then the connection drops before the reply),
+    "error_after_work" (done, then answered 500 internal_error) or "slow_reply" (done, answered after `delay_s` real
+    seconds: longer than a caller's timeout, the caller never sees it)."""
 
-    kind: Literal["ratelimited", "dropped", "lost", "error_after_work"]
+    kind: Literal["ratelimited", "dropped", "lost", "error_after_work", "slow_reply"]
     retry_after_s: float = 1.0
+    delay_s: float = 0.0
 
 
 class RandomRateLimits:

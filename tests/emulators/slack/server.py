@@ -417,6 +417,8 @@ class SlackEmulator:
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
+        if planned is not None and planned.kind == "slow_reply":
+            await asyncio.sleep(planned.delay_s)
         if planned is not None and planned.kind == "lost" and status == 200:
             if request.transport is not None:
                 request.transport.abort()
