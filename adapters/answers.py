@@ -45,6 +45,8 @@ INTERRUPT_WAIT_S = 5.0
 CURSOR_CHAR = "▌"
 # Kept finals older than this (OUTBOX_MAX_AGE_S) are dropped with an ERROR line: the only way one is given up.
 OUTBOX_MAX_AGE_S = 86400.0
+# A live record written or dropped during a database blip is tried again after these pauses, then each round.
+LIVE_WRITE_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +193,8 @@ class AnswerRunner:
         self._outbox_max_age_s = outbox_max_age_s
         # Finals this process claimed and could not hand back (the database failed mid-pass).
         self._unreleased: set[str] = set()
+        # Live-record writes that failed past their retries (the database was down), redone in order each round.
+        self._unwritten: list[tuple[str, LiveMessage, str]] = []
         self._answers: set[_Answer] = set()
         self._redraw_locks: dict[str, asyncio.Lock] = {}
 
@@ -214,7 +218,7 @@ class AnswerRunner:
         answer: _Answer | None = None
 
         async def posted(message_id: str) -> None:
-            await self._live.add(
+            await self._record(
                 LiveMessage(
                     platform=place.platform, workspace=place.workspace, channel=place.channel,
                     message_id=message_id, thread=place.thread,
@@ -317,13 +321,16 @@ class AnswerRunner:
         """At start and every round: every answer a dead process left streaming keeps the text it showed, plus the
         interrupted note. A record goes only once its repair succeeded or failed for good; a 429 or an outage hands
         it back for the next round."""
+        await self._write_unwritten()
         leftovers = await self._live.take_all(self.platform)
         note = shown.render(wording.interrupted())
         repaired = 0
         for message in leftovers:
             try:
                 text = await shown.read_shown(message)
-                await shown.replace_shown(message, repaired_text(text or "", note, max_chars=shown.max_chars))
+                # Already repaired (its record outlived the repair, then its repairer): one note, never two.
+                if not (text or "").rstrip().endswith(note.rstrip()):
+                    await shown.replace_shown(message, repaired_text(text or "", note, max_chars=shown.max_chars))
             except Exception as error:
                 if not is_permanent(error):
                     log.warning("could not repair message %s in %s yet (%s); trying again next round",
@@ -333,7 +340,7 @@ class AnswerRunner:
                 log.exception("message %s in %s cannot be repaired; giving it up", message.message_id, message.channel)
             else:
                 repaired += 1
-            await self._live.remove(platform=message.platform, channel=message.channel, message_id=message.message_id)
+            await self._unrecord(message)
         if repaired:
             log.info("repaired %d unfinished %s answers", repaired, self.platform)
         return repaired
@@ -448,10 +455,56 @@ class AnswerRunner:
 
     async def _forget(self, place: AnswerPlace, message_ids: list[str]) -> None:
         for message_id in message_ids:
+            await self._unrecord(LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
+                                             message_id=message_id, thread=place.thread))
+
+    async def _record(self, message: LiveMessage) -> None:
+        """A live record, written through a database blip; else remembered and written on the next round."""
+        await self._write_live("add", message)
+
+    async def _unrecord(self, message: LiveMessage) -> None:
+        """A live record dropped through a database blip; else remembered and dropped on the next round, so a
+        message whose answer ended (or that was repaired) is never repaired again."""
+        await self._write_live("remove", message)
+
+    async def _write_live(self, kind: str, message: LiveMessage) -> None:
+        # The run being played names the answer a record belongs to (LiveMessages.add): kept for a later round.
+        run = observe.current_run()
+        write = (kind, message, run.run_id if run is not None else "")
+        if self._unwritten:
+            # Writes of one message keep their order: a record is never added after its removal.
+            self._unwritten.append(write)
+            await self._write_unwritten()
+            return
+        for delay_s in (*LIVE_WRITE_RETRY_S, None):
             try:
-                await self._live.remove(platform=place.platform, channel=place.channel, message_id=message_id)
-            except Exception:
-                log.exception("could not forget live message %s", message_id)
+                await self._apply_live(*write)
+                return
+            except Exception as error:
+                if delay_s is None:
+                    log.warning("could not %s the live record of message %s (%s); trying again next round",
+                                kind, message.message_id, error)
+                    self._unwritten.append(write)
+                    return
+                await asyncio.sleep(delay_s)
+
+    async def _write_unwritten(self) -> None:
+        while self._unwritten:
+            try:
+                await self._apply_live(*self._unwritten[0])
+            except Exception as error:
+                log.warning("live records still not written (%s); %d waiting", error, len(self._unwritten))
+                return
+            self._unwritten.pop(0)
+
+    async def _apply_live(self, kind: str, message: LiveMessage, answer_id: str) -> None:
+        if kind == "add" and answer_id:
+            with observe.run_scope(run_id=answer_id, platform=self.platform):
+                await self._live.add(message)
+        elif kind == "add":
+            await self._live.add(message)
+        else:
+            await self._live.remove(platform=message.platform, channel=message.channel, message_id=message.message_id)
 
 
 async def _play(

@@ -3,6 +3,7 @@ leaves one at "thinking…" and a second process never touches a live one."""
 
 from __future__ import annotations
 
+from core import observe
 from core.ports import LiveMessage
 from core.store.db import Database
 from core.store.heartbeats import STALE_AFTER_S, process_identity
@@ -18,11 +19,18 @@ class LiveMessages:
         self.owner = owner or process_identity()
         self._stale_after_s = stale_after_s
 
-    async def add(self, message: LiveMessage) -> None:
+    async def add(self, message: LiveMessage, *, answer_id: str | None = None) -> None:
+        """Records `message` as streaming, with the answer it belongs to (default: the run being played, whose id
+        is the answer's), so that repair leaves it to the outbox once that answer's final is kept."""
+        if answer_id is None:
+            run = observe.current_run()
+            answer_id = run.run_id if run is not None else ""
         async with self._db.connection() as conn:
             await conn.execute(
-                f"INSERT INTO live_messages ({_FIELDS}, owner) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (message.platform, message.workspace, message.channel, message.message_id, message.thread, self.owner),
+                f"INSERT INTO live_messages ({_FIELDS}, owner, answer_id) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                (message.platform, message.workspace, message.channel, message.message_id, message.thread, self.owner,
+                 answer_id),
             )
             # Writing is a sign of life too, so a record is never an orphan the moment it is made.
             await conn.execute(
@@ -53,12 +61,24 @@ class LiveMessages:
         orphan is repaired exactly once; a live process's records are never taken. A claimed record stays
         (owned by this process) until its repair succeeded or failed for good (`remove`), or is handed
         back (`release`): a repair that meets a 429 is never forgotten.
+
+        An orphan whose answer's final is kept in the outbox is dropped instead: the outbox finishes that message,
+        and a repair's note written over it would stay (a delivery that finds the part already posted keeps it).
         """
         async with self._db.connection() as conn:
             await conn.execute(
                 "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
                 " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
                 (self.owner,),
+            )
+            await conn.execute(
+                "DELETE FROM live_messages WHERE ctid IN ("
+                " SELECT m.ctid FROM live_messages m LEFT JOIN process_heartbeats h ON h.owner = m.owner"
+                " WHERE m.platform = %s AND m.owner <> %s AND m.answer_id <> ''"
+                " AND EXISTS (SELECT 1 FROM pending_finals f WHERE f.answer_id = m.answer_id)"
+                " AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))"
+                " FOR UPDATE OF m SKIP LOCKED)",
+                (platform, self.owner, self._stale_after_s),
             )
             cursor = await conn.execute(
                 "UPDATE live_messages SET owner = %s WHERE ctid IN ("
