@@ -45,6 +45,8 @@ INTERRUPT_WAIT_S = 5.0
 CURSOR_CHAR = "▌"
 # Kept finals older than this (OUTBOX_MAX_AGE_S) are dropped with an ERROR line: the only way one is given up.
 OUTBOX_MAX_AGE_S = 86400.0
+# A delivered final's row dropped through a database blip: tried again after these pauses, then given up (logged).
+OUTBOX_DELIVERED_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # A live record written or dropped during a database blip is tried again after these pauses, then each round.
 LIVE_WRITE_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
@@ -176,6 +178,7 @@ class _Answer:
     answer_id: str
     interrupted: bool = False
     pending: PendingFinal | None = None  # its final is kept in the outbox until delivered
+    kept: bool = False  # `pending` as it is now reached the outbox (a failed keep may have left no row at all)
     handed_over: bool = False  # stopped with its final still pending: another delivery takes it
 
 
@@ -232,19 +235,31 @@ class AnswerRunner:
             await self._forget(place, message_ids)
             if answer is not None and answer.pending is not None and self._outbox is not None:
                 answer.pending = None
-                await self._outbox.delivered(answer_id)
+                # Through a database blip: a row left behind would have its parts posted again by the next process.
+                for delay_s in (*OUTBOX_DELIVERED_RETRY_S, None):
+                    try:
+                        await self._outbox.delivered(answer_id)
+                        return
+                    except Exception:
+                        if delay_s is None:
+                            raise
+                        await asyncio.sleep(delay_s)
 
         async def pending(parts: list[tuple[str, str | None]]) -> None:
             if answer is not None:
-                await self._keep(answer, place, tuple(FinalPart(text=text, message_id=mid) for text, mid in parts))
-                if self._outbox is not None:
-                    # Posts already sent without their outcome seen: whoever delivers next looks those up.
-                    for index, at in answer.streamer.post_attempts.items():
-                        await self._outbox.attempting(answer_id, index, at=at)
+                # With the posts already sent unseen, in the same write: whoever delivers next looks those up.
+                await self._keep(answer, place, tuple(FinalPart(text=text, message_id=mid) for text, mid in parts),
+                                 attempted=answer.streamer.post_attempts)
 
         async def post_attempt(index: int, at: float | None) -> bool:
+            if self._outbox is None:
+                return True
+            if answer is not None and answer.pending is not None and not answer.kept:
+                # Its keep failed (a database blip): with no row, attempting() would read as "handed over" and the
+                # rest of the answer would be lost. Kept again first; a failure here is retried by the streamer.
+                await self._keep(answer, place, answer.pending.parts, attempted=answer.streamer.post_attempts)
             # The kept final is still this process's to post (else it was handed over: post nothing).
-            return self._outbox is None or await self._outbox.attempting(answer_id, index, at=at)
+            return await self._outbox.attempting(answer_id, index, at=at)
 
         streamer = MessageStreamer(
             surface,
@@ -412,15 +427,24 @@ class AnswerRunner:
                            [p.message_id for p in parts if p.message_id])
         return 1
 
-    async def _keep(self, answer: _Answer, place: AnswerPlace, parts: tuple[FinalPart, ...]) -> None:
-        """The final goes to the outbox; its messages leave the live records (the outbox finishes them, not repair)."""
+    async def _keep(
+        self, answer: _Answer, place: AnswerPlace, parts: tuple[FinalPart, ...], *, attempted: dict[int, float] | None = None
+    ) -> None:
+        """The final goes to the outbox, with the posts of its parts sent unseen (`attempted`); its messages leave the
+        live records (the outbox finishes them, not repair)."""
         if self._outbox is None:
             return
-        answer.pending = PendingFinal(
+        final = answer.pending = PendingFinal(
             answer_id=answer.answer_id, platform=place.platform, workspace=place.workspace, channel=place.channel,
             thread=place.thread, parts=parts,
         )
-        await self._outbox.keep(answer.pending)
+        answer.kept = False
+        if attempted:
+            await self._outbox.keep(final, attempted=attempted)  # type: ignore[call-arg]  # not in the FinalOutbox port yet
+        else:
+            await self._outbox.keep(final)
+        # A keep of other parts that began meanwhile has the last word: only it may say the row is up to date.
+        answer.kept = answer.pending is final
         await self._forget(place, [part.message_id for part in parts if part.message_id])
 
     async def settle_click(self, result: ClickResult, reply: ClickReply, surface: Surface, *, message_key: str) -> None:
@@ -638,7 +662,10 @@ def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
 
 
 def _with_posted(parts: tuple[FinalPart, ...], message_id: str) -> tuple[FinalPart, ...]:
-    """The parts with a newly posted message given to the first part that had none (messages post in order)."""
+    """The parts with a newly posted message given to the first part that had none (messages post in order);
+    unchanged when a part has it already (the final was kept after the post's reply, before this record of it)."""
+    if any(part.message_id == message_id for part in parts):
+        return parts
     updated = list(parts)
     for index, part in enumerate(updated):
         if part.message_id is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -27,16 +28,21 @@ class PendingFinals:
         self.owner = owner or process_identity()
         self._stale_after_s = stale_after_s
 
-    async def keep(self, final: PendingFinal) -> None:
+    async def keep(self, final: PendingFinal, *, attempted: Mapping[int, float] | None = None) -> None:
+        """Stores the final (or its new parts, while this process owns it) with the posts of parts already sent
+        unseen (`attempted`: epoch seconds by part) in the same statement, so no crash keeps a part without its
+        attempt (the next process would post it beside the message the platform may have made)."""
         async with self._db.connection() as conn:
             await conn.execute(_STAMP, (self.owner,))
             await conn.execute(
-                f"INSERT INTO pending_finals ({_FIELDS}, owner) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (answer_id) DO UPDATE SET parts = EXCLUDED.parts, updated_at = now()"
+                f"INSERT INTO pending_finals ({_FIELDS}, owner, attempted) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (answer_id) DO UPDATE SET parts = EXCLUDED.parts,"
+                " attempted = pending_finals.attempted || EXCLUDED.attempted, updated_at = now()"
                 # Only its owner updates a final: one taken over (this process looked dead) stays the taker's.
                 " WHERE pending_finals.owner = EXCLUDED.owner",
                 (final.answer_id, final.platform, final.workspace, final.channel, final.thread,
-                 Jsonb(_parts_json(final.parts)), self.owner),
+                 Jsonb(_parts_json(final.parts)), self.owner,
+                 Jsonb({str(index): float(at) for index, at in (attempted or {}).items()})),
             )
 
     async def delivered(self, answer_id: str) -> None:

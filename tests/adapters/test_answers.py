@@ -263,8 +263,9 @@ class MemoryOutbox:
         self.attempted: dict[str, dict[int, float]] = {}
         self.released: list[tuple[str, bool]] = []
 
-    async def keep(self, final: PendingFinal) -> None:
+    async def keep(self, final: PendingFinal, *, attempted: dict[int, float] | None = None) -> None:
         self.finals[final.answer_id] = (final, "me")
+        self.attempted.setdefault(final.answer_id, {}).update(attempted or {})
 
     async def delivered(self, answer_id: str) -> None:
         self.finals.pop(answer_id, None)
