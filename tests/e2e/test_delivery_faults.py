@@ -59,20 +59,10 @@ ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",")
 # Bugs the sweep found in code this test does not own, by name: a failing schedule whose evidence names one of them
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
 KNOWN_BUGS: dict[str, str] = {
-    "two-parts-one-message": (
-        "adapters/answers.py AnswerRunner._play_answer posted() / _with_posted: the streamer sets slot.message_id"
-        " before on_message_posted runs, so a final kept by the _watch_final task in between already has that id,"
-        " and posted() then gives the same id to the next part: two parts point at one message"
-    ),
     "unrecorded-message-after-crash": (
         "adapters/answers.py posted() / streamer._post: a message's live record is written only after the post's reply"
         " is seen (and a failed write is only logged), so a process dying after the platform made the message but"
         " before the record leaves it at the cursor, or a native stream never stopped, with nothing to repair it"
-    ),
-    "kept-without-its-attempt": (
-        "adapters/answers.py pending(): the final is kept (outbox.keep) and the posts already sent unseen are recorded"
-        " (outbox.attempting) in separate writes after it; a process dying between them leaves a kept part with no"
-        " attempt, which the next process posts again beside the message the platform already made"
     ),
     "repair-overwrites-kept-final": (
         "adapters/answers.py: a message can have a live record and be a part of a kept final at once (the record is"
@@ -90,20 +80,10 @@ KNOWN_BUGS: dict[str, str] = {
         "adapters/answers.py AnswerRunner._forget: a live record whose delete fails (a database blip) is only logged;"
         " it stays, and the next repair_leftovers appends the interrupted note to an answer that was delivered whole"
     ),
-    "delivered-final-kept-again": (
-        "adapters/answers.py delivered() (on_final_delivered): when outbox.delivered fails (a database blip) the row"
-        " stays, with the parts whose message ids could not be recorded either; the next process's deliver_pending"
-        " posts those parts again (no attempt was recorded, so nothing is looked up)"
-    ),
     "repaired-record-kept": (
         "adapters/answers.py AnswerRunner.repair_leftovers: when remove() fails after a successful repair (a database"
         " blip), the claimed record stays owned by this live process, which never takes it again (take_all skips its"
         " own rows); whoever takes it after this process dies repairs the message again, adding a second note"
-    ),
-    "failed-keep-read-as-handover": (
-        "adapters/answers.py post_attempt -> core/store/pending_finals.py PendingFinals.attempting: when keep() failed"
-        " (a database blip) there is no row, the UPDATE matches nothing and returns False, which the streamer reads as"
-        " 'handed over' and posts nothing more; nobody else has the final, so the rest of the answer is lost"
     ),
 }
 # Seeds that once failed, with the known bug they show (None: fixed, or a bug of this test): run alone every time.
@@ -112,8 +92,7 @@ REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("slack", 200, "unrecorded-message-after-crash"), ("slack", 217, "unrecorded-message-after-crash"),
     ("discord", 218, "unrecorded-message-after-crash"), ("discord", 219, "unrecorded-message-after-crash"),
     ("slack", 332, None), ("slack", 234, None),
-    ("discord", 7, "failed-keep-read-as-handover"), ("discord", 185, "failed-keep-read-as-handover"),
-    ("slack", 670, "two-parts-one-message"),
+    ("discord", 7, None), ("discord", 185, None), ("slack", 670, None),
     ("slack", 336, "stale-live-record-repaired"), ("slack", 823, "stale-live-record-repaired"),
     ("discord", 719, "stale-live-record-repaired"),
 ]
@@ -250,12 +229,6 @@ class Result:
         """The known bug (KNOWN_BUGS) that explains this failure, from what the run left as evidence."""
         if self.problem is None:
             return None
-        ids = [message_id for _, message_id in (self.kept or []) if message_id and message_id != "attempted"]
-        if len(ids) != len(set(ids)):
-            return "two-parts-one-message"
-        twice = {text.strip() for text in self.shown if self.shown.count(text) > 1}
-        if self.crashes and any(text.strip() in twice and message_id is None for text, message_id in self.kept or []):
-            return "kept-without-its-attempt"
         if self.crashes and self.problem.startswith(("a cursor", "not the whole answer")):
             return "unrecorded-message-after-crash"
         if self.first_crashed and self.kept is not None and any(NOTE_MARK in text for text in self.shown):
@@ -263,12 +236,8 @@ class Result:
         if self.first_crashed and self.kept is not None and "only its first" in self.problem:
             return "kept-part-lost-after-crash"
         blipped = any(": db " in entry for entry in self.fired)
-        if not self.first_crashed and blipped and "only its first" in self.problem:
-            return "failed-keep-read-as-handover"
         if not self.first_crashed and blipped and any(NOTE_MARK in text for text in self.shown):
             return "stale-live-record-repaired"
-        if not self.first_crashed and blipped and self.kept is not None and "twice" in self.problem:
-            return "delivered-final-kept-again"
         if blipped and self.problem.startswith("not settled: 0 kept finals"):
             return "repaired-record-kept"
         return None
