@@ -114,6 +114,7 @@ class Runtime:
         self._llm: LLMClient | None = None
         self._warm_up: asyncio.Task[None] | None = None
         self._db_open = False
+        self._stopping = False
         self.syncer: Any = None  # core.retrieval.sync.SourceSyncer, sharing the retriever's embedder
         self.mcp: McpTools | None = None  # when MCP_SERVERS is set
 
@@ -242,10 +243,27 @@ class Runtime:
             (adapter.maintain, HEARTBEAT_INTERVAL_S, f"maintain-{adapter.platform}") for adapter in self.adapters
         ]
         for job, interval_s, name in jobs:
-            self.scheduler.add_job(job, "interval", seconds=interval_s, id=name, coalesce=True, max_instances=1)
+            self.scheduler.add_job(self._job(job, name), "interval", seconds=interval_s, id=name, coalesce=True,
+                                   max_instances=1)
+
+    def _job(self, job: Any, name: str) -> Any:
+        """A scheduled job whose wait is cancelled by the shutdown (a delivery paced behind a budget) ends with
+        a log line, not apscheduler's traceback; any other failure is apscheduler's to log, as before."""
+
+        async def run() -> None:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                log.info("job %s stopped: the process is shutting down", name)
+
+        run.__name__ = run.__qualname__ = name
+        return run
 
     async def stop(self) -> None:
         """Stop taking work, give running answers a grace period, mark the rest interrupted, close down."""
+        self._stopping = True
         self.http.mark_stopping()
         for adapter in self.adapters:
             await _quietly(adapter.stop_accepting(), "stop accepting")

@@ -154,6 +154,12 @@ async def guarded(call: Awaitable[T]) -> T:
         raise TransientSendError(f"Discord answered {exc.status} (code {exc.code})") from exc
     except CONNECTION_ERRORS as exc:
         raise OutcomeUnknown(f"Discord unreachable: {exc!r}") from exc
+    except RuntimeError as exc:
+        # aiohttp refuses a request on a session the client closed (shutting down): nothing was sent, so it is
+        # "later" (the outbox keeps a final), not a failure to log with a traceback.
+        if "Session is closed" in str(exc):
+            raise TransientSendError("the Discord session is closed (the bot is stopping)") from exc
+        raise
 
 
 def _header(exc: discord.HTTPException, name: str) -> object:

@@ -313,3 +313,16 @@ async def test_a_kept_final_older_than_outbox_max_age_is_dropped_with_an_error_l
         left = await (await conn.execute("SELECT count(*) FROM pending_finals WHERE answer_id = 'answer-old'")).fetchone()
     assert left is not None and left[0] == 0
     assert any(r.levelname == "ERROR" and "answer-old" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_call_on_the_session_closed_at_shutdown_is_later_not_a_traceback(
+    discord_emulator: DiscordEmulator,
+) -> None:
+    # What an answer still streaming meets once the client closed its aiohttp session at shutdown.
+    import aiohttp
+
+    session = aiohttp.ClientSession()
+    await session.close()
+    with pytest.raises(TransientSendError):
+        await guarded(session.get(f"{discord_emulator.base_url}/api/v10/gateway"))
+    assert discord_emulator.requests_to("message_create") == []
