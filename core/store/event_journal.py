@@ -9,6 +9,7 @@ from psycopg.types.json import Jsonb
 
 from core.api_access import JournalEvent
 from core.store.db import Database
+from core.text_safety import storable_json
 
 
 class EventJournal:
@@ -16,7 +17,8 @@ class EventJournal:
         self._db = db
 
     async def append(self, stream_id: uuid.UUID, key_id: int, events: Sequence[JournalEvent]) -> None:
-        """One write for a batch; an event written twice (a retried batch) is kept once."""
+        """One write for a batch; an event written twice (a retried batch) is kept once. Every event's data is
+        made storable here (NUL, lone surrogates), whichever event it is."""
         if not events:
             return
         async with self._db.connection() as conn:
@@ -24,7 +26,7 @@ class EventJournal:
                 await cursor.executemany(
                     "INSERT INTO api_event_journal (stream_id, key_id, seq, event, data) VALUES (%s, %s, %s, %s, %s)"
                     " ON CONFLICT DO NOTHING",
-                    [(stream_id, key_id, e.seq, e.event, Jsonb(e.data)) for e in events],
+                    [(stream_id, key_id, e.seq, e.event, Jsonb(storable_json(e.data))) for e in events],
                 )
 
     async def after(self, stream_id: uuid.UUID, key_id: int, seq: int) -> list[JournalEvent]:

@@ -50,3 +50,17 @@ async def test_a_document_with_nul_in_its_title_and_text_is_ingested_and_found(d
         assert await cursor.fetchall() == [("Deploy runbook",)]
     found = await PgRetriever(db, None).search("rollback", limit=3)
     assert any("Rollback with make rollback." in hit.text for hit in found)
+
+
+async def test_any_journaled_api_event_with_nul_or_a_lone_surrogate_is_stored(db: Database) -> None:
+    import uuid
+
+    from core.api_access import JournalEvent
+    from core.store.event_journal import EventJournal
+
+    # Whatever event carries outside text (a tool's arguments, a page title), the journal's one write keeps it.
+    journal = EventJournal(db)
+    stream = uuid.uuid4()
+    await journal.append(stream, 7, [JournalEvent(seq=1, event="anything", data={"t\x00": ["a\x00b", "c\ud800"]})])
+    [back] = await journal.after(stream, 7, 0)
+    assert back.data == {"t": ["ab", "c\ufffd"]}
