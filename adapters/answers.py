@@ -439,10 +439,7 @@ class AnswerRunner:
             thread=place.thread, parts=parts,
         )
         answer.kept = False
-        if attempted:
-            await self._outbox.keep(final, attempted=attempted)  # type: ignore[call-arg]  # not in the FinalOutbox port yet
-        else:
-            await self._outbox.keep(final)
+        await self._outbox.keep(final, attempted=attempted or None)
         # A keep of other parts that began meanwhile has the last word: only it may say the row is up to date.
         answer.kept = answer.pending is final
         await self._forget(place, [part.message_id for part in parts if part.message_id])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,8 +61,9 @@ class PendingFinal:
 class FinalOutbox(Protocol):
     """Keeps final texts safe until delivered, by this process or another (core.store.pending_finals)."""
 
-    async def keep(self, final: PendingFinal) -> None:
-        """Store (or update) a final this process is delivering."""
+    async def keep(self, final: PendingFinal, *, attempted: Mapping[int, float] | None = None) -> None:
+        """Store (or update) a final this process is delivering, with the posts of parts already sent unseen
+        (`attempted`: part index → epoch seconds) in the same write."""
         ...
 
     async def delivered(self, answer_id: str) -> None: ...

@@ -444,11 +444,11 @@ async def test_a_database_error_recording_a_posted_part_keeps_the_rest_and_the_p
     class Flaky(MemoryOutbox):
         failures = 1
 
-        async def keep(self, final: PendingFinal) -> None:
+        async def keep(self, final: PendingFinal, *, attempted: dict[int, float] | None = None) -> None:
             if any(part.message_id for part in final.parts) and self.failures:
                 self.failures -= 1
                 raise ConnectionError("the database went away")
-            await super().keep(final)
+            await super().keep(final, attempted=attempted)
 
     outbox = Flaky()
     runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), outbox=outbox)
