@@ -49,6 +49,7 @@ OUTBOX_MAX_AGE_S = 86400.0
 OUTBOX_DELIVERED_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # A live record written or dropped during a database blip is tried again after these pauses, then each round.
 LIVE_WRITE_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+INTENT_MARK = "intent:"  # a live record of a post about to be sent (no message id yet); see intent_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +155,13 @@ class ShownMessages(Protocol):
     async def replace_shown(self, message: LiveMessage, text: str) -> None: ...
 
 
+class PostFinder(Protocol):
+    """Optional on ShownMessages: finds the message a post recorded before it was sent may have made (its key
+    `answer id:part`, read from `since`, epoch seconds), so crash repair finishes a message whose reply nobody saw."""
+
+    async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None: ...
+
+
 class FinalDelivery(Protocol):
     """Delivers a kept final's parts on a platform, after the process that started it could not."""
 
@@ -220,6 +228,17 @@ class AnswerRunner:
         place = surface.place
         answer: _Answer | None = None
 
+        intents: dict[int, LiveMessage] = {}  # posts recorded before they were sent, by part
+
+        async def post_intent(index: int, at: float) -> None:
+            intent = LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
+                                 message_id=intent_id(answer_id, index, at), thread=place.thread)
+            earlier = intents.get(index)
+            intents[index] = intent
+            await self._record(intent)
+            if earlier is not None:
+                await self._unrecord(earlier)  # a post refused (a 429) made nothing: this attempt replaces it
+
         async def posted(message_id: str) -> None:
             await self._record(
                 LiveMessage(
@@ -227,12 +246,17 @@ class AnswerRunner:
                     message_id=message_id, thread=place.thread,
                 )
             )
+            if intents:
+                # Posts go in order: the oldest part still waiting for its reply is this one.
+                await self._unrecord(intents.pop(min(intents)))
             if answer is not None and answer.pending is not None:
                 await self._keep(answer, place, _with_posted(answer.pending.parts, message_id))
 
         async def delivered(message_ids: list[str]) -> None:
             # A message whose final text is delivered needs no repair, whatever happens next.
             await self._forget(place, message_ids)
+            for index in sorted(intents):
+                await self._unrecord(intents.pop(index))
             if answer is not None and answer.pending is not None and self._outbox is not None:
                 answer.pending = None
                 # Through a database blip: a row left behind would have its parts posted again by the next process.
@@ -273,6 +297,7 @@ class AnswerRunner:
             on_final_pending=pending if self._outbox is not None else None,
             on_post_attempt=post_attempt if self._outbox is not None else None,
             idempotency_key=answer_id,
+            on_post_intent=post_intent,
         )
         answer = _Answer(streamer=streamer, task=asyncio.current_task(), answer_id=answer_id)
         self._answers.add(answer)
@@ -340,12 +365,15 @@ class AnswerRunner:
         leftovers = await self._live.take_all(self.platform)
         note = shown.render(wording.interrupted())
         repaired = 0
+        finder = getattr(shown, "find_post", None)
         for message in leftovers:
             try:
-                text = await shown.read_shown(message)
-                # Already repaired (its record outlived the repair, then its repairer): one note, never two.
-                if not (text or "").rstrip().endswith(note.rstrip()):
-                    await shown.replace_shown(message, repaired_text(text or "", note, max_chars=shown.max_chars))
+                found = await _posted_message(message, finder)
+                if found is not None:
+                    text = await shown.read_shown(found)
+                    # Already repaired (its record outlived the repair, then its repairer): one note, never two.
+                    if not (text or "").rstrip().endswith(note.rstrip()):
+                        await shown.replace_shown(found, repaired_text(text or "", note, max_chars=shown.max_chars))
             except Exception as error:
                 if not is_permanent(error):
                     log.warning("could not repair message %s in %s yet (%s); trying again next round",
@@ -354,7 +382,7 @@ class AnswerRunner:
                     continue
                 log.exception("message %s in %s cannot be repaired; giving it up", message.message_id, message.channel)
             else:
-                repaired += 1
+                repaired += found is not None
             await self._unrecord(message)
         if repaired:
             log.info("repaired %d unfinished %s answers", repaired, self.platform)
@@ -439,7 +467,10 @@ class AnswerRunner:
             thread=place.thread, parts=parts,
         )
         answer.kept = False
-        await self._outbox.keep(final, attempted=attempted or None)
+        if attempted:
+            await self._outbox.keep(final, attempted=attempted)  # type: ignore[call-arg]  # not in the FinalOutbox port yet
+        else:
+            await self._outbox.keep(final)
         # A keep of other parts that began meanwhile has the last word: only it may say the row is up to date.
         answer.kept = answer.pending is final
         await self._forget(place, [part.message_id for part in parts if part.message_id])
@@ -656,6 +687,26 @@ def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
     if len(text) > room:
         text = close_open_fence(text[: room - len("\n```") - 1])
     return f"{text}\n\n{note}"
+
+
+def intent_id(answer_id: str, index: int, at: float) -> str:
+    """The live record of a post about to be sent: it names the part's key and the attempt's time, not a message."""
+    return f"{INTENT_MARK}{answer_id}:{index}@{at:.3f}"
+
+
+async def _posted_message(record: LiveMessage, finder: Any) -> LiveMessage | None:
+    """The message a live record stands for: itself; for a post's intent, the message found (None: never made, or
+    the platform gives no way to look)."""
+    if not record.message_id.startswith(INTENT_MARK):
+        return record
+    key, _, at = record.message_id.removeprefix(INTENT_MARK).rpartition("@")
+    if finder is None or not key:
+        return None
+    message_id = await finder(record, key, since=float(at))
+    if message_id is None:
+        return None
+    return LiveMessage(platform=record.platform, workspace=record.workspace, channel=record.channel,
+                       message_id=message_id, thread=record.thread)
 
 
 def _with_posted(parts: tuple[FinalPart, ...], message_id: str) -> tuple[FinalPart, ...]:

@@ -30,6 +30,9 @@ OnFinalPending = Callable[[list[tuple[str, str | None]]], Awaitable[None]]
 # without its outcome seen, epoch seconds, or None): records the attempt; False means the final was handed
 # to another process, and this streamer must post nothing more.
 OnPostAttempt = Callable[[int, float | None], Awaitable[bool]]
+# Told before the first post of each message (its part index, the attempt's time, epoch seconds), so a record of it
+# exists before the platform can make it: a process dying before it sees the reply leaves a message to look up.
+OnPostIntent = Callable[[int, float], Awaitable[None]]
 # Shown in a message left over when a corrected final text needs fewer messages than were used.
 VACATED_MESSAGE_TEXT = "…"
 # A permanent edit failure this many times in a row: the message is gone or frozen, so the
@@ -82,6 +85,7 @@ class MessageStreamer:
         on_final_pending: OnFinalPending | None = None,
         on_post_attempt: OnPostAttempt | None = None,
         idempotency_key: str | None = None,
+        on_post_intent: OnPostIntent | None = None,
     ) -> None:
         self._transport = transport
         self._limits = limits
@@ -94,6 +98,7 @@ class MessageStreamer:
         self._on_final_pending = on_final_pending
         self._final_texts: list[str] | None = None  # the final's parts, once its delivery laid them out
         self._on_post_attempt = on_post_attempt
+        self._on_post_intent = on_post_intent
         self._handed_over = False
         self._idempotency_key = idempotency_key
         self._pending_told = False
@@ -508,6 +513,12 @@ class MessageStreamer:
         key = None if self._idempotency_key is None else f"{self._idempotency_key}:{self._slots.index(slot)}"
         first = slot.attempted_at is None
         slot.attempted_at = slot.attempted_at or time.time()
+        if first and self._on_post_intent is not None:
+            try:
+                await self._on_post_intent(self._slots.index(slot), slot.attempted_at)
+            except Exception:
+                # The post goes anyway: an answer is worth more than its crash repair.
+                logger.exception("on_post_intent failed")
         try:
             slot.message_id = await self._call(self._transport.post(text, key=key))
         except RateLimited:

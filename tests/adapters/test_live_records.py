@@ -3,6 +3,7 @@ message is repaired at most once, and a message whose answer's final is kept is 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -88,7 +89,7 @@ async def test_a_delete_failing_past_its_retries_is_done_on_the_next_round(
     runner = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="slow"))
     await blip(db, "DELETE", 60)
     await runner.play(_events(AnswerDelta(text="Done at last."), Done(answer="Done at last.")), surface)
-    assert len(await records(db, "C-later")) == 1, "the blip outlasted the retries"
+    assert await records(db, "C-later") != [], "the blip outlasted the retries"
     await unblip(db)
     assert await runner.repair_leftovers(Shown({})) == 0
     assert await records(db, "C-later") == []
@@ -158,3 +159,61 @@ async def test_a_record_is_written_through_a_blip_so_a_crash_after_it_leaves_not
     await runner.play(events(), surface)
     assert seen == [(["m1"], ["m1"])], "recorded through the blip, while it streamed"
     assert await records(db, "C-add") == []
+
+
+class LostReplies(RecordingSurface):
+    """The platform makes each message and keeps its key, but its reply never arrives (the process dies waiting)."""
+
+    def __init__(self, channel: str) -> None:
+        super().__init__(MonotonicClock())  # type: ignore[arg-type]
+        self.place = answers.AnswerPlace(platform="test", workspace="W", channel=channel)
+        self.keys: dict[str, str] = {}
+        self.made = asyncio.Event()
+
+    async def post(self, text: str, *, key: str | None = None) -> str:
+        message_id = await self.transport.post(text, key=key)
+        self.keys[key or ""] = message_id
+        self.made.set()
+        await asyncio.Event().wait()  # the reply is lost: nobody here learns the id
+        return message_id
+
+
+class Finding(Shown):
+    """Shown messages with the platform's look-up of a post by its key (Slack: metadata; Discord: the channel)."""
+
+    def __init__(self, surface: LostReplies) -> None:
+        super().__init__(surface.transport.texts)  # type: ignore[arg-type]
+        self.surface = surface
+        self.looked_up: list[tuple[str, float]] = []
+
+    async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None:
+        self.looked_up.append((key, since))
+        return self.surface.keys.get(key)
+
+
+async def test_a_message_made_before_its_process_died_unseen_is_found_and_repaired(db: Database) -> None:
+    """unrecorded-message-after-crash: the post's record is written before it is sent, so a process dying before the
+    platform's reply leaves a record, and the next process finds the message by its key and finishes it."""
+    surface = LostReplies("C-unseen")
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="dying"))
+
+    async def events() -> AsyncIterator[Event]:
+        yield AnswerDelta(text="The start of it")
+        await asyncio.Event().wait()
+
+    play = asyncio.ensure_future(runner.play(events(), surface))
+    await asyncio.wait_for(surface.made.wait(), 10)
+    play.cancel()  # killed: its tasks stop where they are
+    await asyncio.gather(play, return_exceptions=True)
+    for task in asyncio.all_tasks():  # the streamer's editor task dies with its process
+        if task.get_coro().__qualname__ == "MessageStreamer._run":  # type: ignore[union-attr]
+            task.cancel()
+    await die(db, "dying")
+    assert len(await records(db, "C-unseen")) == 1, "recorded before it was sent"
+    later = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="after"))
+    shown = Finding(surface)
+    assert await later.repair_leftovers(shown) == 1
+    [(key, since)] = shown.looked_up
+    assert key.endswith(":0") and since > 0
+    assert shown.written == {"m1": f"The start of it\n\n{NOTE}"}
+    assert await records(db, "C-unseen") == []
