@@ -60,9 +60,11 @@ ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",")
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
 KNOWN_BUGS: dict[str, str] = {
     "unrecorded-message-after-crash": (
-        "adapters/answers.py posted() / streamer._post: a message's live record is written only after the post's reply"
-        " is seen (and a failed write is only logged), so a process dying after the platform made the message but"
-        " before the record leaves it at the cursor, or a native stream never stopped, with nothing to repair it"
+        "adapters/slack/surface.py SlackShownMessages / adapters/discord/surface.py DiscordShownMessages: no find_post"
+        " (adapters/answers.py PostFinder). The runner records each post's intent (its answer:part key and time) before"
+        " it is sent and repair looks it up through find_post, but neither platform has one yet, so a process dying"
+        " after the platform made the message but before its reply still leaves it at the cursor (or a native stream"
+        " never stopped), with nothing to find it"
     ),
     "kept-part-lost-after-crash": (
         "not isolated yet: on Discord a final kept before the crash, whose later parts had been attempted, ends with its"
