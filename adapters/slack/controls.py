@@ -63,9 +63,14 @@ class StopMessage:
         # From here on the message may exist: clear() waits for it, to delete it.
         self._posting = True
         # After every answer's first and final texts: under a burst, a Stop button must not delay them.
-        response = await surfaces.post_paced(
-            target, text=STOP_FALLBACK, blocks=stop_blocks(run_id), priority=Priority.INTERMEDIATE
-        )
+        try:
+            response = await surfaces.post_paced(
+                target, text=STOP_FALLBACK, blocks=stop_blocks(run_id), priority=Priority.INTERMEDIATE
+            )
+        except Exception as exc:
+            # A control, not the answer: the answer goes on without it (and nothing is left to delete).
+            logger.warning("could not show the Stop button of run %s: %s", run_id, exc)
+            return
         self._ts = str(response["ts"])
 
     async def clear(self) -> None:

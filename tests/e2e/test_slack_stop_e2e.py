@@ -79,3 +79,24 @@ async def test_a_click_received_by_another_process_stops_the_run(
         assert await eventually(lambda: not stop_messages(slack, thread))
     finally:
         await other.stop()
+
+
+async def test_a_stop_button_slack_will_not_take_leaves_the_answer_whole_and_a_warning(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Stop message's post failing for good (5xx past its retries) used to end its task with an exception
+    # nobody retrieved; the answer itself is edited, not posted, so it must not notice.
+    slack = slack_emulator
+    answer = "word " * 300
+    openai_emulator.script(Text(answer, chunk_chars=5, delay_s=0.01))
+    event = mention(slack, CHANNEL, "a medium story", user=ALICE)
+    await slack.deliver_event(bot.url, event)
+    assert await eventually(lambda: bool(bot_replies(slack, CHANNEL, event["ts"])))
+    slack.fail_next("chat.postMessage", error="service_unavailable", http_status=503, times=200)
+    try:
+        assert await eventually(lambda: any(m.text.strip() == answer.strip() for m in bot_replies(slack, CHANNEL, event["ts"])))
+        assert await eventually(lambda: any("could not show the Stop button" in r.getMessage() for r in caplog.records))
+    finally:
+        slack.clear_faults()
+    assert not stop_messages(slack, event["ts"])
+    assert not [r for r in caplog.records if r.name == "adapters.slack.controls" and r.levelname == "ERROR"]
