@@ -334,6 +334,7 @@ class NativeSlackSurface(SlackSurface):
         caller posts. A failure here leaves the start unseen, so the streamer's retry looks again."""
         unseen = self._unseen_start
         assert unseen is not None
+        metadata: dict[str, Any] = {"metadata": part_metadata(key)} if key is not None else {}
         if unseen.found is None:
             live = self._native.live_streams
 
@@ -355,13 +356,14 @@ class NativeSlackSurface(SlackSurface):
             self._answer.to_classic("start_unseen")
             if self._native.stop(self.target.team_id).try_acquire(Priority.FINAL):
                 try:
-                    await self._web.once("chat.stopStream", channel=self.target.channel, ts=unseen.found)
+                    # Stopped with the part's metadata first: should this process die before the update, the
+                    # next one finds the message by it instead of posting the part beside it.
+                    await self._web.once("chat.stopStream", channel=self.target.channel, ts=unseen.found, **metadata)
                 except Exception as exc:  # the update below ends the stream anyway
                     logger.info("could not stop native stream %s: %s", unseen.found, exc)
         assert unseen.found is not None
         await self._web.once(
-            "chat.update", channel=self.target.channel, ts=unseen.found, markdown_text=markdown_text(text),
-            **({"metadata": part_metadata(key)} if key is not None else {}),
+            "chat.update", channel=self.target.channel, ts=unseen.found, markdown_text=markdown_text(text), **metadata
         )
         self._unseen_start = None
         return unseen.found
