@@ -45,6 +45,8 @@ INTERRUPT_WAIT_S = 5.0
 CURSOR_CHAR = "▌"
 # Kept finals older than this (OUTBOX_MAX_AGE_S) are dropped with an ERROR line: the only way one is given up.
 OUTBOX_MAX_AGE_S = 86400.0
+# Kept finals one pass claims at a time (each delivered before the next are claimed).
+FINALS_PER_CLAIM = 2
 # A delivered final's row dropped through a database blip: tried again after these pauses, then given up (logged).
 OUTBOX_DELIVERED_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # A live record written or dropped during a database blip is tried again after these pauses, then each round.
@@ -404,15 +406,26 @@ class AnswerRunner:
             await outbox.release(answer_id)  # the database is back: nothing left to wait for
             self._unreleased.discard(answer_id)
         arrived = 0
-        taken = await outbox.take(self.platform)
-        for position, final in enumerate(taken):
-            try:
-                arrived += await self._deliver_one(final, delivery, finder)
-            except BaseException:
-                # A database failure (or a cancel) mid-pass leaves these claimed by a live process, and take()
-                # never hands a live process its own claims: give them back on the next pass.
-                self._unreleased.update(f.answer_id for f in taken[position:])
-                raise
+        # Claimed a few at a time: a process never sits on finals it will not reach for a while, which every
+        # other live process may not take (a pass behind 60 slow deliveries held the 61st for minutes).
+        seen: set[str] = set()
+        while taken := await outbox.take(self.platform, limit=FINALS_PER_CLAIM):
+            # A final handed back this pass waits for the next one (its backoff keeps the store from giving it
+            # again; this keeps any outbox from making the pass go round forever).
+            for final in (again := [f for f in taken if f.answer_id in seen]):
+                await outbox.release(final.answer_id)
+            taken = [f for f in taken if f.answer_id not in seen]
+            if not taken and again:
+                break
+            seen.update(f.answer_id for f in taken)
+            for position, final in enumerate(taken):
+                try:
+                    arrived += await self._deliver_one(final, delivery, finder)
+                except BaseException:
+                    # A database failure (or a cancel) mid-pass leaves these claimed by a live process, and take()
+                    # never hands a live process its own claims: give them back on the next pass.
+                    self._unreleased.update(f.answer_id for f in taken[position:])
+                    raise
         return arrived
 
     async def _deliver_one(self, final: PendingFinal, delivery: FinalDelivery, finder: PartFinder | None) -> int:
@@ -467,10 +480,7 @@ class AnswerRunner:
             thread=place.thread, parts=parts,
         )
         answer.kept = False
-        if attempted:
-            await self._outbox.keep(final, attempted=attempted)  # type: ignore[call-arg]  # not in the FinalOutbox port yet
-        else:
-            await self._outbox.keep(final)
+        await self._outbox.keep(final, attempted=attempted or None)
         # A keep of other parts that began meanwhile has the last word: only it may say the row is up to date.
         answer.kept = answer.pending is final
         await self._forget(place, [part.message_id for part in parts if part.message_id])

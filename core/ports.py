@@ -73,8 +73,9 @@ class FinalOutbox(Protocol):
         `backoff`: not before a delay that grows with its attempts, capped at 5 minutes)."""
         ...
 
-    async def take(self, platform: str) -> list[PendingFinal]:
-        """Claim the platform's finals nobody is delivering: released, or their process died (each to one caller)."""
+    async def take(self, platform: str, *, limit: int | None = None) -> list[PendingFinal]:
+        """Claim the platform's finals nobody is delivering: released, or their process died (each to one caller),
+        oldest first, at most `limit` of them (None: all)."""
         ...
 
     async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:

@@ -89,7 +89,7 @@ class PendingFinals:
             )
             return [_final(row) for row in await cursor.fetchall()]
 
-    async def take(self, platform: str) -> list[PendingFinal]:
+    async def take(self, platform: str, *, limit: int | None = None) -> list[PendingFinal]:
         async with self._db.connection() as conn:
             # The taker is alive by definition: its claims must not look orphaned to the next taker.
             await conn.execute(_STAMP, (self.owner,))
@@ -98,9 +98,9 @@ class PendingFinals:
                 " SELECT f.answer_id FROM pending_finals f LEFT JOIN process_heartbeats h ON h.owner = f.owner"
                 " WHERE f.platform = %s AND f.not_before <= now() AND (f.owner = '' OR (f.owner <> %s"
                 "  AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))))"
-                " ORDER BY f.created_at FOR UPDATE OF f SKIP LOCKED)"
+                " ORDER BY f.created_at LIMIT %s FOR UPDATE OF f SKIP LOCKED)"
                 f" RETURNING {_FIELDS}",
-                (self.owner, platform, self.owner, self._stale_after_s),
+                (self.owner, platform, self.owner, self._stale_after_s, limit),
             )
             rows = await cursor.fetchall()
         return [_final(row) for row in rows]

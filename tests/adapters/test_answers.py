@@ -271,8 +271,9 @@ class MemoryOutbox:
         self.finals.pop(answer_id, None)
 
     async def release(self, answer_id: str, *, backoff: bool = False) -> None:
+        # As the store: a final handed back with a backoff is not taken again before it (here: until released again).
         if answer_id in self.finals:
-            self.finals[answer_id] = (self.finals[answer_id][0], "")
+            self.finals[answer_id] = (self.finals[answer_id][0], "backing-off" if backoff else "")
         self.released.append((answer_id, backoff))
 
     async def attempting(self, answer_id: str, index: int, *, at: float | None = None) -> bool:
@@ -287,8 +288,8 @@ class MemoryOutbox:
     async def expire(self, platform: str, *, max_age_s: float) -> list[PendingFinal]:
         return []
 
-    async def take(self, platform: str) -> list[PendingFinal]:
-        free = [final for final, owner in self.finals.values() if owner == "" and final.platform == platform]
+    async def take(self, platform: str, *, limit: int | None = None) -> list[PendingFinal]:
+        free = [final for final, owner in self.finals.values() if owner == "" and final.platform == platform][:limit]
         for final in free:
             self.finals[final.answer_id] = (final, "taker")
         return free
@@ -406,6 +407,7 @@ async def test_a_kept_final_is_given_up_only_for_a_permanent_error() -> None:
         await outbox.release("a-1")
         assert await runner.deliver_pending(Failing(surprise)) == 0
         assert "a-1" in outbox.finals and outbox.released[-1] == ("a-1", True), f"{surprise!r} is 'later'"
+    await outbox.release("a-1")  # its backoff has passed
     assert await runner.deliver_pending(Failing(PermanentSendError("gone", code="channel_not_found"))) == 0
     assert "a-1" not in outbox.finals
 
@@ -460,6 +462,7 @@ async def test_a_database_error_recording_a_posted_part_keeps_the_rest_and_the_p
     delivery.looked_up = []  # type: ignore[attr-defined]
     assert await clock.run(runner.deliver_pending(delivery, finder=delivery)) == 0
     assert "a-2" in outbox.finals, "the final (both parts) is kept"
+    await outbox.release("a-2")  # its backoff has passed
     assert await clock.run(runner.deliver_pending(delivery, finder=delivery)) == 1
     assert transport.final_texts() == ["part one", "part two"], "part one found, not posted twice"
     assert delivery.looked_up == [0]  # type: ignore[attr-defined]
