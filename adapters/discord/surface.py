@@ -245,6 +245,30 @@ class DiscordShownMessages:
             allowed_mentions=NO_PINGS,
         )
 
+    async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None:
+        """Implements adapters.answers.PostFinder: the message a post of `key` attempted at `since` made, or None.
+
+        Discord gives no nonce back, so it is the bot's message still streaming (the cursor, or the placeholder);
+        an answer given in place ("msg-<id>") replies to that question with its first message. A message showing
+        neither is never taken: it may be a part the outbox delivered whole, which a note must not end."""
+        cursor, placeholder = StreamLimits.cursor.strip(), StreamLimits.placeholder.strip()
+        question = message.thread.removeprefix("msg-") if message.thread.startswith("msg-") else ""
+        first = key.rpartition(":")[2] in ("", "0")
+
+        def streaming(found: discord.Message) -> bool:
+            shown = found.content.strip()
+            if not (shown.endswith(cursor) or shown.startswith(placeholder)):
+                return False
+            return not (first and question) or str(getattr(found.reference, "message_id", "")) == question
+
+        channel = self._client.get_partial_messageable(int(message.channel))
+        found = await send_reliably(
+            self._budgets(int(message.channel)),
+            lambda: find_posted(channel, since=datetime.fromtimestamp(since, timezone.utc), matches=streaming),
+            clock=self._clock,
+        )
+        return None if found is None else str(found.id)
+
     def _message(self, message: LiveMessage) -> discord.PartialMessage:
         channel = self._client.get_partial_messageable(int(message.channel))
         return channel.get_partial_message(int(message.message_id))

@@ -19,7 +19,7 @@ from .buttons import approval_blocks, approval_text, page_starts
 from .controls import StopMessage
 from .feedback import feedback_blocks
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
-from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, part_metadata
+from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part, part_metadata
 
 PLATFORM = "slack"
 # Streamed text rolls over into a new message here, measured as rendered (escapes count); the
@@ -194,6 +194,30 @@ class SlackShownMessages:
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
         await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, markdown_text=text)
+
+    async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None:
+        """Implements adapters.answers.PostFinder: the message a post of `key` attempted at `since` made, or None."""
+        web = self._surfaces.web
+        native = getattr(self._surfaces, "native", None)
+        live: set[str] = native.live_streams if native is not None else set()
+        streams: list[str] = []  # messages without metadata, in order: the post's, if none carries its key
+
+        def made(found: dict[str, Any]) -> bool:
+            if is_part(found, key):
+                return True
+            # A native stream carries no metadata until it is stopped (every other post of ours carries some); one
+            # this process is still streaming is another answer's, and the thread's root is the question.
+            ts = str(found.get("ts") or "")
+            if found.get("bot_id") and "metadata" not in found and ts not in live and ts != message.thread:
+                streams.append(ts)
+            return False
+
+        found = await web.find_where(
+            team_id=message.workspace, channel=message.channel, thread_ts=message.thread or None, since=since, match=made
+        )
+        if found is None:
+            return streams[0] if streams else None
+        return str(found["ts"])
 
 
 class SlackFinalDelivery:
