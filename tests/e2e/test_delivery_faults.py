@@ -59,13 +59,6 @@ ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",")
 # Bugs the sweep found in code this test does not own, by name: a failing schedule whose evidence names one of them
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
 KNOWN_BUGS: dict[str, str] = {
-    "unrecorded-message-after-crash": (
-        "adapters/slack/surface.py SlackShownMessages / adapters/discord/surface.py DiscordShownMessages: no find_post"
-        " (adapters/answers.py PostFinder). The runner records each post's intent (its answer:part key and time) before"
-        " it is sent and repair looks it up through find_post, but neither platform has one yet, so a process dying"
-        " after the platform made the message but before its reply still leaves it at the cursor (or a native stream"
-        " never stopped), with nothing to find it"
-    ),
     "kept-part-lost-after-crash": (
         "the row is not gone: seen only with other schedules running beside it (seeds 371, 424, 437 among 360-447), the"
         " kept final is still there, claimed by a live process of ANOTHER schedule (take() claims every final of the"
@@ -76,9 +69,8 @@ KNOWN_BUGS: dict[str, str] = {
 }
 # Seeds that once failed, with the known bug they show (None: fixed, or a bug of this test): run alone every time.
 REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
-    ("slack", 95, "unrecorded-message-after-crash"), ("slack", 170, "unrecorded-message-after-crash"),
-    ("slack", 200, "unrecorded-message-after-crash"), ("slack", 217, "unrecorded-message-after-crash"),
-    ("discord", 218, "unrecorded-message-after-crash"), ("discord", 219, "unrecorded-message-after-crash"),
+    ("slack", 95, None), ("slack", 170, None), ("slack", 200, None), ("slack", 217, None),
+    ("discord", 218, None), ("discord", 219, None),
     ("slack", 332, None), ("slack", 234, None),
     ("discord", 7, None), ("discord", 185, None), ("slack", 670, None),
     ("slack", 336, None), ("slack", 823, None), ("discord", 719, None),
@@ -216,8 +208,6 @@ class Result:
         """The known bug (KNOWN_BUGS) that explains this failure, from what the run left as evidence."""
         if self.problem is None:
             return None
-        if self.crashes and self.problem.startswith(("a cursor", "not the whole answer")):
-            return "unrecorded-message-after-crash"
         if self.first_crashed and self.kept is not None and "only its first" in self.problem:
             return "kept-part-lost-after-crash"
         return None
