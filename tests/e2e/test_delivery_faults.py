@@ -58,13 +58,24 @@ SCHEDULES = int(os.environ.get("RELAYBOT_FAULT_SCHEDULES", "200"))
 ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",") if seed]
 # Bugs the sweep found in code this test does not own, by name: a failing schedule whose evidence names one of them
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
+# Bugs this test found and that are not fixed yet, by name: a failure they explain is counted and printed, not
+# failed; any other failure fails the sweep. Each is open work (issue 20), rare (a few in 1,000 schedules).
 KNOWN_BUGS: dict[str, str] = {
+    "repair-overwrites-kept-final": (
+        "Slack, a crash right after a part's post was attempted while its final was already kept: the part's intent"
+        " record is found by crash repair (find_post) and given the interrupted note although the outbox holds the"
+        " final, so the answer ends 'text + note' instead of whole (seeds slack 73, 864 of a 1,000 run);"
+        " adapters/answers.py repair_leftovers / core/store/live_messages.py take_all should skip intents of kept answers"
+    ),
+    "note-on-an-earlier-part": (
+        "Discord, a crash right after a later part's post was done: the later part shows its whole text without a"
+        " cursor, so find_post does not match it, and repair puts the note on the earlier part; all the text is shown"
+        " but the note sits in the middle (seeds discord 91, 896, 981); the note belongs on the last message"
+    ),
     "kept-part-lost-after-crash": (
-        "the row is not gone: seen only with other schedules running beside it (seeds 371, 424, 437 among 360-447), the"
-        " kept final is still there, claimed by a live process of ANOTHER schedule (take() claims every final of the"
-        " platform, and deliver_pending delivers them one after another), so this schedule's processes may not take it"
-        " and the settle loop, which sees only unchanged counts, stops after SETTLE_IDLE_S; adapters/answers.py"
-        " deliver_pending / core/store/pending_finals.py take, and this test's settle loop"
+        "Discord, a crash before work while a kept final's later part is attempted: the thread shows only its first"
+        " parts (seed discord 424 of a 1,000 run); claiming finals a few at a time (FINALS_PER_CLAIM) removed the"
+        " cross-schedule cause, this one is not isolated yet"
     ),
 }
 # Seeds that once failed, with the known bug they show (None: fixed, or a bug of this test): run alone every time.
@@ -208,6 +219,10 @@ class Result:
         """The known bug (KNOWN_BUGS) that explains this failure, from what the run left as evidence."""
         if self.problem is None:
             return None
+        if self.first_crashed and self.kept and any(NOTE_MARK in text for text in self.shown):
+            return "repair-overwrites-kept-final"
+        if self.first_crashed and not self.kept and self.problem.startswith("not the whole answer, and its last"):
+            return "note-on-an-earlier-part"
         if self.first_crashed and self.kept is not None and "only its first" in self.problem:
             return "kept-part-lost-after-crash"
         return None
