@@ -236,8 +236,9 @@ async def test_a_final_taken_over_stays_the_takers_the_old_owner_can_neither_pos
     assert await a.attempting("look-owned", 0)
     async with db.connection() as conn:  # a database failover: A's heartbeat went stale, A itself lives on
         await conn.execute("UPDATE process_heartbeats SET seen_at = now() - interval '1 hour' WHERE owner = 'process-a'")
-    [taken] = await b.take("slack")
-    assert taken.answer_id == "look-owned" and 0 in await b.attempts("look-owned")
+    # Only this final matters here (the module's other tests may have left finals of their own to take).
+    [taken] = [final for final in await b.take("slack") if final.answer_id == "look-owned"]
+    assert 0 in await b.attempts("look-owned")
     assert not await a.attempting("look-owned", 0), "A must not post it: B delivers it now"
     await a.keep(PendingFinal(answer_id="look-owned", platform="slack", workspace="T", channel="C0000LOOK9",
                               thread="1.0", parts=(FinalPart(text="the final", message_id="9.9"),)))
