@@ -45,15 +45,20 @@ def question_cut(length: int, max_chars: int) -> str:
     return f"\n\n[The question was cut here: it is {length:,} characters long and only the first {max_chars:,} are read.]"
 
 
+def _clean_in_c(value: Any) -> bool:
+    """The common case, checked in C: nothing to clean, so nothing copied (a 50,000-value enum is a big copy).
+    False also when the C encoder cannot say (too deep, or not plain JSON): the walk decides then."""
+    try:
+        return _UNSTORABLE_JSON.search(json.dumps(value, ensure_ascii=False)) is None
+    except (RecursionError, TypeError, ValueError):
+        return False
+
+
 def storable_json(value: Any) -> Any:
     """A JSON value (as json.loads makes it) with every string and key made storable, the rest as it was; copied
     without recursion, since a client's schema may nest deeper than Python's stack."""
-    try:
-        # The common case, checked in C: nothing to clean, nothing copied (a 50,000-value enum is a big copy).
-        if _UNSTORABLE_JSON.search(json.dumps(value, ensure_ascii=False)) is None:
-            return value
-    except (RecursionError, TypeError, ValueError):
-        pass  # too deep for the C encoder, or not plain JSON: walked below
+    if _clean_in_c(value):
+        return value
     root = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:
