@@ -46,8 +46,12 @@ class PendingFinals:
             )
 
     async def delivered(self, answer_id: str) -> None:
+        """The final is done with: its row goes, and in the same transaction every live record of its answer (a post's
+        intent its dead process left, say), which crash repair would otherwise take once the row is gone and end the
+        delivered message with the interrupted note."""
         async with self._db.connection() as conn:
             await conn.execute("DELETE FROM pending_finals WHERE answer_id = %s", (answer_id,))
+            await conn.execute("DELETE FROM live_messages WHERE answer_id = %s", (answer_id,))
 
     async def release(self, answer_id: str, *, backoff: bool = False) -> None:
         """Hand the final over; with `backoff` (it failed), nobody takes it for 2^attempts s (capped at 5 minutes)."""
