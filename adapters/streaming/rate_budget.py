@@ -1,5 +1,8 @@
 """A token bucket shared by many streamers, granting calls by priority, round-robin by answer.
 
+Within a priority, calls are served by their answer's age (`answer_context`): a call that waited, got a 429
+or was cut by a deadline and asks again keeps its place instead of going to the back of the queue.
+
 Sizing from a published rate (`RateBudget.per_minute`) comes in two kinds:
 
 - Window-safe (the default, the platform's burst allowance unknown): the burst (a tenth of a
@@ -17,11 +20,13 @@ Sizing from a published rate (`RateBudget.per_minute`) comes in two kinds:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Generic, TypeVar
@@ -78,16 +83,62 @@ class Priority(IntEnum):
     FINAL = 2
 
 
+class QueueWait:
+    """How long the calls of one task waited in budget queues (platform time), so a deadline on the
+    call counts only the time it spent with the platform (see `StreamLimits.call_timeout_s`)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._waiting = 0
+        self._since = 0.0
+        self._waited_s = 0.0
+
+    def waited_s(self) -> float:
+        """Seconds spent queued so far, a wait under way included."""
+        ongoing = self._clock.now() - self._since if self._waiting else 0.0
+        return self._waited_s + ongoing
+
+    @contextmanager
+    def queued(self) -> Iterator[None]:
+        if not self._waiting:
+            self._since = self._clock.now()
+        self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._waited_s += self._clock.now() - self._since
+
+
+# The answer a task's calls are for: when it started (the clock's seconds), so each of its calls queues by the
+# answer's age, and the deadline meter of the call under way. Set for a task by `answer_context`.
+_ANSWER_SINCE: contextvars.ContextVar[float | None] = contextvars.ContextVar("answer_since", default=None)
+_QUEUE_WAIT: contextvars.ContextVar[QueueWait | None] = contextvars.ContextVar("queue_wait", default=None)
+
+
+def answer_context(*, since: float | None = None, wait: QueueWait | None = None) -> contextvars.Context:
+    """A copy of the current context for a task whose budget calls are one answer's (`since`: when it started)
+    or one deadline-bound call's (`wait`: what its queueing is counted in); what is not given is inherited."""
+    context = contextvars.copy_context()
+    if since is not None:
+        context.run(_ANSWER_SINCE.set, since)
+    if wait is not None:
+        context.run(_QUEUE_WAIT.set, wait)
+    return context
+
+
 @dataclass(eq=False, kw_only=True)
 class _Waiter:
     future: asyncio.Future[None]
     key: Hashable
     shows_text: bool
+    since: float  # its answer's start (or its own request): its place within a priority
     level: Priority  # the queue it is in now; a promoted waiter's old entry is skipped
 
 
 @dataclass(order=True, kw_only=True)
-class _FinalEntry:
+class _Entry:
     rank_at: float
     seq: int
     waiter: _Waiter = field(compare=False)
@@ -97,12 +148,13 @@ class RateBudget:
     """Token bucket for one rate limit (a Slack method per workspace, a Discord channel, ...).
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
-    as tokens refill: every waiting FINAL first, then FIRST in arrival order, then INTERMEDIATE
-    round-robin across requester keys, so no answer starves. An intermediate edit is granted only while
+    as tokens refill: every waiting FINAL first, then FIRST, each by its answer's age (the oldest answer
+    first: `since`, see `answer_context`), then INTERMEDIATE round-robin across requester keys, so no answer
+    starves and a call asked again (after a 429, a deadline) is not sent to the back. An intermediate edit is granted only while
     `FINAL_RESERVE_CALLS` stay in the bucket after it, so a final never waits behind the streaming
     edits that spent its call. One bounded exception: a final that
     replaces text already shown lets first texts (finals that are an answer's first text, and
-    FIRST requests) requested up to `SHOWN_TEXT_FINAL_DEFER_S` after it go ahead, so a burst of
+    FIRST requests) of answers up to `SHOWN_TEXT_FINAL_DEFER_S` younger than its own go ahead, so a burst of
     answers shows every answer's first text before it polishes the ones already showing. A waiter can be promoted to FINAL while it waits (its answer ended).
     `penalize` (on a 429) pauses the whole bucket.
 
@@ -145,9 +197,9 @@ class RateBudget:
         self._tokens = self._capacity
         self._updated_at = clock.now()
         self._paused_until = float("-inf")
-        self._finals: list[_FinalEntry] = []
-        self._final_seq = itertools.count()
-        self._firsts: deque[_Waiter] = deque()
+        self._finals: list[_Entry] = []
+        self._firsts: list[_Entry] = []
+        self._seq = itertools.count()
         self._intermediates: OrderedDict[Hashable, deque[_Waiter]] = OrderedDict()
         self._dispatcher: asyncio.Task[None] | None = None
 
@@ -190,6 +242,12 @@ class RateBudget:
     def capacity(self) -> float:
         return self._capacity
 
+    def place(self) -> float:
+        """Where a call asked now stands within its priority: its answer's start inside an answer's task
+        (`answer_context`), else now. Asked once, it keeps a call's place over its retries."""
+        since = _ANSWER_SINCE.get()
+        return self._clock.now() if since is None else since
+
     @property
     def refill_per_s(self) -> float:
         return self._refill_per_s
@@ -201,28 +259,32 @@ class RateBudget:
         *,
         shows_text: bool = False,
         promote: asyncio.Event | None = None,
+        since: float | None = None,
     ) -> None:
         """Waits for one call's token. Cancelling the wait gives back a token already granted.
 
         `shows_text`: the message already shows answer text (a FINAL then defers to finals that
         are first texts, see `SHOWN_TEXT_FINAL_DEFER_S`). `promote`: when set while a FIRST or
         INTERMEDIATE request waits, the request becomes a FINAL one (its answer has ended).
+        `since`: the call's place within its priority (default `place()`: its answer's start, else now).
         """
+        since = self.place() if since is None else since
         self._busy_until = max(self._busy_until, self._clock.now())
         try:
-            await self._acquire_own(priority, requester_key, shows_text=shows_text, promote=promote)
+            await self._acquire_own(priority, requester_key, shows_text=shows_text, promote=promote, since=since)
         finally:
             self._busy_until = max(self._busy_until, self._clock.now())
         if self._parent is None:
             return
         try:
-            await self._parent.acquire(priority, requester_key, shows_text=shows_text, promote=promote)
+            await self._parent.acquire(priority, requester_key, shows_text=shows_text, promote=promote, since=since)
         except BaseException:
             self._release_own()
             raise
 
     async def _acquire_own(
-        self, priority: Priority, requester_key: Hashable, *, shows_text: bool, promote: asyncio.Event | None
+        self, priority: Priority, requester_key: Hashable, *, shows_text: bool, promote: asyncio.Event | None,
+        since: float,
     ) -> None:
         if not self._has_waiters() and self._take(self._reserve_for(priority)):
             return
@@ -230,12 +292,13 @@ class RateBudget:
             future=asyncio.get_running_loop().create_future(),
             key=requester_key,
             shows_text=shows_text,
+            since=since,
             level=priority,
         )
         if priority is Priority.FINAL or (promote is not None and promote.is_set()):
             self._queue_final(waiter)
         elif priority is Priority.FIRST:
-            self._firsts.append(waiter)
+            heapq.heappush(self._firsts, _Entry(rank_at=since, seq=next(self._seq), waiter=waiter))
         else:
             self._intermediates.setdefault(requester_key, deque()).append(waiter)
         if waiter.level is Priority.INTERMEDIATE:
@@ -243,10 +306,12 @@ class RateBudget:
         else:
             # The dispatcher may be asleep until an intermediate's reserve refills: this one needs less.
             self._restart_dispatcher()
+        meter = _QUEUE_WAIT.get()
         try:
-            if promote is not None and waiter.level is not Priority.FINAL:
-                await self._wait_or_promote(waiter, promote)
-            await waiter.future
+            with meter.queued() if meter is not None else _nothing():
+                if promote is not None and waiter.level is not Priority.FINAL:
+                    await self._wait_or_promote(waiter, promote)
+                await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 self._release_own()
@@ -330,10 +395,8 @@ class RateBudget:
 
     def _queue_final(self, waiter: _Waiter) -> None:
         waiter.level = Priority.FINAL
-        rank_at = self._clock.now() + (SHOWN_TEXT_FINAL_DEFER_S if waiter.shows_text else 0.0)
-        heapq.heappush(
-            self._finals, _FinalEntry(rank_at=rank_at, seq=next(self._final_seq), waiter=waiter)
-        )
+        rank_at = waiter.since + (SHOWN_TEXT_FINAL_DEFER_S if waiter.shows_text else 0.0)
+        heapq.heappush(self._finals, _Entry(rank_at=rank_at, seq=next(self._seq), waiter=waiter))
 
     def idle(self, *, for_s: float = 0.0) -> bool:
         """Nobody waits and nobody drew on it since it would be full again (plus `for_s`): a new budget
@@ -440,8 +503,8 @@ class RateBudget:
     def _drop_abandoned(self) -> None:
         while self._finals and self._finals[0].waiter.future.done():
             heapq.heappop(self._finals)
-        while self._firsts and _gone(self._firsts[0], Priority.FIRST):
-            self._firsts.popleft()
+        while self._firsts and _gone(self._firsts[0].waiter, Priority.FIRST):
+            heapq.heappop(self._firsts)
         for key in list(self._intermediates):
             queue = self._intermediates[key]
             while queue and _gone(queue[0], Priority.INTERMEDIATE):
@@ -464,7 +527,7 @@ class RateBudget:
         if level is Priority.FINAL:
             return heapq.heappop(self._finals).waiter
         if level is Priority.FIRST:
-            return self._firsts.popleft()
+            return heapq.heappop(self._firsts).waiter
         key = next(iter(self._intermediates))
         queue = self._intermediates[key]
         waiter = queue.popleft()
@@ -475,12 +538,13 @@ class RateBudget:
         return waiter
 
     def _final_yields_to_first_text(self) -> bool:
-        """A final over text already shown lets waiting first texts go ahead, within its deferral.
+        """A final over text already shown lets waiting first texts go ahead, within its deferral: those of
+        answers that started before its own did, plus SHOWN_TEXT_FINAL_DEFER_S.
 
         Its reader already sees most of the answer; the others still see only the placeholder.
         """
         top = self._finals[0]
-        return bool(self._firsts) and top.waiter.shows_text and top.rank_at > self._clock.now()
+        return bool(self._firsts) and top.waiter.shows_text and self._firsts[0].rank_at < top.rank_at
 
     def _ensure_dispatcher(self) -> None:
         if self._dispatcher is None or self._dispatcher.done():
@@ -498,6 +562,11 @@ class RateBudget:
                 await self._clock.sleep(self._paused_until - now)
             else:
                 await self._clock.sleep(max(0.0, 1 + reserve - self._tokens) / self._refill_per_s)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _gone(waiter: _Waiter, level: Priority) -> bool:

@@ -43,10 +43,14 @@ async def send_paced(
     `look_up` makes a call that is not idempotent (a post) safe to repeat: after a failure whose outcome was
     not seen (a transient error: the platform may have done the work), it is asked first, and what it finds
     is returned instead of sending the call again. A 429 did nothing, so it needs no look-up.
+
+    Every attempt queues at the first one's place: a call asked again after a 429 or a failure is not sent
+    to the back of its budget's queue.
     """
+    since = budget.place()
     for attempt in range(1, attempts + 1):
         with metrics.waiting_for_budget(observe.current_platform()):
-            await budget.acquire(priority, key)
+            await budget.acquire(priority, key, since=since)
         try:
             return await call()
         except Exception as raw:

@@ -12,7 +12,7 @@ from typing import Literal, TypeVar
 
 from core import metrics, observe
 
-from .rate_budget import Priority, RateBudget
+from .rate_budget import Priority, QueueWait, RateBudget, answer_context
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts
@@ -93,6 +93,8 @@ class MessageStreamer:
         self._post_budget = post_budget
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._key: Hashable = key if key is not None else id(self)
+        # The answer's age orders its calls in every budget queue, those its transport makes too (answer_context).
+        self._since = self._clock.now()
         self._on_message_posted = on_message_posted
         self._on_final_delivered = on_final_delivered
         self._on_final_pending = on_final_pending
@@ -128,7 +130,7 @@ class MessageStreamer:
         """Starts the editor task, which posts the first text as soon as it comes, or the placeholder
         if none came within `limits.placeholder_after_s`; returns without waiting."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = self._new_task()
 
     def append(self, text: str) -> None:
         """Adds answer text. Never waits: the editor task picks it up."""
@@ -191,11 +193,14 @@ class MessageStreamer:
         if self._task is None or (self._task.done() and not self._delivered):
             if self._task is not None and ending.kind == "interrupt":
                 self._ending = ending
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = self._new_task()
         # Waiting this way, a cancelled caller leaves the (bounded) delivery running.
         await asyncio.wait({self._task})
         if not self._task.cancelled():
             self._task.result()
+
+    def _new_task(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._run(), context=answer_context(since=self._since))
 
     async def _run(self) -> None:
         try:
@@ -533,16 +538,32 @@ class MessageStreamer:
                 logger.exception("on_message_posted failed for message %s", slot.message_id)
 
     async def _call(self, call: Awaitable[T]) -> T:
-        """Awaits a transport call, bounded by `call_timeout_s` on the streamer's clock."""
-        call_task = asyncio.ensure_future(call)
-        timer = asyncio.ensure_future(self._clock.sleep(self._limits.call_timeout_s))
+        """Awaits a transport call, bounded by `call_timeout_s` on the streamer's clock. Time the call spends
+        queued on a budget of its own (a transport that paces a fallback) is not counted: it keeps its place
+        in that queue instead of being cut and asking again at the back."""
+        wait = QueueWait(self._clock)
+        if asyncio.iscoroutine(call):
+            call_task: asyncio.Future[T] = asyncio.get_running_loop().create_task(
+                call, context=answer_context(wait=wait)
+            )
+        else:
+            call_task = asyncio.ensure_future(call)
+        started_at = self._clock.now()
         try:
-            await asyncio.wait({call_task, timer}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                left_s = started_at + self._limits.call_timeout_s + wait.waited_s() - self._clock.now()
+                if left_s <= 0:
+                    break
+                timer = asyncio.ensure_future(self._clock.sleep(left_s))
+                try:
+                    await asyncio.wait({call_task, timer}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                if call_task.done():
+                    break
         except BaseException:
             call_task.cancel()
             raise
-        finally:
-            timer.cancel()
         if not call_task.done():
             call_task.cancel()
             raise TransientSendError(f"no answer within {self._limits.call_timeout_s:g} s")
