@@ -52,6 +52,9 @@ OUTBOX_DELIVERED_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 # A live record written or dropped during a database blip is tried again after these pauses, then each round.
 LIVE_WRITE_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 INTENT_MARK = "intent:"  # a live record of a post about to be sent (no message id yet); see intent_id
+# An intent of an answer's first post holds its first characters (no fewer than the minimum, or none).
+INTENT_HEAD_CHARS = 48
+INTENT_HEAD_MIN_CHARS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,10 +234,17 @@ class AnswerRunner:
         answer: _Answer | None = None
 
         intents: dict[int, LiveMessage] = {}  # posts recorded before they were sent, by part
+        heard = _Heard(events)
 
         async def post_intent(index: int, at: float) -> None:
+            # What repair knows the message by where the platform gives no key back (Discord): a later part replies
+            # to the part before it; the first shows the answer's start, whatever a crash left it showing.
+            ids = answer.streamer.message_ids if answer is not None else []
+            after = ids[index - 1] if 0 < index <= len(ids) else None
+            head = heard.head() if index == 0 else None
             intent = LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
-                                 message_id=intent_id(answer_id, index, at), thread=place.thread)
+                                 message_id=intent_id(answer_id, index, at, after=after, head=head),
+                                 thread=place.thread)
             earlier = intents.get(index)
             intents[index] = intent
             await self._record(intent)
@@ -305,7 +315,7 @@ class AnswerRunner:
         self._answers.add(answer)
         ended = False
         try:
-            await _play(events, streamer, surface, self._approvals, start_at_once=not pacing.start_on_first_event,
+            await _play(heard, streamer, surface, self._approvals, start_at_once=not pacing.start_on_first_event,
                         stopped=lambda: answer.interrupted)
             ended = True
         except asyncio.CancelledError:
@@ -361,34 +371,60 @@ class AnswerRunner:
 
     async def repair_leftovers(self, shown: ShownMessages) -> int:
         """At start and every round: every answer a dead process left streaming keeps the text it showed, plus the
-        interrupted note. A record goes only once its repair succeeded or failed for good; a 429 or an outage hands
-        it back for the next round."""
+        interrupted note on its last message. A record goes only once its repair succeeded or failed for good; a 429
+        or an outage hands it back for the next round."""
         await self._write_unwritten()
-        leftovers = await self._live.take_all(self.platform)
-        note = shown.render(wording.interrupted())
+        answers: dict[str, list[LiveMessage]] = {}
+        for position, record in enumerate(await self._live.take_all(self.platform)):
+            # A record of no known answer (written before records named theirs) is an answer of its own.
+            answers.setdefault(getattr(record, "answer_id", "") or f"#{position}", []).append(record)
         repaired = 0
-        finder = getattr(shown, "find_post", None)
-        for message in leftovers:
-            try:
-                found = await _posted_message(message, finder)
-                if found is not None:
-                    text = await shown.read_shown(found)
-                    # Already repaired (its record outlived the repair, then its repairer): one note, never two.
-                    if not (text or "").rstrip().endswith(note.rstrip()):
-                        await shown.replace_shown(found, repaired_text(text or "", note, max_chars=shown.max_chars))
-            except Exception as error:
-                if not is_permanent(error):
-                    log.warning("could not repair message %s in %s yet (%s); trying again next round",
-                                message.message_id, message.channel, error)
-                    await self._live.release(message)
-                    continue
-                log.exception("message %s in %s cannot be repaired; giving it up", message.message_id, message.channel)
-            else:
-                repaired += found is not None
-            await self._unrecord(message)
+        for records in answers.values():
+            repaired += await self._repair_answer(records, shown)
         if repaired:
             log.info("repaired %d unfinished %s answers", repaired, self.platform)
         return repaired
+
+    async def _repair_answer(self, records: list[LiveMessage], shown: ShownMessages) -> int:
+        """One answer's records, in the order written (its parts' order): its messages keep the text they show, and
+        the last one found gets the note; an earlier part shows its own text, which a note would cut in the middle
+        of the answer. A failure for now hands all of them back (a part whose successor was not looked up is not the
+        last); returns how many messages were finished."""
+        note = shown.render(wording.interrupted())
+        finder = getattr(shown, "find_post", None)
+        try:
+            messages: dict[str, LiveMessage] = {}  # each once: a message's own record and its post's intent
+            for record in records:
+                found = await _posted_message(record, finder)
+                if found is not None:
+                    messages.setdefault(found.message_id, found)
+            ordered = list(messages.values())
+            for position, message in enumerate(ordered):
+                try:
+                    text = await shown.read_shown(message) or ""
+                    if position < len(ordered) - 1 and (sealed := _sealed_text(text)) is not None:
+                        if sealed != text:
+                            await shown.replace_shown(message, sealed)
+                    # Already repaired (its record outlived the repair, then its repairer): one note, never two.
+                    elif not text.rstrip().endswith(note.rstrip()):
+                        await shown.replace_shown(message, repaired_text(text, note, max_chars=shown.max_chars))
+                except Exception as error:
+                    if not is_permanent(error):
+                        raise
+                    log.exception("message %s in %s cannot be repaired; giving it up", message.message_id,
+                                  message.channel)
+        except Exception as error:
+            if not is_permanent(error):
+                log.warning("could not repair message %s in %s yet (%s); trying again next round",
+                            records[-1].message_id, records[-1].channel, error)
+                for record in records:
+                    await self._live.release(record)
+                return 0
+            log.exception("an answer in %s cannot be repaired; giving it up", records[-1].channel)
+            ordered = []
+        for record in records:
+            await self._unrecord(record)
+        return len(ordered)
 
     async def deliver_pending(self, delivery: FinalDelivery, *, finder: PartFinder | None = None) -> int:
         """Delivers the finals nobody else is delivering (their process stopped or died, or was told "later");
@@ -687,6 +723,41 @@ class _HandedOver(Exception):
     """The final is no longer this process's to deliver."""
 
 
+class _Heard:
+    """A run's events as they are played, with the start of the answer text said so far: how an answer's first
+    message is known where the platform gives a post's key back nowhere (Discord), whatever a crash left it showing."""
+
+    def __init__(self, events: AsyncIterator[Event]) -> None:
+        self._events = events
+        self._head = ""
+
+    def __aiter__(self) -> _Heard:
+        return self
+
+    async def __anext__(self) -> Event:
+        event = await anext(self._events)
+        if isinstance(event, AnswerDelta) and len(self._head) < INTENT_HEAD_CHARS:
+            self._head = (self._head + event.text).lstrip()[:INTENT_HEAD_CHARS]
+        return event
+
+    async def aclose(self) -> None:
+        close = getattr(self._events, "aclose", None)
+        if close is not None:
+            await close()
+
+    def head(self) -> str | None:
+        """The answer's first characters, once there are enough of them to tell it from another answer's."""
+        return self._head if len(self._head.strip()) >= INTENT_HEAD_MIN_CHARS else None
+
+
+def _sealed_text(shown: str) -> str | None:
+    """What an earlier part of an answer left streaming becomes: its text without cursor (None: it shows none)."""
+    text = shown.replace(" " + CURSOR_CHAR, "").replace(CURSOR_CHAR, "").rstrip()
+    if text in ("", "_thinking…_"):
+        return None
+    return close_open_fence(text) if text != shown.rstrip() else shown
+
+
 def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
     """What an answer left streaming becomes: its text so far, without cursor or placeholder, plus `note`."""
     text = shown.replace(" " + CURSOR_CHAR, "").replace(CURSOR_CHAR, "").rstrip()
@@ -699,20 +770,52 @@ def repaired_text(shown: str, note: str, *, max_chars: int) -> str:
     return f"{text}\n\n{note}"
 
 
-def intent_id(answer_id: str, index: int, at: float) -> str:
-    """The live record of a post about to be sent: it names the part's key and the attempt's time, not a message."""
-    return f"{INTENT_MARK}{answer_id}:{index}@{at:.3f}"
+def intent_id(answer_id: str, index: int, at: float, *, after: str | None = None, head: str | None = None) -> str:
+    """The live record of a post about to be sent: it names the part's key and the attempt's time, not a message;
+    and, for a look-up that has no key to go by, the message the part comes `after` (the answer's part before it)
+    and the `head` of the text it shows (the first part: the answer's start). See PostIntent."""
+    extras = (f"|after={after}" if after else "") + (f"|head={head}" if head else "")
+    return f"{INTENT_MARK}{answer_id}:{index}@{at:.3f}{extras}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostIntent:
+    """A post's intent record read back (intent_id): its part's key `answer id:index`, the attempt's time (epoch
+    seconds), and what else its message is known by."""
+
+    key: str
+    index: int
+    at: float
+    after: str | None = None
+    head: str | None = None
+
+
+def post_intent_of(message_id: str) -> PostIntent | None:
+    """The intent a live record's message id names (None: the record is a message's own)."""
+    if not message_id.startswith(INTENT_MARK):
+        return None
+    # The key has no "@" and the time no "|"; the head, which may hold either, comes last.
+    key, _, rest = message_id.removeprefix(INTENT_MARK).partition("@")
+    at, _, extras = rest.partition("|")
+    after = head = None
+    if extras.startswith("after="):
+        after, _, extras = extras.removeprefix("after=").partition("|")
+    if extras.startswith("head="):
+        head = extras.removeprefix("head=")
+    index = key.rpartition(":")[2]
+    return PostIntent(key=key, index=int(index) if index.isdigit() else 0, at=float(at or 0), after=after or None,
+                      head=head or None)
 
 
 async def _posted_message(record: LiveMessage, finder: Any) -> LiveMessage | None:
     """The message a live record stands for: itself; for a post's intent, the message found (None: never made, or
     the platform gives no way to look)."""
-    if not record.message_id.startswith(INTENT_MARK):
+    intent = post_intent_of(record.message_id)
+    if intent is None:
         return record
-    key, _, at = record.message_id.removeprefix(INTENT_MARK).rpartition("@")
-    if finder is None or not key:
+    if finder is None or not intent.key:
         return None
-    message_id = await finder(record, key, since=float(at))
+    message_id = await finder(record, intent.key, since=intent.at)
     if message_id is None:
         return None
     return LiveMessage(platform=record.platform, workspace=record.workspace, channel=record.channel,

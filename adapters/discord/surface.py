@@ -10,7 +10,7 @@ from typing import Any
 
 import discord
 
-from adapters.answers import AnswerPlace, Pacing
+from adapters.answers import AnswerPlace, Pacing, post_intent_of
 from adapters.streaming import Clock, MessageTransport, RateBudget, StreamLimits
 from core.approvals import ApprovalView
 from core.citations import Citation
@@ -248,23 +248,33 @@ class DiscordShownMessages:
     async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None:
         """Implements adapters.answers.PostFinder: the message a post of `key` attempted at `since` made, or None.
 
-        Discord gives no nonce back, so it is the bot's message still streaming (the cursor, or the placeholder);
-        an answer given in place ("msg-<id>") replies to that question with its first message. A message showing
-        neither is never taken: it may be a part the outbox delivered whole, which a note must not end."""
+        Discord gives no nonce back, so the message is known by what its intent recorded: a later part is the bot's
+        message replying to the part before it (each rolled-over message does), whatever it shows; the first is
+        the bot's message showing the answer's start, or still streaming (the cursor, or the placeholder), and an
+        answer given in place ("msg-<id>") replies to that question with it. Nothing else is taken: a message of
+        another answer must not get this one's note."""
         cursor, placeholder = StreamLimits.cursor.strip(), StreamLimits.placeholder.strip()
         question = message.thread.removeprefix("msg-") if message.thread.startswith("msg-") else ""
+        intent = post_intent_of(message.message_id)
         first = key.rpartition(":")[2] in ("", "0")
+        after = intent.after if intent is not None else None
+        head = (intent.head or "").strip() if intent is not None else ""
 
-        def streaming(found: discord.Message) -> bool:
+        def ours(found: discord.Message) -> bool:
+            reference = str(getattr(found.reference, "message_id", "") or "")
             shown = found.content.strip()
-            if not (shown.endswith(cursor) or shown.startswith(placeholder)):
+            live = shown.endswith(cursor) or shown.startswith(placeholder)
+            if after:
+                # An interaction's followup replies to nothing: it is known by its cursor, as before.
+                return reference == after or (not reference and live)
+            if not (live or (first and bool(head) and shown.startswith(head))):
                 return False
-            return not (first and question) or str(getattr(found.reference, "message_id", "")) == question
+            return not (first and question) or reference == question
 
         channel = self._client.get_partial_messageable(int(message.channel))
         found = await send_reliably(
             self._budgets(int(message.channel)),
-            lambda: find_posted(channel, since=datetime.fromtimestamp(since, timezone.utc), matches=streaming),
+            lambda: find_posted(channel, since=datetime.fromtimestamp(since, timezone.utc), matches=ours),
             clock=self._clock,
         )
         return None if found is None else str(found.id)

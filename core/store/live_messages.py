@@ -3,12 +3,22 @@ leaves one at "thinking…" and a second process never touches a live one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from core import observe
 from core.ports import LiveMessage
 from core.store.db import Database
 from core.store.heartbeats import STALE_AFTER_S, process_identity
 
 _FIELDS = "platform, workspace, channel, message_id, thread"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TakenMessage(LiveMessage):
+    """An orphan as `take_all` claims it, with the answer it belongs to ('' when unknown), so that repair finishes
+    an answer's messages together: the interrupted note on its last message, not in the middle of its text."""
+
+    answer_id: str = ""
 
 
 class LiveMessages:
@@ -60,7 +70,8 @@ class LiveMessages:
         Concurrent callers in several processes each get different rows (SKIP LOCKED), so every
         orphan is repaired exactly once; a live process's records are never taken. A claimed record stays
         (owned by this process) until its repair succeeded or failed for good (`remove`), or is handed
-        back (`release`): a repair that meets a 429 is never forgotten.
+        back (`release`): a repair that meets a 429 is never forgotten. They come grouped by answer, each answer's
+        in the order written.
 
         An orphan whose answer's final is kept in the outbox is dropped instead: the outbox finishes that message,
         and a repair's note written over it would stay (a delivery that finds the part already posted keeps it).
@@ -86,10 +97,15 @@ class LiveMessages:
                 " WHERE m.platform = %s AND m.owner <> %s"
                 " AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))"
                 " FOR UPDATE OF m SKIP LOCKED)"
-                f" RETURNING {_FIELDS}",
+                f" RETURNING {_FIELDS}, answer_id, started_at",
                 (self.owner, platform, self.owner, self._stale_after_s),
             )
             rows = await cursor.fetchall()
+        # An answer's records together, in the order they were written (its parts' order: each is recorded as its
+        # post is attempted or made, and a part is posted only after the one before it).
+        rows.sort(key=lambda row: (row[5], row[6], row[3]))
         return [
-            LiveMessage(platform=row[0], workspace=row[1], channel=row[2], message_id=row[3], thread=row[4]) for row in rows
+            TakenMessage(platform=row[0], workspace=row[1], channel=row[2], message_id=row[3], thread=row[4],
+                         answer_id=row[5])
+            for row in rows
         ]
