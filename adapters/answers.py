@@ -658,6 +658,8 @@ async def _play(
                     # the sources reply lists what the whole answer cites, in its numbering.
                     shown = cite("".join(written) if wrote else event.answer, sources)
                     ids = await streamer.finish(shown.text)
+                    # Delivered: the run is over (a shutdown waits for it no longer); what follows is cosmetic.
+                    await _end_run(events)
                     citations = cite(event.answer, sources).citations
                     if citations:
                         try:
@@ -682,14 +684,19 @@ async def _play(
                 case _:
                     assert_never(event)
     finally:
-        close = getattr(events, "aclose", None)
-        if close is not None:
-            await close()
+        await _end_run(events)
         if run_id:
             await asyncio.shield(_control(surface, "clear_stop"))
     if not stopped():
         # The run ended without saying how: show what was written.
         await streamer.finish()
+
+
+async def _end_run(events: AsyncIterator[Event]) -> None:
+    """Closes the engine's event stream, which ends its run (a closed stream closes again harmlessly)."""
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def _control(surface: Surface, name: str, *args: Any) -> None:
