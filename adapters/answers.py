@@ -105,9 +105,13 @@ class Surface(MessageTransport, Protocol):
 class AnswerControls(Protocol):
     """Optional on a Surface: the Stop button while an answer streams, and 👍/👎 under a final answer.
 
-    Slack puts Stop in a small message of its own in the thread (its answers are `markdown_text`, which takes no
-    blocks, and a natively streamed message takes none either), deleted when the answer ends; Discord puts it on
-    the answer's first message as a component, which the final edit drops."""
+    Slack puts Stop on each live update of the message being written and 👍/👎 on the final text of the last one
+    (blocks beside the text; a native stream, which takes no blocks while it streams, has a Stop message of its
+    own, deleted as its final text goes); Discord puts Stop on the answer's first message as a component, which
+    the final edit drops, and 👍/👎 on its last message by an edit after the final.
+
+    `will_finish(run_id)`, optional too: the run is done and its final text is about to go (Slack's final texts
+    then carry 👍/👎)."""
 
     async def show_stop(self, run_id: str) -> None:
         """The run is going: offer its Stop button (its custom id or value names `run_id`)."""
@@ -657,6 +661,9 @@ async def _play(
                     # citation that names no source goes (it may have been shown while streaming);
                     # the sources reply lists what the whole answer cites, in its numbering.
                     shown = cite("".join(written) if wrote else event.answer, sources)
+                    if run_id:
+                        # Slack's final text carries 👍/👎 itself (one call fewer than an edit after it).
+                        await _control(surface, "will_finish", run_id)
                     ids = await streamer.finish(shown.text)
                     # Delivered: the run is over (a shutdown waits for it no longer); what follows is cosmetic.
                     await _end_run(events)

@@ -1,12 +1,9 @@
-"""Slack's AI-app pane (Bolt's AsyncAssistant): suggested prompts, a thread title, "is thinking…" while the engine answers as in any DM."""
+"""Slack's AI-app pane (Bolt's AsyncAssistant): suggested prompts, a thread title, and the engine answering as in any DM."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from functools import partial
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncBoltContext
@@ -74,9 +71,8 @@ class SlackAssistant:
         if question and not await self._known(key):
             await _quietly(self._web.now(team, "assistant.threads.setTitle", channel_id=channel, thread_ts=thread_ts,
                                          title=_title(question)), "set the title of")
-        async with thinking(partial(self._web.now, team, "assistant.threads.setStatus", channel_id=channel,
-                                    thread_ts=thread_ts)):
-            await self._inbound.on_message(body, event, self._bot(context))
+        # As every answer in a thread: inbound shows the status ("is thinking…" and loading messages) at once.
+        await self._inbound.on_message(body, event, self._bot(context))
 
     async def _known(self, key: ConversationKey) -> bool:
         try:
@@ -84,23 +80,6 @@ class SlackAssistant:
         except Exception:
             logger.exception("could not look up conversation %s", key.thread)
             return True  # no title rather than a second one
-
-
-@asynccontextmanager
-async def thinking(set_status: Callable[..., Awaitable[Any]]) -> AsyncIterator[None]:
-    """The pane's "is thinking…" while the engine works: a question, or a run resumed by an approval.
-
-    Cleared on every ending: answered, failed, paused for approval, stopped, refused, or cancelled."""
-    await _quietly(set_status(status=wording.assistant_thinking()), "set the status of")
-    try:
-        yield
-    finally:
-        await asyncio.shield(_quietly(set_status(status=""), "clear the status of"))
-
-
-def in_assistant_thread(channel: str, thread_ts: str | None) -> bool:
-    """Whether a reply place may be an assistant thread: those live in threads of the app's DM."""
-    return channel.startswith("D") and bool(thread_ts)
 
 
 def _title(question: str) -> str:

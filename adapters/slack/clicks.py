@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from contextlib import AbstractAsyncContextManager, nullcontext
-from functools import partial
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck
@@ -18,7 +16,6 @@ from core.approvals import ApprovalService, ApprovalView
 from core.requests import Actor
 
 from . import wording
-from .assistant import in_assistant_thread, thinking
 from .buttons import ACTION_PATTERN, Pressed, approval_blocks, approval_text, full_arguments, page_of, parse_button
 from .inbound import SlackAccess
 from .render import MAX_MESSAGE_TEXT_CHARS, code_messages, plain, sentence
@@ -44,7 +41,7 @@ class SlackClicks:
         self._surfaces = surfaces
         self._gate = gate
         self._access = access
-        self._assistant = assistant  # SLACK_ASSISTANT: a run resumed in an assistant thread shows "is thinking…"
+        self._assistant = assistant  # SLACK_ASSISTANT (a resumed run's status is its surface's sign, everywhere)
         self._arguments_shown: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def on_click(self, ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -75,10 +72,10 @@ class SlackClicks:
                     pressed.continuation_id, call_id=pressed.call_id, among=among, approved=match.group(1) == "approve",
                     actor=Actor(id=click.user_id, name=wording.mention(click.user_id)), mention=wording.mention, admins=False,
                 )
-                async with self._thinking(click.target, resumes=result.events is not None):
-                    await self._runner.settle_click(
-                        result, reply, self._surfaces.at(click.target), message_key=f"{click.channel}:{click.message_ts}"
-                    )
+                # A resumed run shows the thread's status while it works, as a question's answer does (its surface's sign).
+                await self._runner.settle_click(
+                    result, reply, self._surfaces.at(click.target), message_key=f"{click.channel}:{click.message_ts}"
+                )
             except Exception:
                 logger.exception("approval click on %s failed", pressed.continuation_id)
                 await reply.tell(shared_wording.click_failed())
@@ -119,13 +116,6 @@ class SlackClicks:
                 self._arguments_shown.pop(shown_key, None)
                 logger.exception("could not show the full arguments of %s", pressed.continuation_id)
                 await reply.tell(shared_wording.click_failed())
-
-    def _thinking(self, target: ReplyTarget, *, resumes: bool) -> AbstractAsyncContextManager[None]:
-        """The assistant pane's status while a resumed run works there (nothing otherwise)."""
-        if not (resumes and self._assistant and in_assistant_thread(target.channel, target.thread_ts)):
-            return nullcontext()
-        return thinking(partial(self._surfaces.web.now, target.team_id, "assistant.threads.setStatus",
-                                channel_id=target.channel, thread_ts=target.thread_ts))
 
     def _refusal(self, click: _Click) -> str:
         """The sentence for a clicker who may not act here, or "" (the clicker's own team counts, as in

@@ -1,22 +1,29 @@
-"""Slack's Stop button (a small message of its own in the answer's thread, deleted when the answer ends) and its clicks."""
+"""Slack's Stop button and 👍/👎 on the answer's own messages (the blocks each post and edit carries), the Stop
+message of a native stream, and Stop clicks."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck
 
 from adapters import wording as shared_wording
 from adapters.gate import Gate
+from adapters.streaming import Priority
+from adapters.streaming.transport import LiveText
 from core.requests import Actor
 
 from . import wording
 from .buttons import read_click
-from .transport import Priority
+from .feedback import FEEDBACK_ACTION, feedback_blocks, parse_value
+from .render import markdown_text
+from .transport import post_metadata
 
-# The surface builds a StopMessage, so this module imports neither it nor inbound: `surfaces` is a
+# The surface builds these, so this module imports neither it nor inbound: `surfaces` is a
 # surface.SlackSurfaces, `target` a surface.ReplyTarget, `access` an inbound.SlackAccess.
 
 logger = logging.getLogger(__name__)
@@ -24,8 +31,10 @@ logger = logging.getLogger(__name__)
 STOP_ACTION = "relaybot_stop"
 STOP_LABEL = "⏹ Stop"
 STOP_FALLBACK = "⏹ Stop this answer"
-# Real seconds a run goes on before its Stop message is posted (most quick answers never need one).
+# Real seconds a natively streamed answer goes on before its Stop message is posted (quick answers need none).
 STOP_AFTER_S = 1.0
+# Slack seconds between tries for that post while the channel's post budget has no call to spare at once.
+STOP_RETRY_S = 1.0
 
 
 def stop_blocks(run_id: str) -> list[dict[str, Any]]:
@@ -39,33 +48,93 @@ def stop_blocks(run_id: str) -> list[dict[str, Any]]:
     }]
 
 
-class StopMessage:
-    """The Stop button of one answer: a message of its own, because an answer's messages are `markdown_text`
-    (which Slack takes with no blocks beside it) and a natively streamed message carries no buttons while it
-    streams either. Posted when the run starts, deleted when the answer has ended."""
+def run_of(message: dict[str, Any]) -> str | None:
+    """The run an answer message's buttons name (its Stop button, or its 👍/👎), or None."""
+    for block in message.get("blocks") or ():
+        for element in block.get("elements") or () if isinstance(block, dict) else ():
+            if not isinstance(element, dict):
+                continue
+            if element.get("action_id") == STOP_ACTION and element.get("value"):
+                return str(element["value"])
+            if element.get("action_id") == FEEDBACK_ACTION:
+                parsed = parse_value(str((element.get("positive_button") or {}).get("value") or ""))
+                if parsed is not None:
+                    return parsed[1]
+    return None
 
-    def __init__(self, surfaces: Any, target: Any, *, after_s: float = STOP_AFTER_S) -> None:
+
+def answer_content(text: str, *, stop: str | None = None, feedback: str | None = None) -> dict[str, Any]:
+    """One answer message as Slack is sent it: its Markdown alone (`markdown_text`), or, with a button, a
+    `markdown` block (Slack renders it as `markdown_text`; 12,000 characters, far above the 4,000 an answer
+    message holds) and the buttons under it, with the same text as the notification's fallback. A
+    message once given blocks is always sent whole, so an edit without buttons drops them."""
+    rendered = markdown_text(text)
+    buttons = stop_blocks(stop) if stop else feedback_blocks(feedback) if feedback else []
+    if not buttons:
+        return {"markdown_text": rendered}
+    return {"text": rendered, "blocks": [{"type": "markdown", "text": rendered}, *buttons]}
+
+
+class AnswerButtons:
+    """The buttons of one answer's messages: Stop on the message being written (a live update) while the run
+    goes on; 👍/👎 on the final text once the answer is done, only on its last message (a final laid over
+    several messages is given them on each as it goes, and the earlier ones lose them again in `show_feedback`)."""
+
+    def __init__(self) -> None:
+        self.stop: str | None = None  # the run whose Stop live updates carry
+        self.feedback: str | None = None  # the run whose 👍/👎 final texts carry
+        self.with_feedback: dict[str, str] = {}  # message → the text it was last sent with 👍/👎
+        self.shown: dict[str, str] = {}  # message → the text it was last sent
+
+    def content(self, message_id: str | None, text: str) -> dict[str, Any]:
+        live = isinstance(text, LiveText)
+        return answer_content(text, stop=self.stop if live else None, feedback=None if live else self.feedback)
+
+    def sent(self, message_id: str, text: str, content: dict[str, Any]) -> None:
+        """What a post or an edit that arrived carried."""
+        self.shown[message_id] = text
+        if any(block.get("type") == "context_actions" for block in content.get("blocks") or ()):
+            self.with_feedback[message_id] = text
+        else:
+            self.with_feedback.pop(message_id, None)
+
+
+class StopMessage:
+    """The Stop button of a natively streamed answer: a message of its own, because a stream takes no blocks
+    until it is stopped. Posted only while the answer runs and only when the channel's post budget has a call
+    to spare at once (never queued behind answers' texts), deleted as soon as the answer's final text is about
+    to go."""
+
+    def __init__(
+        self, surfaces: Any, target: Any, *, after_s: float = STOP_AFTER_S, needed: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._surfaces = surfaces
         self._target = target
         self._after_s = after_s
+        self._needed = needed  # asked when it is time to post: False, and there is no message
         self._ts: str | None = None
+        self._ended = False
         self._posting = False
         self._task: asyncio.Task[None] | None = None
+        self._removal: asyncio.Task[None] | None = None
 
     async def show(self, run_id: str) -> None:
-        """Posted only once the run has gone on for `after_s`: a quick answer costs no extra calls."""
         self._task = asyncio.get_running_loop().create_task(self._post_later(run_id))
 
     async def _post_later(self, run_id: str) -> None:
-        await asyncio.sleep(self._after_s)
         surfaces, target = self._surfaces, self._target
-
-        # From here on the message may exist: clear() waits for it, to delete it.
+        await asyncio.sleep(self._after_s)
+        budget = surfaces.budgets.post(target.team_id, target.channel)
+        while not self._ended and self._needed() and not budget.try_acquire(Priority.INTERMEDIATE):
+            await surfaces.clock.sleep(STOP_RETRY_S)
+        if self._ended or not self._needed():
+            return
+        # From here on the message may exist: the end waits for it, to delete it.
         self._posting = True
-        # After every answer's first and final texts: under a burst, a Stop button must not delay them.
         try:
-            response = await surfaces.post_paced(
-                target, text=STOP_FALLBACK, blocks=stop_blocks(run_id), priority=Priority.INTERMEDIATE
+            response = await surfaces.web.once(
+                "chat.postMessage", channel=target.channel, thread_ts=target.thread_ts, text=STOP_FALLBACK,
+                blocks=stop_blocks(run_id), metadata=post_metadata(f"stop:{uuid.uuid4().hex}"),
             )
         except Exception as exc:
             # A control, not the answer: the answer goes on without it (and nothing is left to delete).
@@ -73,7 +142,18 @@ class StopMessage:
             return
         self._ts = str(response["ts"])
 
+    async def end(self) -> None:
+        """The final text is about to go: the message is deleted first (without holding the final up)."""
+        self._ended = True
+        if self._removal is None:
+            self._removal = asyncio.get_running_loop().create_task(self._remove())
+
     async def clear(self) -> None:
+        await self.end()
+        assert self._removal is not None
+        await asyncio.wait({self._removal})
+
+    async def _remove(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             if not self._posting:
@@ -83,9 +163,12 @@ class StopMessage:
         if ts is None:
             return
         surfaces = self._surfaces
-        await surfaces.web.call(
-            "chat.delete", budget=surfaces.budgets.delete(self._target.team_id), channel=self._target.channel, ts=ts
-        )
+        try:
+            await surfaces.web.call(
+                "chat.delete", budget=surfaces.budgets.delete(self._target.team_id), channel=self._target.channel, ts=ts
+            )
+        except Exception as exc:
+            logger.warning("could not delete the Stop message %s: %s", ts, exc)
 
 
 class SlackStops:

@@ -1,4 +1,5 @@
-"""Slack's 👍/👎 under a final answer (a `feedback_buttons` message of its own), its clicks, and the 👎 modal asking why."""
+"""Slack's 👍/👎 on a final answer (a `context_actions` block of `feedback_buttons` on its last message), its clicks,
+and the 👎 modal asking why."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from adapters.gate import Gate
 from .buttons import read_click
 from .render import sentence
 
-# The surface posts feedback_blocks, so this module imports neither it nor inbound: `surfaces` is a
-# surface.SlackSurfaces, `access` an inbound.SlackAccess, `feedback` the engine's FeedbackStore.
+# The answer's messages carry feedback_blocks (controls.py); this module imports neither the surface nor
+# inbound: `surfaces` is a surface.SlackSurfaces, `access` an inbound.SlackAccess, `feedback` the engine's FeedbackStore.
 
 logger = logging.getLogger(__name__)
 

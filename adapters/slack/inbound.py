@@ -25,6 +25,7 @@ from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Requ
 
 from .reader import BotIdentity, SlackReader
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
+from .working import WorkingSign
 
 logger = logging.getLogger(__name__)
 
@@ -123,14 +124,20 @@ class SlackInbound:
             ts = str(event["ts"])
             thread_ts = str(event.get("thread_ts") or ts)
             team_id = _team(body, event)
-            if not await self._first_time(body, ReplyTarget(team_id=team_id, channel=str(event["channel"]), thread_ts=thread_ts)):
+            target = ReplyTarget(team_id=team_id, channel=str(event["channel"]), thread_ts=thread_ts, question_ts=ts)
+            if not await self._first_time(body, target):
                 return
-            context: tuple[PriorMessage, ...] = ()
-            if thread_ts != ts:
-                context = await self._thread_context(team_id, str(event["channel"]), thread_ts, before_ts=ts, bot=bot)
-            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=str(event["channel"]), thread=thread_ts)
-            await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=key.channel, thread_ts=thread_ts),
-                               bot_user_id=bot.user_id, context=context)
+            # The sign goes up before the thread is read: reading may wait on its budget, the asker should not.
+            sign = self._surfaces.sign(target)
+            sign.show()
+            try:
+                context: tuple[PriorMessage, ...] = ()
+                if thread_ts != ts:
+                    context = await self._thread_context(team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
+                key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=target.channel, thread=thread_ts)
+                await self._answer(event, key=key, target=target, bot_user_id=bot.user_id, context=context, sign=sign)
+            finally:
+                await asyncio.shield(sign.end())
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
@@ -142,7 +149,8 @@ class SlackInbound:
             if event.get("channel_type") == "im":
                 access = self.access.person(str(event.get("user")), asker_teams(event), direct=True, shared=_shared(body))
                 # Top-level DMs are one rolling conversation; a thread in a DM is its own.
-                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None)
+                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None,
+                                     question_ts=str(event.get("ts") or "") or None)
                 if not await self._first_time(body, target):
                     return
                 key = ConversationKey(
@@ -153,7 +161,7 @@ class SlackInbound:
                     refusal = wording.direct_messages_off() if access == "direct_messages_off" else wording.direct_messages_members_only()
                     await self._surfaces.at(target).show_notice(refusal)
                     return
-                await self._answer(event, key=key, target=target, bot_user_id=bot.user_id)
+                await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id)
                 return
             # A channel message: only follow-ups in threads the bot already answers, without a mention
             # (a mention arrives as app_mention too and is answered there), where the channel's settings
@@ -175,8 +183,9 @@ class SlackInbound:
                 return
             if (await self._engine.channel(key)).followups_need_mention:
                 return
-            await self._answer(event, key=key, target=ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts)),
-                               bot_user_id=bot.user_id)
+            await self._answer_with_sign(event, key=key, bot_user_id=bot.user_id, target=ReplyTarget(
+                team_id=team_id, channel=channel, thread_ts=str(thread_ts), question_ts=str(event.get("ts") or "") or None,
+            ))
 
     async def _first_time(self, body: dict[str, Any], target: ReplyTarget) -> bool:
         """The gate's answer; a question that cannot be recorded (Slack's last retry) gets the one sentence."""
@@ -191,9 +200,20 @@ class SlackInbound:
         """In a channel: the asker's own workspace must be allowed, not only the channel's."""
         return self.access.person(str(event.get("user")), asker_teams(event), direct=False, shared=_shared(body)) == "allowed"
 
+    async def _answer_with_sign(
+        self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str
+    ) -> None:
+        """The answer, under its first sign (the thread's status, or 👀 on the question) from now until it ends."""
+        sign = self._surfaces.sign(target)
+        sign.show()
+        try:
+            await self._answer(event, key=key, target=target, bot_user_id=bot_user_id, sign=sign)
+        finally:
+            await asyncio.shield(sign.end())
+
     async def _answer(
         self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
-        context: tuple[PriorMessage, ...] = (),
+        context: tuple[PriorMessage, ...] = (), sign: WorkingSign | None = None,
     ) -> None:
         text = str(event.get("text", ""))
         question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
@@ -201,7 +221,8 @@ class SlackInbound:
         # The asker is the recipient of a native stream in a channel (Slack needs them and their own team).
         asker = str(event.get("user", ""))
         surface = self._surfaces.at(replace(target, recipient_user=asker or None,
-                                            recipient_team=(asker_teams(event) or (target.team_id,))[0] or None))
+                                            recipient_team=(asker_teams(event) or (target.team_id,))[0] or None),
+                                    sign=sign)
         if not question and not attachments:
             await surface.show_notice(wording.empty_question())
             return

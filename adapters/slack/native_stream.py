@@ -16,9 +16,12 @@ from adapters.streaming import Clock, Priority, RateBudget, RateLimited, Transie
 from adapters.streaming.rate_budget import BudgetMap
 from adapters.streaming.transport import LiveText
 
+from .controls import StopMessage
+from .feedback import feedback_blocks
 from .render import markdown_text, safe_markdown
 from .surface import ReplyTarget, SlackSurface, SlackSurfaces
 from .transport import IDLE_BUDGET_S, part_metadata
+from .working import WorkingSign
 
 logger = logging.getLogger(__name__)
 
@@ -117,10 +120,10 @@ class NativeSlackSurfaces(SlackSurfaces):
         super().__init__(**kwargs)
         self.native = native
 
-    def at(self, target: ReplyTarget) -> SlackSurface:
+    def at(self, target: ReplyTarget, *, sign: WorkingSign | None = None) -> SlackSurface:
         if self.native.usable(target):
-            return NativeSlackSurface(self, target, self.native)
-        return SlackSurface(self, target)
+            return NativeSlackSurface(self, target, self.native, sign=sign)
+        return SlackSurface(self, target, sign=sign)
 
 
 class _Answer:
@@ -231,13 +234,18 @@ class NativeSlackSurface(SlackSurface):
     old — stops the stream where it is and the answer goes on with chat.update of that same message, which
     replaces its text whole: nothing is lost and nothing shown twice."""
 
-    def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget, native: NativeStreaming) -> None:
-        super().__init__(surfaces, target)
+    def __init__(
+        self, surfaces: SlackSurfaces, target: ReplyTarget, native: NativeStreaming, *, sign: WorkingSign | None = None,
+    ) -> None:
+        super().__init__(surfaces, target, sign=sign)
         self._native = native
         self._web = surfaces.web
         self._clock = surfaces.clock
-        self._classic = surfaces.transport(target)
+        self._classic = self._transport  # post+update, carrying the answer's buttons
         self._answer = _Answer(native)
+        # A stream takes no blocks until it is stopped: its Stop is a message of its own (none once the answer
+        # posts and updates, whose live updates carry the button).
+        self._stop_message = StopMessage(surfaces, target, needed=lambda: self._answer.mode != "classic")
         team = target.team_id
         self._classic_post = self.pacing.post_budget
         self._classic_edit = self.pacing.edit_budget
@@ -252,6 +260,20 @@ class NativeSlackSurface(SlackSurface):
     @property
     def mode(self) -> Mode:
         return self._answer.mode
+
+    # --- AnswerControls ---
+
+    async def show_stop(self, run_id: str) -> None:
+        await super().show_stop(run_id)
+        await self._stop_message.show(run_id)
+
+    async def end_stop(self) -> None:
+        await super().end_stop()
+        await self._stop_message.end()
+
+    async def clear_stop(self) -> None:
+        await self._stop_message.clear()
+        await super().clear_stop()
 
     # --- MessageTransport ---
 
@@ -322,6 +344,7 @@ class NativeSlackSurface(SlackSurface):
             "chat.startStream", channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
         )
         self._unseen_start = None
+        self._sign.replied()
         stream.ts = str(response["ts"])
         stream.appended = rendered
         self._streams[stream.ts] = stream
@@ -405,6 +428,9 @@ class NativeSlackSurface(SlackSurface):
             arguments["markdown_text"] = delta
         if stream.key is not None:
             arguments["metadata"] = part_metadata(stream.key)
+        if self._buttons.feedback:
+            # Rendered under the streamed text once it is final: the answer's 👍/👎 cost no call of their own.
+            arguments["blocks"] = feedback_blocks(self._buttons.feedback)
         stop_budget = self._native.stop(self.target.team_id)
         await stop_budget.acquire(Priority.FINAL, id(self))
         try:
@@ -414,6 +440,7 @@ class NativeSlackSurface(SlackSurface):
             await self._fall_back(stream, "rate_limited", stop=False)
         except (TransientSendError, SlackApiError) as exc:
             await self._fall_back(stream, _error(exc), stop=False)
+        self._buttons.sent(stream.ts, final, {"blocks": arguments.get("blocks")})
         stream.appended = rendered
         stream.live = False
         self._native.live_streams.discard(stream.ts)

@@ -3,12 +3,13 @@ notices — and reading a message back to repair what a crash left."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters import wording
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Priority, StreamLimits
 from core.approvals import ApprovalView
@@ -16,10 +17,12 @@ from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
 
 from .buttons import approval_blocks, approval_text, page_starts
-from .controls import StopMessage
-from .feedback import feedback_blocks
+from .controls import AnswerButtons, answer_content, run_of
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
 from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part, part_metadata
+from .working import SignPlace, SlackSigns, WorkingSign
+
+logger = logging.getLogger(__name__)
 
 PLATFORM = "slack"
 # Streamed text rolls over into a new message here, measured as rendered (escapes count); the
@@ -33,13 +36,15 @@ class ReplyTarget:
     """Where a run's messages go; thread_ts None means top level (a DM's rolling conversation).
 
     `recipient_user` / `recipient_team`: who asked, and their own team (Slack's native streams in a
-    channel are addressed to them); None where unknown (notices, clicks)."""
+    channel are addressed to them); `question_ts`: the question's own message (where a 👀 goes); None where
+    unknown (notices, clicks)."""
 
     team_id: str
     channel: str
     thread_ts: str | None
     recipient_user: str | None = None
     recipient_team: str | None = None
+    question_ts: str | None = None
 
 
 class SlackSurfaces:
@@ -50,6 +55,7 @@ class SlackSurfaces:
         feedback: bool = False,
     ) -> None:
         self.web = SlackWeb(client, budgets=budgets, clock=clock)  # every Web API call goes through it
+        self.signs = SlackSigns(web=self.web, clock=clock)
         self._client = client
         self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.budgets = budgets
@@ -65,11 +71,18 @@ class SlackSurfaces:
         """The client itself, for what is not a Web API call (Bolt, a file download's token); calls go through `web`."""
         return self._client
 
-    def at(self, target: ReplyTarget) -> SlackSurface:
-        return SlackSurface(self, target)
+    def at(self, target: ReplyTarget, *, sign: WorkingSign | None = None) -> SlackSurface:
+        return SlackSurface(self, target, sign=sign)
 
-    def transport(self, target: ReplyTarget) -> SlackTransport:
-        return SlackTransport(self.web, team_id=target.team_id, channel=target.channel, thread_ts=target.thread_ts)
+    def sign(self, target: ReplyTarget) -> WorkingSign:
+        """The first sign of an answer in `target` (shown by `show()`, taken away by `end()`)."""
+        return self.signs.at(SignPlace(
+            team_id=target.team_id, channel=target.channel, thread_ts=target.thread_ts, question_ts=target.question_ts
+        ))
+
+    def transport(self, target: ReplyTarget, buttons: AnswerButtons | None = None,
+                  on_posted: Callable[[], None] | None = None) -> SlackTransport:
+        return AnswerTransport(self.web, target, buttons or AnswerButtons(), on_posted=on_posted)
 
     async def post_paced(
         self, target: ReplyTarget, *, priority: Priority = Priority.FINAL, **message: Any
@@ -84,13 +97,41 @@ class SlackSurfaces:
         await self.web.call("chat.update", budget=self.budgets.edit(team_id), channel=channel, ts=ts, **message)
 
 
+class AnswerTransport(SlackTransport):
+    """The streamer's transport for one answer: each post and edit carries the buttons `AnswerButtons` says."""
+
+    def __init__(self, web: SlackWeb, target: ReplyTarget, buttons: AnswerButtons, *,
+                 on_posted: Callable[[], None] | None = None) -> None:
+        super().__init__(web, team_id=target.team_id, channel=target.channel, thread_ts=target.thread_ts)
+        self.buttons = buttons
+        self._on_posted = on_posted
+        self._sending: dict[str, Any] = {}
+
+    def content(self, message_id: str | None, text: str) -> dict[str, Any]:
+        self._sending = self.buttons.content(message_id, text)
+        return self._sending
+
+    async def post(self, text: str, *, key: str | None = None) -> str:
+        ts = await super().post(text, key=key)
+        self.buttons.sent(ts, text, self._sending)
+        if self._on_posted is not None:
+            self._on_posted()
+        return ts
+
+    async def edit(self, message_id: str, text: str) -> None:
+        await super().edit(message_id, text)
+        self.buttons.sent(message_id, text, self._sending)
+
+
 class SlackSurface:
     """Implements adapters.answers.Surface for one answer in one Slack thread (or a DM's top level)."""
 
-    def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget) -> None:
+    def __init__(self, surfaces: SlackSurfaces, target: ReplyTarget, *, sign: WorkingSign | None = None) -> None:
         self._surfaces = surfaces
         self.target = target
-        self._transport = surfaces.transport(target)
+        self._sign = sign or surfaces.sign(target)
+        self._buttons = AnswerButtons()
+        self._transport = surfaces.transport(target, self._buttons, on_posted=self._sign.replied)
         self.place = AnswerPlace(
             platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=target.thread_ts or ""
         )
@@ -100,39 +141,51 @@ class SlackSurface:
             post_budget=surfaces.budgets.post(target.team_id, target.channel),
             clock=surfaces.clock,
         )
-        self._stop_button = StopMessage(surfaces, target)
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         return await self._transport.post(text, key=key)
 
-    # AnswerControls (adapters/answers.py): Stop is a message of its own in the thread (see controls.py).
+    # AnswerControls (adapters/answers.py): the buttons ride the answer's own messages (controls.py), so they
+    # cost no call of their own: Stop on each live update, 👍/👎 on the final text of the last message.
     async def show_stop(self, run_id: str) -> None:
-        await self._stop_button.show(run_id)
+        self._buttons.stop = run_id
 
     async def end_stop(self) -> None:
-        return None
+        self._buttons.stop = None
+
+    async def will_finish(self, run_id: str) -> None:
+        if self._surfaces.feedback:
+            self._buttons.feedback = run_id
 
     async def clear_stop(self) -> None:
-        await self._stop_button.clear()
+        """The answer ended: the final texts dropped Stop already; the working sign goes."""
+        self._buttons.stop = None
+        await self._sign.end()
 
     async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
-        """👍/👎 in a small message of its own, under the answer and its sources reply: an answer is `markdown_text`
-        (no blocks beside it), and the sources reply stays plain text. In a DM's top level it goes in the answer's
-        thread, as the sources do."""
-        if not self._surfaces.feedback:
+        """The final texts carried 👍/👎: only the last message keeps them (one edit each for the rare final
+        that was laid over several messages, or whose last message kept an earlier text)."""
+        buttons = self._buttons
+        if buttons.feedback != run_id or not answer_ids:
             return
-        # Behind every answer's first and final texts: under a burst, 👍/👎 can wait.
-        await self._surfaces.post_paced(
-            self._beside(answer_ids), text=wording.FEEDBACK_PROMPT, blocks=feedback_blocks(run_id),
-            priority=Priority.INTERMEDIATE,
-        )
+        last = answer_ids[-1]
+        for message_id, text in list(buttons.with_feedback.items()):
+            if message_id != last:
+                await self._redraw(message_id, text, feedback=None)
+        if last not in buttons.with_feedback and last in buttons.shown:
+            await self._redraw(last, buttons.shown[last], feedback=run_id)
+
+    async def _redraw(self, message_id: str, text: str, *, feedback: str | None) -> None:
+        content = answer_content(text, feedback=feedback)
+        await self._surfaces.update_paced(self.target.team_id, self.target.channel, message_id, **content)
+        self._buttons.sent(message_id, text, content)
 
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
 
     async def show_working(self) -> None:
-        # The streamer's placeholder message is the sign of life on Slack.
-        return None
+        """The status in the thread (or 👀 on the question), at once and beside the answer: never awaited by it."""
+        self._sign.show()
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
         """One message per MAX_SHOWN_CALLS calls, so every call is shown where it is decided; the
@@ -178,19 +231,11 @@ class SlackShownMessages:
         return markdown_text(markdown)
 
     async def read_shown(self, message: LiveMessage) -> str | None:
-        web = self._surfaces.web
-        window: dict[str, Any] = {"latest": message.message_id, "oldest": message.message_id, "inclusive": True, "limit": 1}
-        if message.thread and message.thread != message.message_id:
-            method, window["ts"] = "conversations.replies", message.thread
-        else:
-            method = "conversations.history"
-        response = await web.call(
-            method, budget=web.budgets.read(message.workspace, method), channel=message.channel, **window
+        found = await read_message(
+            self._surfaces.web, team_id=message.workspace, channel=message.channel, thread=message.thread,
+            ts=message.message_id,
         )
-        for found in response.get("messages", []):
-            if str(found.get("ts")) == message.message_id:
-                return str(found.get("text") or "")
-        return None
+        return None if found is None else str(found.get("text") or "")
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
         await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, markdown_text=text)
@@ -226,17 +271,41 @@ class SlackFinalDelivery:
 
     def __init__(self, surfaces: SlackSurfaces) -> None:
         self._surfaces = surfaces
+        self._runs: dict[str, str | None] = {}  # answer id → the run its buttons name (read once per final)
 
     async def post_part(self, final: PendingFinal, index: int, text: str) -> str:
         target = ReplyTarget(team_id=final.workspace, channel=final.channel, thread_ts=final.thread or None)
+        feedback = await self._feedback(final) if index == len(final.parts) - 1 else None
         response = await self._surfaces.post_paced(
-            target, key=f"{final.answer_id}:{index}", markdown_text=markdown_text(text), unfurl_links=False,
+            target, key=f"{final.answer_id}:{index}", **answer_content(text, feedback=feedback), unfurl_links=False,
             unfurl_media=False,
         )
         return str(response["ts"])
 
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
-        await self._surfaces.update_paced(final.workspace, final.channel, message_id, markdown_text=markdown_text(text))
+        """The part's final text, whole: a Stop button a live update left goes; the last part gets 👍/👎."""
+        last = final.parts[-1]
+        feedback = await self._feedback(final) if last.message_id in (None, message_id) and last.text == text else None
+        await self._surfaces.update_paced(final.workspace, final.channel, message_id, **answer_content(text, feedback=feedback))
+
+    async def _feedback(self, final: PendingFinal) -> str | None:
+        """The run a kept final's 👍/👎 name: read from the buttons of its latest message (the one being written
+        carried Stop, whose value is the run), before any edit of this delivery; None without one."""
+        if not self._surfaces.feedback:
+            return None
+        if final.answer_id not in self._runs:
+            shown = [part.message_id for part in final.parts if part.message_id]
+            run = None
+            if shown:
+                try:
+                    found = await read_message(self._surfaces.web, team_id=final.workspace, channel=final.channel,
+                                               thread=final.thread, ts=shown[-1])
+                    run = None if found is None else run_of(found)
+                except Exception as exc:
+                    logger.info("could not read answer %s's buttons back (%s); its final goes without 👍/👎",
+                                final.answer_id, exc)
+            self._runs[final.answer_id] = run
+        return self._runs[final.answer_id]
 
     async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:
         """The part already posted (a post attempted at `since`, epoch seconds, whose outcome nobody saw), or None."""
@@ -245,3 +314,17 @@ class SlackFinalDelivery:
             metadata=part_metadata(f"{final.answer_id}:{index}"), since=since,
         )
         return None if found is None else str(found["ts"])
+
+
+async def read_message(web: SlackWeb, *, team_id: str, channel: str, thread: str, ts: str) -> dict[str, Any] | None:
+    """One message read back (conversations.replies in a thread, history at top level), or None when it is gone."""
+    window: dict[str, Any] = {"latest": ts, "oldest": ts, "inclusive": True, "limit": 1}
+    if thread and thread != ts:
+        method, window["ts"] = "conversations.replies", thread
+    else:
+        method = "conversations.history"
+    response = await web.call(method, budget=web.budgets.read(team_id, method), channel=channel, **window)
+    for found in response.get("messages", []):
+        if str(found.get("ts")) == ts:
+            return dict(found)
+    return None

@@ -392,7 +392,7 @@ class SlackTransport:
             self._unseen.setdefault(key, time.time())
         try:
             response = await self._web.once(
-                "chat.postMessage", channel=self._channel, thread_ts=self._thread_ts, markdown_text=markdown_text(text),
+                "chat.postMessage", channel=self._channel, thread_ts=self._thread_ts, **self.content(None, text),
                 unfurl_links=False, unfurl_media=False, **({"metadata": part_metadata(key)} if key else {}),
             )
         except (RateLimited, PermanentSendError):
@@ -404,4 +404,9 @@ class SlackTransport:
         return str(response["ts"])
 
     async def edit(self, message_id: str, text: str) -> None:
-        await self._web.once("chat.update", channel=self._channel, ts=message_id, markdown_text=markdown_text(text))
+        await self._web.once("chat.update", channel=self._channel, ts=message_id, **self.content(message_id, text))
+
+    def content(self, message_id: str | None, text: str) -> dict[str, Any]:
+        """What a post (`message_id` None) or an edit of `text` sends: the Markdown alone here; a subclass may add
+        the answer's buttons (adapters/slack/controls.py)."""
+        return {"markdown_text": markdown_text(text)}

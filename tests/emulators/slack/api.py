@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .state import EphemeralRecord, Edit, JsonDict, MessageRecord, StatusRecord, Team
+from .state import EphemeralRecord, Edit, JsonDict, MessageRecord, Team
 from .store import Channel, SlackStore
 from .validation import Rejection, check_message, markdown_text, parse_blocks
 
 Handler = Callable[[Team, JsonDict], Awaitable[JsonDict]]
 
 DEFAULT_REPLIES_LIMIT = 1000
+# An emoji's name as reactions.add takes it (no colons): `eyes`, `+1`, `thumbsup::skin-tone-2`.
+REACTION_NAME = re.compile(r"^[a-z0-9_+'-]+(::skin-tone-[2-6])?$")
 DEFAULT_HISTORY_LIMIT = 100
 
 
@@ -72,6 +75,11 @@ def _metadata(raw: Any) -> JsonDict | None | Rejection:
     return {"event_type": raw["event_type"], "event_payload": raw["event_payload"]}
 
 
+def _has_markdown_block(blocks: list[JsonDict] | None) -> bool:
+    """A `markdown` block: the message's text is Markdown Slack renders itself, as `markdown_text` is."""
+    return any(block.get("type") == "markdown" for block in blocks or ())
+
+
 def _asks_metadata(params: JsonDict) -> bool:
     return str(params.get("include_all_metadata", "")).lower() in ("1", "true")
 
@@ -96,7 +104,8 @@ class WebApi:
             "chat.getPermalink": self.chat_get_permalink,
             "conversations.replies": self.conversations_replies,
             "conversations.history": self.conversations_history,
-            "assistant.threads.setStatus": self.assistant_set_status,
+            "reactions.add": self.reactions_add,
+            "reactions.remove": self.reactions_remove,
             "files.info": self.files_info,
         }
         # Native streams, assistant threads and the Home tab (app_surfaces.py) are added by the server.
@@ -203,7 +212,7 @@ class WebApi:
         record = self._store.post(channel, text=text, blocks=blocks, thread_ts=thread_ts,
                                   user=team.bot_user_id, bot_id=team.bot_id)
         record.metadata = metadata
-        record.markdown = markdown is not None
+        record.markdown = markdown is not None or _has_markdown_block(blocks)
         message = record.to_api()
         message["app_id"] = team.app_id
         return {"ok": True, "channel": channel.channel_id, "ts": record.ts, "message": message}
@@ -244,7 +253,7 @@ class WebApi:
             if isinstance(metadata, Rejection):
                 return _rejected(metadata)
             record.metadata = metadata
-        record.text, record.blocks, record.markdown = text, blocks, markdown is not None
+        record.text, record.blocks, record.markdown = text, blocks, markdown is not None or _has_markdown_block(blocks)
         if record.stream is not None and not record.stream.stopped:
             record.stream.stopped, record.stream.stopped_by = True, "update"  # an update ends a stream
         record.edits.append(Edit(text=text, blocks=blocks, edited_ts=self._store.clock.next(),
@@ -323,17 +332,42 @@ class WebApi:
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
                 "response_metadata": {"next_cursor": next_cursor}}
 
-    async def assistant_set_status(self, team: Team, params: JsonDict) -> JsonDict:
-        channel = self._channel(team, params, key="channel_id")
+    # --- reactions ---
+    def _reacted_message(self, team: Team, params: JsonDict, method: str) -> MessageRecord | JsonDict:
+        if method in self._store.refusals:
+            return error(self._store.refusals[method], needed="reactions:write", provided="chat:write")
+        channel = self._channel(team, params)
         if channel is None:
             return error("channel_not_found")
-        thread_ts = params.get("thread_ts")
-        if not isinstance(thread_ts, str) or not thread_ts:
-            return error("invalid_arguments")
-        self._store.statuses.append(StatusRecord(
-            channel=channel.channel_id, thread_ts=thread_ts, status=str(params.get("status", "")),
-            team_id=team.team_id, at_s=time.monotonic(),
-        ))
+        record = channel.messages.get(str(params.get("timestamp", "")))
+        if record is None or record.deleted:
+            return error("message_not_found")
+        name = str(params.get("name") or "")
+        if not REACTION_NAME.match(name):
+            return error("invalid_name")
+        return record
+
+    async def reactions_add(self, team: Team, params: JsonDict) -> JsonDict:
+        found = self._reacted_message(team, params, "reactions.add")
+        if isinstance(found, dict):
+            return found
+        users = found.reactions.setdefault(str(params["name"]), [])
+        if team.bot_user_id in users:
+            return error("already_reacted")
+        users.append(team.bot_user_id)
+        return {"ok": True}
+
+    async def reactions_remove(self, team: Team, params: JsonDict) -> JsonDict:
+        found = self._reacted_message(team, params, "reactions.remove")
+        if isinstance(found, dict):
+            return found
+        name = str(params["name"])
+        users = found.reactions.get(name) or []
+        if team.bot_user_id not in users:
+            return error("no_reaction")
+        users.remove(team.bot_user_id)
+        if not users:
+            del found.reactions[name]
         return {"ok": True}
 
     async def files_info(self, team: Team, params: JsonDict) -> JsonDict:

@@ -8,10 +8,11 @@ from typing import Any
 
 from .state import AssistantRecord, JsonDict, MessageRecord, StatusRecord, StreamRecord, Team, ViewRecord
 from .store import Channel, SlackStore
-from .validation import MARKDOWN_TEXT_MAX_CHARS
+from .validation import MARKDOWN_TEXT_MAX_CHARS, Rejection, check_blocks, parse_blocks
 
 HOME_BLOCKS_MAX = 100
 SUGGESTED_PROMPTS_MAX = 4
+LOADING_MESSAGES_MAX = 10
 CHUNK_TYPES = frozenset({"markdown_text", "task_update", "plan_update", "blocks"})
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 
@@ -160,9 +161,18 @@ class AppSurfaces:
         if isinstance(found, dict):
             return found
         channel, record = found
+        blocks = parse_blocks(params.get("blocks"))
+        if isinstance(blocks, Rejection):
+            return {"ok": False, "error": blocks.error, "errors": blocks.details}
+        if blocks is not None:
+            rejection = check_blocks(blocks)  # at most 50 (BLOCKS_MAX_COUNT), apart from any sent in `chunks`
+            if rejection is not None:
+                return {"ok": False, "error": rejection.error, "errors": rejection.details}
         problem = self._add(record, params, required=False)
         if problem is not None:
             return problem
+        if blocks is not None:
+            record.blocks = blocks  # rendered under the streamed text, which stays the message's text
         metadata = _json(params.get("metadata"))
         if isinstance(metadata, dict) and isinstance(metadata.get("event_type"), str):
             record.metadata = {"event_type": metadata["event_type"], "event_payload": metadata.get("event_payload") or {}}
@@ -173,16 +183,35 @@ class AppSurfaces:
 
     # --- assistant threads ---
     async def set_status(self, team: Team, params: JsonDict) -> JsonDict:
+        """A thread's status (chat:write or assistant:write): shown until "" clears it or the app replies in the
+        thread (Slack also drops it after two minutes, not modelled); `loading_messages` (at most 10) rotate under it."""
+        refusal = self._store.refusals.get("assistant.threads.setStatus")
+        if refusal is not None:
+            return {"ok": False, "error": refusal, "needed": "chat:write", "provided": "commands"}
         channel = self._channel(team, params, key="channel_id")
         if channel is None:
             return _error("channel_not_found")
         thread_ts = params.get("thread_ts")
         if not isinstance(thread_ts, str) or not thread_ts:
             return _error("invalid_arguments")
-        self._store.statuses.append(StatusRecord(
+        root = self._store.thread_root_ts(channel, thread_ts)
+        if root is None:
+            return _error("invalid_thread_ts")
+        loading = _json(params.get("loading_messages"))
+        if loading is None or loading == "":
+            loading = []
+        if (not isinstance(loading, list) or len(loading) > LOADING_MESSAGES_MAX
+                or not all(isinstance(m, str) and m for m in loading)):
+            return _error("invalid_arguments")
+        record = StatusRecord(
             channel=channel.channel_id, thread_ts=thread_ts, status=str(params.get("status", "")),
-            team_id=team.team_id, at_s=time.monotonic(),
-        ))
+            team_id=team.team_id, at_s=time.monotonic(), loading_messages=tuple(loading),
+        )
+        self._store.statuses.append(record)
+        if record.status:
+            self._store.shown_status[(channel.channel_id, root)] = record
+        else:
+            self._store.shown_status.pop((channel.channel_id, root), None)
         return {"ok": True}
 
     async def set_title(self, team: Team, params: JsonDict) -> JsonDict:

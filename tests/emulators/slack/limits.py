@@ -39,6 +39,10 @@ DEFAULT_LIMITS: dict[str, MethodLimit] = {
     "apps.connections.open": MethodLimit(calls=20, window_s=60.0, burst=10),
     # Native streams: starting one is a low tier (Tier 2), appending Tier 4; stopping counted like starting.
     "chat.startStream": MethodLimit(calls=20, window_s=60.0, burst=5),
+    # reactions.add is Tier 3, reactions.remove Tier 2; setStatus has "special" limits, generous for one a reply.
+    "reactions.add": MethodLimit(calls=50, window_s=60.0, burst=20),
+    "reactions.remove": MethodLimit(calls=20, window_s=60.0, burst=10),
+    "assistant.threads.setStatus": MethodLimit(calls=600, window_s=60.0, burst=100),
     "chat.appendStream": MethodLimit(calls=100, window_s=60.0, burst=20),
     "chat.stopStream": MethodLimit(calls=20, window_s=60.0, burst=5),
     "views.publish": MethodLimit(calls=100, window_s=60.0, burst=20),

@@ -265,6 +265,22 @@ class SlackEmulator:
         """The bot is not a member of `channel` (never invited, or removed): posting there gets not_in_channel."""
         self._store.bot_not_member.add(channel)
 
+    def refuse(self, method: str, error: str | None = "missing_scope") -> None:
+        """Every call of `method` (assistant.threads.setStatus, reactions.add, reactions.remove) answers `error`,
+        as for an app without the scope; None takes the refusal back."""
+        if error is None:
+            self._store.refusals.pop(method, None)
+        else:
+            self._store.refusals[method] = error
+
+    def status_shown(self, channel: str, thread_ts: str) -> StatusRecord | None:
+        """The status the thread shows now (the bot's last setStatus there, unless cleared or replied after)."""
+        return self._store.shown_status.get((channel, thread_ts))
+
+    def reactions_on(self, channel: str, ts: str) -> dict[str, list[str]]:
+        """The message's reactions now: emoji name → who reacted."""
+        return {name: list(users) for name, users in self.message(channel, ts).reactions.items()}
+
     def refuse_streaming(self, refused: bool = True) -> None:
         """Every chat.*Stream call answers `method_not_supported`, as where the workspace lacks them."""
         self._surfaces.streaming_supported = not refused

@@ -71,6 +71,7 @@ class MessageRecord:
     posted_text: str | None = None
     # A message made by chat.startStream: streaming until chat.stopStream (or an update) ends it.
     stream: StreamRecord | None = None
+    reactions: dict[str, list[str]] = field(default_factory=dict)  # emoji name → the users who reacted, in order
 
     def __post_init__(self) -> None:
         if self.posted_text is None:
@@ -103,6 +104,9 @@ class MessageRecord:
             out["files"] = self.files
         if self.edits:
             out["edited"] = {"user": self.user, "ts": self.edits[-1].edited_ts}
+        if self.reactions:
+            out["reactions"] = [{"name": name, "users": list(users), "count": len(users)}
+                                for name, users in self.reactions.items()]
         return out
 
 
@@ -162,6 +166,7 @@ class StatusRecord:
     status: str
     team_id: str
     at_s: float
+    loading_messages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

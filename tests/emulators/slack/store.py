@@ -43,6 +43,11 @@ class SlackStore:
         self.channels: dict[str, Channel] = {}
         self.ephemerals: list[EphemeralRecord] = []
         self.statuses: list[StatusRecord] = []
+        # The status each thread shows now, by (channel, thread root): set by setStatus, gone with "" or the
+        # bot's reply in that thread (as Slack clears it when the app answers).
+        self.shown_status: dict[tuple[str, str], StatusRecord] = {}
+        # An error setStatus / reactions.* answer for every call (e.g. "missing_scope"), as without the scope.
+        self.refusals: dict[str, str] = {}
         self.files: dict[str, FileRecord] = {}
         self.calls: list[CallRecord] = []
         self.count_429: dict[str, int] = {}
@@ -113,6 +118,8 @@ class SlackStore:
             posted_at_s=time.monotonic(),
         )
         channel.messages[record.ts] = record
+        if thread_ts and any(team.bot_id == bot_id for team in self.teams.values()):
+            self.shown_status.pop((channel.channel_id, thread_ts), None)  # the app answered: its status goes
         return record
 
     def thread_root_ts(self, channel: Channel, ts: str) -> str | None:
