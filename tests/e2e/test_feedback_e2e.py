@@ -71,7 +71,7 @@ async def votes_become(feedback: object, expected: set[tuple[str, int]]) -> None
 
 
 def feedback_message(slack: SlackEmulator, thread_ts: str) -> object | None:
-    found = [m for m in bot_replies(slack, CHANNEL, thread_ts) if m.blocks and m.blocks[0].get("type") == "context_actions"]
+    found = [m for m in bot_replies(slack, CHANNEL, thread_ts) if any(b.get("type") == "context_actions" for b in m.blocks or [])]
     return found[0] if found else None
 
 
@@ -85,10 +85,12 @@ async def test_slack_votes_a_reason_in_a_modal_and_a_changed_vote_are_stored_and
         event = mention(slack, CHANNEL, QUESTION)
         await slack.deliver_event(bot.url, event)
         assert await eventually(lambda: feedback_message(slack, event["ts"]) is not None)
-        # One message of its own under the answer and its sources.
-        answer, sources, buttons = bot_replies(slack, CHANNEL, event["ts"])
-        assert answer.text == ANSWER and sources.text.startswith("*Sources*") and not answer.blocks
-        [element] = buttons.blocks[0]["elements"]
+        # On the answer's own message (under its text, a markdown block), above the sources reply.
+        answer, sources = bot_replies(slack, CHANNEL, event["ts"])
+        assert answer.text == ANSWER and sources.text.startswith("*Sources*") and feedback_message(slack, event["ts"]) is answer
+        buttons = answer
+        assert buttons.blocks[0] == {"type": "markdown", "text": ANSWER}
+        [element] = buttons.blocks[1]["elements"]
         assert element["type"] == "feedback_buttons" and element["action_id"] == "relaybot_feedback"
 
         status, _ = await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL, buttons.ts, user=ALICE, positive=True))

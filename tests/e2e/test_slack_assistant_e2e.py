@@ -1,5 +1,5 @@
 """Slack assistant threads (the AI-app pane) end to end with real Bolt: suggested prompts, a title from the
-first question, "is thinking…" set and cleared on every ending, answered once, DMs for every rule, approvals."""
+first question, "is thinking…" shown at once and gone on every ending, answered once, DMs for every rule, approvals."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ def statuses(slack: SlackEmulator, thread_ts: str) -> list[str]:
     return [s.status for s in slack.statuses if s.thread_ts == thread_ts]
 
 
+def shown(slack: SlackEmulator, thread_ts: str) -> str | None:
+    """The status the thread shows now (Slack takes it away when the app replies there)."""
+    record = slack.status_shown(DM_CHANNEL, thread_ts)
+    return None if record is None else record.status
+
+
 def replies_text(slack: SlackEmulator, thread_ts: str) -> list[str]:
     return [m.text for m in bot_replies(slack, DM_CHANNEL, thread_ts) if m.subtype != "assistant_app_thread"]
 
@@ -54,7 +60,7 @@ async def test_a_new_thread_gets_suggested_prompts(bot: SlackBot, slack_emulator
     assert prompts.thread_ts == thread_ts and len(prompts.params["prompts"]) == len(wording.assistant_prompts())
 
 
-async def test_a_question_is_titled_answered_once_and_its_status_set_then_cleared(
+async def test_a_question_is_titled_answered_once_and_its_status_shown_until_the_reply(
     bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
@@ -62,9 +68,10 @@ async def test_a_question_is_titled_answered_once_and_its_status_set_then_cleare
     openai_emulator.script(Text("Paris is the capital of France.", chunk_chars=6, delay_s=0.03), Text("About 2.1 million."))
     event = dm(slack, DM_CHANNEL, "what is the capital of France?", thread_ts=thread_ts)
     assert (await slack.deliver_event(bot.url, event)).status == 200
-    assert await eventually(lambda: statuses(slack, thread_ts)[-1:] == [""] and bot.adapter.inflight_answers == 0)
+    assert await eventually(lambda: bool(replies_text(slack, thread_ts)) and bot.adapter.inflight_answers == 0)
     assert replies_text(slack, thread_ts) == ["Paris is the capital of France."], "answered once, by the assistant path"
-    assert statuses(slack, thread_ts) == [wording.assistant_thinking(), ""]
+    # Set once, at once; the reply took it away (no call to clear it).
+    assert statuses(slack, thread_ts) == [wording.assistant_thinking()] and shown(slack, thread_ts) is None
     [title] = [c for c in slack.assistant_calls if c.method == "assistant.threads.setTitle"]
     assert title.params["title"] == "what is the capital of France?" and title.thread_ts == thread_ts
     [reply] = bot_replies(slack, DM_CHANNEL, thread_ts)[1:]
@@ -75,7 +82,8 @@ async def test_a_question_is_titled_answered_once_and_its_status_set_then_cleare
     assert await eventually(lambda: "About 2.1 million." in replies_text(slack, thread_ts))
     assert len([c for c in slack.assistant_calls if c.method == "assistant.threads.setTitle"]) == 1
     assert "capital of France" in json.dumps(openai_emulator.chat_requests[-1]["messages"])
-    assert await eventually(lambda: statuses(slack, thread_ts)[-1:] == [""])
+    assert await eventually(lambda: statuses(slack, thread_ts) == [wording.assistant_thinking()] * 2)
+    assert await eventually(lambda: shown(slack, thread_ts) is None)
 
 
 async def test_the_status_is_cleared_when_the_answer_fails(
@@ -87,7 +95,8 @@ async def test_the_status_is_cleared_when_the_answer_fails(
     await slack.deliver_event(bot.url, dm(slack, DM_CHANNEL, "will this work?", thread_ts=thread_ts))
     assert await eventually(lambda: bool(replies_text(slack, thread_ts)) and bot.adapter.inflight_answers == 0)
     assert replies_text(slack, thread_ts)[0].startswith("⚠️")
-    assert await eventually(lambda: statuses(slack, thread_ts) == [wording.assistant_thinking(), ""])
+    assert statuses(slack, thread_ts) == [wording.assistant_thinking()]
+    assert await eventually(lambda: shown(slack, thread_ts) is None)
 
 
 async def test_the_status_is_cleared_when_the_answer_is_stopped(
@@ -99,7 +108,7 @@ async def test_the_status_is_cleared_when_the_answer_is_stopped(
     await slack.deliver_event(bot.url, dm(slack, DM_CHANNEL, "tell me everything", thread_ts=thread_ts))
     assert await eventually(lambda: bool(replies_text(slack, thread_ts)))
     await bot.adapter.interrupt_inflight()
-    assert await eventually(lambda: statuses(slack, thread_ts)[-1:] == [""])
+    assert await eventually(lambda: shown(slack, thread_ts) is None)
     assert wording.interrupted() in replies_text(slack, thread_ts)[-1]
 
 
@@ -112,7 +121,7 @@ async def test_assistant_threads_follow_the_dm_rule(
         thread_ts = await open_thread(slack, bot)
         await slack.deliver_event(bot.url, dm(slack, DM_CHANNEL, "hello?", thread_ts=thread_ts))
         assert await eventually(lambda: replies_text(slack, thread_ts) == [wording.direct_messages_off()])
-        assert await eventually(lambda: statuses(slack, thread_ts)[-1:] == [""])
+        assert shown(slack, thread_ts) is None, "a refusal is told at once, with no status before it"
         assert not openai_emulator.chat_requests
     finally:
         await bot.stop()
@@ -127,7 +136,7 @@ async def test_approvals_work_in_an_assistant_thread(
                            Text("Deployed to prod."))
     await slack.deliver_event(bot.url, dm(slack, DM_CHANNEL, "deploy prod", thread_ts=thread_ts))
     assert await eventually(lambda: any(m.blocks for m in bot_replies(slack, DM_CHANNEL, thread_ts)))
-    assert await eventually(lambda: statuses(slack, thread_ts)[-1:] == [""]), "a pause clears the status too"
+    assert await eventually(lambda: shown(slack, thread_ts) is None), "a pause's message takes the status away too"
     [approval] = [m for m in bot_replies(slack, DM_CHANNEL, thread_ts) if m.blocks]
     value = next(el["value"] for b in approval.blocks if b["type"] == "actions" for el in b["elements"]
                  if el["action_id"] == "relaybot_approve")
@@ -135,5 +144,6 @@ async def test_approvals_work_in_an_assistant_thread(
     assert (await slack.deliver_interaction(bot.url, payload)).status == 200
     assert await eventually(lambda: "Deployed to prod." in replies_text(slack, thread_ts))
     thinking = wording.assistant_thinking()
-    assert await eventually(lambda: statuses(slack, thread_ts) == [thinking, "", thinking, ""]), \
-        "the resumed run shows the status while it works, and clears it at its end"
+    assert await eventually(lambda: statuses(slack, thread_ts) == [thinking, thinking]), \
+        "the resumed run shows the status while it works"
+    assert await eventually(lambda: shown(slack, thread_ts) is None)

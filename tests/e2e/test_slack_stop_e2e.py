@@ -1,8 +1,10 @@
-"""Slack Stop end to end (real Bolt, the Slack emulator): the asker stops a streaming answer, in this process or another."""
+"""Slack Stop end to end (real Bolt, the Slack emulator): the asker stops a streaming answer from the button on the
+answer itself, in this process or another; a native stream's Stop message, posted only while it runs."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -24,27 +26,40 @@ async def bot(db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
     await started.stop()
 
 
-def stop_messages(slack: SlackEmulator, thread_ts: str) -> list[Any]:
-    return [m for m in slack.thread(CHANNEL, thread_ts) if m.blocks and m.blocks[0].get("type") == "actions"]
+def stop_of(message: Any) -> dict[str, Any] | None:
+    return next((e for b in message.blocks or [] if b.get("type") == "actions" for e in b.get("elements") or []
+                 if e.get("action_id") == "relaybot_stop"), None)
 
 
-async def ask_story(slack: SlackEmulator, bot: SlackBot, openai: OpenAIEmulator) -> tuple[str, Any]:
+def with_stop(slack: SlackEmulator, thread_ts: str) -> list[Any]:
+    return [m for m in bot_replies(slack, CHANNEL, thread_ts) if stop_of(m)]
+
+
+async def ask_story(slack: SlackEmulator, bot: SlackBot, openai: OpenAIEmulator) -> tuple[str, StopShown]:
     openai.script(Text(STORY, chunk_chars=5, delay_s=0.02))
     event = mention(slack, CHANNEL, "tell me a long story", user=ALICE)
     await slack.deliver_event(bot.url, event)
-    assert await eventually(lambda: bool(stop_messages(slack, event["ts"])))
-    [stop] = stop_messages(slack, event["ts"])
-    return event["ts"], stop
+    assert await eventually(lambda: bool(with_stop(slack, event["ts"])))
+    [message] = with_stop(slack, event["ts"])
+    button = stop_of(message)
+    assert button is not None
+    return event["ts"], StopShown(ts=message.ts, value=str(button["value"]))
 
 
-def stop_click(slack: SlackEmulator, stop: Any, user: str) -> dict[str, Any]:
-    button = stop.blocks[0]["elements"][0]
-    assert button["action_id"] == "relaybot_stop"
-    return slack.block_actions(CHANNEL, stop.ts, user=user, action_id="relaybot_stop", value=button["value"])
+@dataclass(frozen=True)
+class StopShown:
+    """The message a Stop button was seen on, and its value (the message changes; a click names what was seen)."""
+
+    ts: str
+    value: str
+
+
+def stop_click(slack: SlackEmulator, stop: StopShown, user: str) -> dict[str, Any]:
+    return slack.block_actions(CHANNEL, stop.ts, user=user, action_id="relaybot_stop", value=stop.value)
 
 
 def answer_of(slack: SlackEmulator, thread_ts: str) -> Any:
-    return [m for m in bot_replies(slack, CHANNEL, thread_ts) if not m.blocks][0]
+    return [m for m in bot_replies(slack, CHANNEL, thread_ts) if "word" in m.text][0]
 
 
 async def test_the_asker_stops_the_answer_others_are_told_they_cannot(
@@ -52,6 +67,7 @@ async def test_the_asker_stops_the_answer_others_are_told_they_cannot(
 ) -> None:
     slack = slack_emulator
     thread, stop = await ask_story(slack, bot, openai_emulator)
+    assert stop.ts == answer_of(slack, thread).ts, "the button is on the answer being written"
 
     assert (await slack.deliver_interaction(bot.url, stop_click(slack, stop, BOB))).status == 200
     assert await eventually(lambda: any(e.user == BOB and "can stop this answer" in e.text for e in slack.ephemerals))
@@ -60,8 +76,9 @@ async def test_the_asker_stops_the_answer_others_are_told_they_cannot(
     assert await eventually(lambda: answer_of(slack, thread).text.endswith("⏹ Stopped by u0000alice."))
     shown = answer_of(slack, thread).text
     assert "word" in shown and "▌" not in shown and len(shown) < len(STORY) // 2
-    # The Stop message is gone; a click on it now is told the answer has finished.
-    assert await eventually(lambda: not stop_messages(slack, thread))
+    # The final edit took the button away; a click on it now is told the answer has finished.
+    assert await eventually(lambda: not with_stop(slack, thread))
+    assert len(bot_replies(slack, CHANNEL, thread)) == 1
     await slack.deliver_interaction(bot.url, stop_click(slack, stop, ALICE))
     assert await eventually(lambda: any(e.user == ALICE and "already finished" in e.text for e in slack.ephemerals))
 
@@ -76,27 +93,63 @@ async def test_a_click_received_by_another_process_stops_the_run(
         # The click lands on the other process: it writes the stop request, the running one hears it.
         assert (await slack.deliver_interaction(other.url, stop_click(slack, stop, ALICE))).status == 200
         assert await eventually(lambda: answer_of(slack, thread).text.endswith("⏹ Stopped by u0000alice."))
-        assert await eventually(lambda: not stop_messages(slack, thread))
+        assert await eventually(lambda: not with_stop(slack, thread))
     finally:
         await other.stop()
 
 
-async def test_a_stop_button_slack_will_not_take_leaves_the_answer_whole_and_a_warning(
-    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture
+async def test_a_native_stream_has_a_stop_message_while_it_runs_deleted_as_it_ends(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator  # type: ignore[no-untyped-def]
 ) -> None:
-    # The Stop message's post failing for good (5xx past its retries) used to end its task with an exception
-    # nobody retrieved; the answer itself is edited, not posted, so it must not notice.
     slack = slack_emulator
-    answer = "word " * 300
-    openai_emulator.script(Text(answer, chunk_chars=5, delay_s=0.01))
-    event = mention(slack, CHANNEL, "a medium story", user=ALICE)
-    await slack.deliver_event(bot.url, event)
-    assert await eventually(lambda: bool(bot_replies(slack, CHANNEL, event["ts"])))
-    slack.fail_next("chat.postMessage", error="service_unavailable", http_status=503, times=200)
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_native_streaming="auto", feedback_buttons=True)
     try:
+        thread, stop = await ask_story(slack, bot, openai_emulator)
+        answer = answer_of(slack, thread)
+        assert answer.stream is not None and stop.ts != answer.ts, "a stream takes no blocks: Stop is beside it"
+        await slack.deliver_interaction(bot.url, stop_click(slack, stop, ALICE))
+        assert await eventually(lambda: answer_of(slack, thread).text.endswith("⏹ Stopped by u0000alice."))
+        assert await eventually(lambda: [m.ts for m in bot_replies(slack, CHANNEL, thread)] == [answer.ts])
+        assert slack.message(CHANNEL, stop.ts).deleted
+    finally:
+        await bot.stop()
+
+
+async def test_a_quick_native_answer_posts_no_stop_message_and_carries_its_feedback(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator  # type: ignore[no-untyped-def]
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_native_streaming="auto", feedback_buttons=True)
+    try:
+        openai_emulator.script(Text("Short and sweet.", chunk_chars=4, delay_s=0.01))
+        event = mention(slack, CHANNEL, "quick one", user=ALICE)
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: bot.adapter.inflight_answers == 0 and bool(bot_replies(slack, CHANNEL, event["ts"])))
+        [answer] = bot_replies(slack, CHANNEL, event["ts"])
+        assert answer.stream is not None and answer.text == "Short and sweet."
+        # chat.stopStream's blocks: 👍/👎 under the streamed text.
+        assert [b["type"] for b in answer.blocks or []] == ["context_actions"]
+        assert not [c for c in slack.calls if c.method == "chat.postMessage"], "no Stop message for a quick answer"
+    finally:
+        await bot.stop()
+
+
+async def test_a_stop_message_slack_will_not_take_leaves_the_answer_whole_and_a_warning(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+) -> None:
+    # A native stream's Stop message failing for good (5xx) costs the button, never the answer (streamed, not posted).
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_native_streaming="auto")
+    try:
+        answer = "word " * 300
+        openai_emulator.script(Text(answer, chunk_chars=5, delay_s=0.01))
+        slack.fail_next("chat.postMessage", error="service_unavailable", http_status=503, times=200)
+        event = mention(slack, CHANNEL, "a medium story", user=ALICE)
+        await slack.deliver_event(bot.url, event)
         assert await eventually(lambda: any(m.text.strip() == answer.strip() for m in bot_replies(slack, CHANNEL, event["ts"])))
         assert await eventually(lambda: any("could not show the Stop button" in r.getMessage() for r in caplog.records))
+        assert not with_stop(slack, event["ts"])
+        assert not [r for r in caplog.records if r.name == "adapters.slack.controls" and r.levelname == "ERROR"]
     finally:
         slack.clear_faults()
-    assert not stop_messages(slack, event["ts"])
-    assert not [r for r in caplog.records if r.name == "adapters.slack.controls" and r.levelname == "ERROR"]
+        await bot.stop()
