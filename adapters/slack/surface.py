@@ -29,6 +29,8 @@ PLATFORM = "slack"
 # margin is for cursor and status, and chat.update refuses more than 4,000 chars.
 STREAM_MAX_CHARS = 3800
 MIN_EDIT_INTERVAL_S = 1.0
+# Kept finals whose run (for their 👍/👎) this process read back: a few passes' worth, the oldest forgotten first.
+RUNS_KEPT = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +307,8 @@ class SlackFinalDelivery:
                     logger.info("could not read answer %s's buttons back (%s); its final goes without 👍/👎",
                                 final.answer_id, exc)
             self._runs[final.answer_id] = run
+            while len(self._runs) > RUNS_KEPT:
+                self._runs.pop(next(iter(self._runs)))
         return self._runs[final.answer_id]
 
     async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:

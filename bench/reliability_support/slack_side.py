@@ -96,7 +96,9 @@ class SlackSide:
                 if m.bot_id == self.slack.bot_id and m.ts != question.ts]
 
     def answer_texts(self, question: SlackQuestion) -> list[str]:
-        return [m.text for m in self.replies(question) if not m.blocks]
+        # An answer's message is Markdown alone, or a markdown block beside its own Stop or 👍/👎 (issue 22).
+        return [m.text for m in self.replies(question)
+                if not m.blocks or any(block.get("type") == "markdown" for block in m.blocks)]
 
     def approval_messages(self, question: SlackQuestion) -> list[Any]:
         # Not the Stop button's message, nor the 👍/👎 one: those carry other actions.

@@ -43,9 +43,14 @@ async def bot(db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 async def ask_for_deploy(slack: SlackEmulator, bot: SlackBot, *envs: str) -> tuple[str, Any]:
     event = mention(slack, CHANNEL, "deploy please", user=ALICE)
     await slack.deliver_event(bot.url, event)
-    assert await eventually(lambda: any(m.blocks for m in bot_replies(slack, CHANNEL, event["ts"])))
-    [approval] = [m for m in bot_replies(slack, CHANNEL, event["ts"]) if m.blocks]
+    assert await eventually(lambda: any(is_approval(m) for m in bot_replies(slack, CHANNEL, event["ts"])))
+    [approval] = [m for m in bot_replies(slack, CHANNEL, event["ts"]) if is_approval(m)]
     return event["ts"], approval
+
+
+def is_approval(message: Any) -> bool:
+    """Blocks that are not an answer's own (its text as a markdown block, beside Stop or 👍/👎)."""
+    return bool(message.blocks) and not any(b.get("type") in ("markdown", "context_actions") for b in message.blocks)
 
 
 def buttons(message: Any) -> list[dict[str, Any]]:
@@ -226,7 +231,7 @@ async def test_an_external_clicker_cannot_decide_and_refusals_offer_no_admin(
 
 
 def approval_messages(slack: SlackEmulator, thread: str) -> list[Any]:
-    return [m for m in bot_replies(slack, CHANNEL, thread) if m.blocks]
+    return [m for m in bot_replies(slack, CHANNEL, thread) if is_approval(m)]
 
 
 async def ask_for_many(slack: SlackEmulator, bot: SlackBot, count: int) -> tuple[str, list[Any]]:
