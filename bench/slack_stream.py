@@ -1,9 +1,12 @@
-"""Benchmark: Slack streaming under Slack's limits (emulated, time-scaled); prints figures.
+"""Benchmark: Slack streaming under Slack's limits (emulated, time-scaled); prints figures and their targets.
 
 The emulator enforces a workspace-wide chat.postMessage cap (as the reliability suite's burst does). A
-burst of 100 answers runs three times: post+update with SLACK_WORKSPACE_POSTS_PER_MINUTE matching the cap,
-and unset; then with native streaming on (SLACK_NATIVE_STREAMING=auto, the cap told), printing how many
-answers streamed natively and how many fell back to post+update.
+burst of 100 answers of about 400 tokens runs three times: post+update with SLACK_WORKSPACE_POSTS_PER_MINUTE
+matching the cap, and unset; then with native streaming on (SLACK_NATIVE_STREAMING=auto, the cap told). Each run
+prints Slack calls and posts per answer, the time from the event to the first visible sign (a status in the thread,
+a reaction, or a message), the worst answer's first text against the bound of its position, and whether every
+answer of the burst was complete with no control posted after it ended; each target line ends in "ok" or
+"MISSES TARGET".
 
 Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream [--only told|unset|native]
 """
@@ -16,59 +19,57 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
 from core.store.db import Database
+from core.tokens import get_token_counter
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event, workspace_post_cap
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
 
+from bench.slack_stream_support import Probe, Reading, percentile, position_ratios, target, wait_until
+
 # A Slack minute lasts 12 real seconds. Slack time is compressed, the process's own work is not: at
 # 0.05 the CPU time of 100 concurrent answers counted twenty-fold in Slack seconds and showed up as a
-# 10 % worse first-text ratio; at 0.2 it counts five-fold and the bench takes about three minutes.
+# 10 % worse first-text ratio; at 0.2 it counts five-fold and the bench takes about four minutes.
 TIME_SCALE = 0.2
 CONCURRENT_ANSWERS = 100
 STEADY_EVENTS = 30
 STEADY_RATE_PER_S = 10.0
-ANSWER_CHUNK_CHARS = 20
-MODEL_CHUNK_DELAY_S = 0.05
-WAIT_LIMIT_S = 180.0
+# Answers of about ANSWER_TOKENS tokens, written at MODEL_TOKENS_PER_SLACK_S (a hosted model's pace, in Slack
+# time: the model is as fast against Slack's limits as it would be unscaled).
+ANSWER_TOKENS = 400
+ANSWER_CHUNK_CHARS = 80
+MODEL_TOKENS_PER_SLACK_S = 50.0
+WAIT_LIMIT_S = 240.0
 USER = "U0000BENCH"
 WORKSPACE_POSTS_PER_MINUTE = 100  # the emulator's workspace-wide chat.postMessage cap (Slack minute)
 ALONE_FINAL_TARGET_SLACK_S = 0.5
-
-
-@dataclass(kw_only=True)
-class Probe:
-    channel: str
-    answer: str
-    sent_at: float = 0.0
-    model_started_at: float = 0.0
-
-    @property
-    def model_first_token_at(self) -> float:
-        return self.model_started_at + MODEL_CHUNK_DELAY_S
-
-    @property
-    def model_last_token_at(self) -> float:
-        pieces = math.ceil(len(self.answer) / ANSWER_CHUNK_CHARS)
-        return self.model_started_at + pieces * MODEL_CHUNK_DELAY_S
+# Targets of issue 22.
+POSTS_PER_ANSWER_TARGET = 1.0
+CALLS_PER_ANSWER_TARGET = 6.0
+FIRST_SIGN_TARGET_MS = 100.0
+POSITION_RATIO_TARGET = 1.2
+SENTENCE = "the quick brown fox jumps over the lazy dog. "
 
 
 def answer_for(tag: str) -> str:
-    return f"Answer for {tag}: " + "the quick brown fox jumps over the lazy dog. " * 8
+    """An answer of about ANSWER_TOKENS tokens."""
+    counter = get_token_counter()
+    lead = f"Answer for {tag}: "
+    repeats = max(1, round((ANSWER_TOKENS - counter.count(lead)) / max(1, counter.count(SENTENCE))))
+    return lead + SENTENCE * repeats
 
 
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))]
+def chunk_delay_s(answer: str) -> float:
+    """Real seconds between the model's pieces of `answer`, for MODEL_TOKENS_PER_SLACK_S."""
+    tokens = get_token_counter().count(answer)
+    chunks = math.ceil(len(answer) / ANSWER_CHUNK_CHARS)
+    return tokens / MODEL_TOKENS_PER_SLACK_S / chunks * TIME_SCALE
 
 
 class Bench:
@@ -77,6 +78,7 @@ class Bench:
         self.openai = openai
         self.url = url
         self.probes: dict[str, Probe] = {}
+        self.read = Reading(slack)
         openai.script_fn(self._reply)
 
     def _reply(self, body: dict[str, Any]) -> Text:
@@ -84,57 +86,29 @@ class Bench:
         tag = question.rsplit("#", 1)[-1].strip()
         probe = self.probes[tag]
         probe.model_started_at = time.monotonic()
-        return Text(probe.answer, chunk_chars=ANSWER_CHUNK_CHARS, delay_s=MODEL_CHUNK_DELAY_S)
+        return Text(probe.answer, chunk_chars=ANSWER_CHUNK_CHARS, delay_s=probe.chunk_delay_s)
 
     async def ask(self, channel: str) -> float:
         tag = f"{channel}-{len(self.probes)}"
-        probe = self.probes[tag] = Probe(channel=channel, answer=answer_for(tag))
+        answer = answer_for(tag)
+        probe = self.probes[tag] = Probe(channel=channel, answer=answer, chunk_delay_s=chunk_delay_s(answer),
+                                         chunks=math.ceil(len(answer) / ANSWER_CHUNK_CHARS))
         text = f"<@{self.slack.bot_user_id}> benchmark question #{tag}"
         ts = self.slack.add_user_message(channel, text, USER)
+        probe.question_ts = ts
         event = app_mention_event(text=text, user=USER, channel=channel, ts=ts, team_id=self.slack.team_id)
         probe.sent_at = time.monotonic()
         delivery = await self.slack.deliver_event(self.url, event)
         assert delivery.status == 200
         return delivery.latency_s
 
-    def _bot_messages(self, probe: Probe) -> list[Any]:
-        return [m for m in self.slack.messages(probe.channel) if m.is_bot]
+    async def wait_all(self, probes: list[Probe], inflight: Any) -> None:
+        """Until every answer's final text is there and the adapter has nothing in flight (its trailing calls done)."""
+        await wait_until(lambda: all(self.read.delivered(p) for p in probes) and inflight() == 0, WAIT_LIMIT_S)
 
-    def delivered(self, probe: Probe) -> bool:
-        return any(m.text == probe.answer for m in self._bot_messages(probe))
-
-    def first_text_at(self, probe: Probe) -> float | None:
-        times = []
-        for message in self._bot_messages(probe):
-            if message.stream is not None:
-                shown = ""
-                for text, at_s in zip(message.stream.appends, message.stream.append_at_s):
-                    shown += text
-                    if "Answer for" in shown:
-                        times.append(at_s)
-                        break
-            if "Answer for" in (message.posted_text or ""):
-                times.append(message.posted_at_s)
-            times += [e.at_s for e in message.edits if "Answer for" in e.text]
-        return min(times) if times else None
-
-    def placeholders(self, probes: list[Probe]) -> int:
-        return sum("thinking" in (m.posted_text or "") for p in probes for m in self._bot_messages(p))
-
-    def final_at(self, probe: Probe) -> float | None:
-        for message in self._bot_messages(probe):
-            if message.text == probe.answer:
-                if message.edits:
-                    return message.edits[-1].at_s
-                if message.stream is not None and message.stream.stopped_at_s is not None:
-                    return message.stream.stopped_at_s
-                return message.posted_at_s
-        return None
-
-    async def wait_all(self, probes: list[Probe]) -> None:
-        deadline = time.monotonic() + WAIT_LIMIT_S
-        while time.monotonic() < deadline and not all(self.delivered(p) for p in probes):
-            await asyncio.sleep(0.05)
+    def first_sign_ms(self, probe: Probe) -> float:
+        at = self.read.first_sign_at(probe)
+        return 1000 * (at - probe.sent_at) if at is not None else math.inf
 
 
 # The three runs, by the name `--only` takes.
@@ -153,8 +127,11 @@ async def main(only: str | None = None) -> None:
         try:
             cap = workspace_post_cap(WORKSPACE_POSTS_PER_MINUTE)
             async with SlackEmulator(time_scale=TIME_SCALE, workspace_post_cap=cap) as slack, OpenAIEmulator() as openai:
+                sample = answer_for("C0000000000-0")
                 print(f"time scale: {TIME_SCALE} (a Slack minute = {60 * TIME_SCALE:g} real s); emulator caps chat.postMessage "
-                      f"at {cap.calls}/min across the workspace (burst {cap.burst}) besides 1/s per channel")
+                      f"at {cap.calls}/min across the workspace (burst {cap.burst}) besides 1/s per channel; answers of "
+                      f"{get_token_counter().count(sample)} tokens ({len(sample)} chars) written at "
+                      f"{MODEL_TOKENS_PER_SLACK_S:g} tokens per Slack s")
                 runs = [name for name in RUNS if only in (None, name)]
                 for n, name in enumerate(runs):
                     if n:
@@ -168,39 +145,46 @@ def slack_and_real(seconds: float) -> str:
     return f"{seconds / TIME_SCALE:.1f} Slack s ({seconds:.2f} s real)"
 
 
+def per_answer(values: list[float]) -> str:
+    return f"mean {sum(values) / max(1, len(values)):.2f}, worst {max(values, default=math.nan):g}"
+
+
 async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, told_cap: bool, native: bool = False) -> None:
     label = "cap told (SLACK_WORKSPACE_POSTS_PER_MINUTE=" + str(WORKSPACE_POSTS_PER_MINUTE) + ")" if told_cap else "cap unset"
     label += ", native streaming on (SLACK_NATIVE_STREAMING=auto)" if native else ", post+update (SLACK_NATIVE_STREAMING=off)"
     engine = make_engine(db, openai.base_url, slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret,
                          slack_api_url=slack.api_url, slack_native_streaming="auto" if native else "off",
-                         slack_workspace_posts_per_minute=WORKSPACE_POSTS_PER_MINUTE if told_cap else None)
+                         slack_workspace_posts_per_minute=WORKSPACE_POSTS_PER_MINUTE if told_cap else None,
+                         feedback_buttons=True)
     http = HttpServer(host="127.0.0.1", port=0)
     adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http, time_scale=TIME_SCALE)
     await http.start()
     await adapter.start()
     bench = Bench(slack, openai, f"http://127.0.0.1:{http.port}/slack/events")
+    read = bench.read
+    inflight = lambda: adapter.inflight_answers  # noqa: E731
     prefix = "N" if native else "T" if told_cap else "U"
     calls_before, limited_before = len(slack.calls), sum(slack.count_429.values())
     limited_by_method_before = slack.count_429
     try:
         await bench.ask(f"C{prefix}WARMUP01")
-        await bench.wait_all(list(bench.probes.values()))
+        await bench.wait_all(list(bench.probes.values()), inflight)
 
         # 1. One answer alone.
         await bench.ask(f"C{prefix}SINGLE01")
         single = bench.probes[list(bench.probes)[-1]]
-        await bench.wait_all([single])
-        single_first = (bench.first_text_at(single) or math.nan) - single.sent_at - MODEL_CHUNK_DELAY_S
-        single_final = (bench.final_at(single) or math.nan) - single.model_last_token_at
+        await bench.wait_all([single], inflight)
+        single_first = (read.first_text_at(single) or math.nan) - single.sent_at - single.chunk_delay_s
+        single_final = (read.final_at(single) or math.nan) - single.model_last_token_at
 
         # 2. 100 concurrent answers in 100 channels (a burst of events).
         await asyncio.sleep(60 * TIME_SCALE)  # let the workspace budget refill
         before = set(bench.probes)
         burst_acks = await asyncio.gather(*(bench.ask(f"C{prefix}MANY{n:04d}") for n in range(CONCURRENT_ANSWERS)))
         many = [bench.probes[tag] for tag in bench.probes if tag not in before]
-        await bench.wait_all(many)
-        firsts = [(bench.first_text_at(p) or math.nan) - p.sent_at - MODEL_CHUNK_DELAY_S for p in many]
-        finals = [(bench.final_at(p) or math.nan) - p.model_last_token_at for p in many]
+        await bench.wait_all(many, inflight)
+        firsts = [(read.first_text_at(p) or math.nan) - p.sent_at - p.chunk_delay_s for p in many]
+        finals = [(read.final_at(p) or math.nan) - p.model_last_token_at for p in many]
 
         # 3. Steady 10 events a second.
         await asyncio.sleep(60 * TIME_SCALE)
@@ -209,7 +193,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
             steady_tasks.append(asyncio.create_task(bench.ask(f"C{prefix}STEADY{n:03d}")))
             await asyncio.sleep(1 / STEADY_RATE_PER_S)
         steady_acks = list(await asyncio.gather(*steady_tasks))
-        await bench.wait_all(list(bench.probes.values()))
+        await bench.wait_all(list(bench.probes.values()), inflight)
     finally:
         await adapter.stop_accepting()
         await adapter.close()
@@ -222,7 +206,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
     bound_real_s = bound_slack_s * TIME_SCALE
     calls = len(slack.calls) - calls_before
     limited = sum(slack.count_429.values()) - limited_before
-    delivered = sum(bench.delivered(p) for p in bench.probes.values())
+    delivered = sum(read.delivered(p) for p in bench.probes.values())
     target_429 = "target 0" if told_cap else "target ≤ 2 %"
     print(f"--- {label}")
     by_method = {m: n - limited_by_method_before.get(m, 0) for m, n in slack.count_429.items()
@@ -230,24 +214,68 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
     print(f"429s received: {limited} of {calls} calls ({100 * limited / max(1, calls):.1f} %; {target_429})"
           + (f" — {by_method}" if by_method else ""))
     print(f"final texts delivered: {delivered}/{len(bench.probes)} ({100 * delivered / len(bench.probes):.0f}%)")
-    print(f"single answer: event → first answer text, excluding model delay: {1000 * single_first:.0f} ms real (target ≤ 100 ms)")
+
+    # Calls and posts per answer: the lone answer, and the burst's.
+    for name, group in (("single answer", [single]), (f"{CONCURRENT_ANSWERS} answers", many)):
+        calls_each = [float(len(read.calls(p))) for p in group]
+        posts_each = [float(read.posts(p)) for p in group]
+        posting_each = [float(read.posting_calls(p)) for p in group]
+        mean_calls = sum(calls_each) / len(calls_each)
+        mean_posts = sum(posts_each) / len(posts_each)
+        methods: dict[str, int] = {}
+        for probe in group:
+            for call in read.calls(probe):
+                methods[call.method] = methods.get(call.method, 0) + 1
+        spread = ", ".join(f"{m} {n / len(group):.2f}" for m, n in sorted(methods.items(), key=lambda kv: -kv[1]))
+        print(f"{name}: Slack calls per answer {per_answer(calls_each)} (target ≤ {CALLS_PER_ANSWER_TARGET:g}): "
+              f"{target(mean_calls <= CALLS_PER_ANSWER_TARGET)} — {spread}")
+        print(f"{name}: posts (messages made) per answer {per_answer(posts_each)}, posting calls {per_answer(posting_each)} "
+              f"(target ≤ {POSTS_PER_ANSWER_TARGET:g}): {target(max(posts_each) <= POSTS_PER_ANSWER_TARGET)}")
+
+    # The first visible sign.
+    single_sign = bench.first_sign_ms(single)
+    signs = [bench.first_sign_ms(p) for p in many]
+    print(f"single answer: event → first visible sign {single_sign:.0f} ms real (target ≤ {FIRST_SIGN_TARGET_MS:g} ms): "
+          f"{target(single_sign <= FIRST_SIGN_TARGET_MS)}")
+    print(f"{CONCURRENT_ANSWERS} answers: event → first visible sign p50 {percentile(signs, 50):.0f} ms, "
+          f"p95 {percentile(signs, 95):.0f} ms, worst {max(signs):.0f} ms real (target ≤ {FIRST_SIGN_TARGET_MS:g} ms "
+          f"on every answer): {target(max(signs) <= FIRST_SIGN_TARGET_MS)}")
+
+    print(f"single answer: event → first answer text, excluding model delay: {1000 * single_first:.0f} ms real")
     print(f"single answer: final text after the model's last token: {slack_and_real(single_final)} "
-          f"(target ≤ {ALONE_FINAL_TARGET_SLACK_S:g} Slack s)")
+          f"(target ≤ {ALONE_FINAL_TARGET_SLACK_S:g} Slack s): {target(single_final / TIME_SCALE <= ALONE_FINAL_TARGET_SLACK_S)}")
     p95_first = percentile(firsts, 95)
     print(f"{CONCURRENT_ANSWERS} answers: event → first answer text p50 {slack_and_real(percentile(firsts, 50))}, "
-          f"p95 {slack_and_real(p95_first)}; placeholders posted: {bench.placeholders(many)}")
+          f"p95 {slack_and_real(p95_first)}; placeholders posted: {read.placeholders(many)}")
     print(f"  bound the chat.postMessage limits allow for the {k}th first text (workspace burst {cap.burst}, "
           f"{cap.calls}/{cap.window_s:g} s; 1/s per channel): {slack_and_real(bound_real_s)}; "
-          f"ratio {p95_first / bound_real_s:.2f} (target ≤ 1.2)")
+          f"ratio {p95_first / bound_real_s:.2f} (target ≤ {POSITION_RATIO_TARGET:g}): "
+          f"{target(p95_first / bound_real_s <= POSITION_RATIO_TARGET)}")
+    overhead_s = (read.first_text_at(single) or math.nan) - single.model_first_token_at
+    ratios = position_ratios(read, many, burst=cap.burst, rate_per_slack_s=rate_per_slack_s, overhead_s=overhead_s,
+                             time_scale=TIME_SCALE)
+    position, first_s, bound_s = max(ratios, key=lambda r: r[1] / r[2])
+    worst = first_s / bound_s
+    print(f"  worst answer against the bound of its position: the {position}th showed its first text after "
+          f"{slack_and_real(first_s)}, bound {slack_and_real(bound_s)} (its model's first token, or its position's posts "
+          f"after the first answer's text was ready, whichever is later, plus a lone answer's {1000 * overhead_s:.0f} ms real from token to text); ratio "
+          f"{worst:.2f} (target ≤ {POSITION_RATIO_TARGET:g}): {target(worst <= POSITION_RATIO_TARGET)}")
     print(f"{CONCURRENT_ANSWERS} answers: final text after the model's last token p50 {slack_and_real(percentile(finals, 50))}, "
           f"p95 {slack_and_real(percentile(finals, 95))}")
+    complete = sum(read.delivered(p) for p in many)
+    late_controls = sum(read.controls_after_end(p) for p in many)
+    late_answers = sum(read.controls_after_end(p) > 0 for p in many)
+    print(f"{CONCURRENT_ANSWERS} answers: complete {complete}/{CONCURRENT_ANSWERS} (target all): "
+          f"{target(complete == CONCURRENT_ANSWERS)}")
+    print(f"{CONCURRENT_ANSWERS} answers: controls posted after their answer ended: {late_controls} (in {late_answers} "
+          f"answers; target 0): {target(late_controls == 0)}")
     print(f"ack latency at a steady {STEADY_RATE_PER_S:g} events/s: p50 {1000 * percentile(steady_acks, 50):.1f} ms, "
           f"p99 {1000 * percentile(steady_acks, 99):.1f} ms (target ≤ 50 ms)")
     if native:
-        streamed = [p for p in many if any(m.stream is not None for m in bench._bot_messages(p))]
+        streamed = [p for p in many if any(m.stream is not None for m in read.bot_messages(p))]
         posted = [p for p in many if p not in streamed]
         for name, group in (("streamed natively", streamed), ("posted and updated", posted)):
-            values = [(bench.first_text_at(p) or math.nan) - p.sent_at - MODEL_CHUNK_DELAY_S for p in group]
+            values = [(read.first_text_at(p) or math.nan) - p.sent_at - p.chunk_delay_s for p in group]
             print(f"  of the {CONCURRENT_ANSWERS}, {len(group)} {name}: first text p50 {slack_and_real(percentile(values, 50))}, "
                   f"p95 {slack_and_real(percentile(values, 95))}")
         counts = adapter.native.counts

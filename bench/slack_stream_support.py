@@ -1,0 +1,168 @@
+"""What bench/slack_stream.py reads off the Slack emulator: per answer, its calls, messages, first sign, first text,
+final text and the controls posted after it ended; and the target lines it prints."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.emulators.slack import SlackEmulator
+
+# Methods that create a message in the thread (what "posts per answer" counts; chat.postMessage is the
+# posting budget's own).
+POSTING_METHODS = frozenset({"chat.postMessage", "chat.startStream"})
+
+
+@dataclass(kw_only=True)
+class Probe:
+    channel: str
+    answer: str
+    chunk_delay_s: float
+    chunks: int
+    sent_at: float = 0.0
+    question_ts: str = ""
+    model_started_at: float = 0.0
+
+    @property
+    def model_first_token_at(self) -> float:
+        return self.model_started_at + self.chunk_delay_s
+
+    @property
+    def model_last_token_at(self) -> float:
+        return self.model_started_at + self.chunks * self.chunk_delay_s
+
+
+def percentile(values: Iterable[float], pct: float) -> float:
+    ordered = sorted(v for v in values if not math.isnan(v))
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))]
+
+
+def target(met: bool) -> str:
+    return "ok" if met else "MISSES TARGET"
+
+
+def _texts(text: str | None, blocks: list[Any] | None) -> list[str]:
+    """What a message (or one edit of it) shows: its text and its blocks' Markdown or section text."""
+    shown = [text or ""]
+    for block in blocks or ():
+        if isinstance(block, dict):
+            body = block.get("text")
+            shown.append(str(body.get("text") or "") if isinstance(body, dict) else str(body or ""))
+    return shown
+
+
+class Reading:
+    """The emulator's record of one answer per channel."""
+
+    def __init__(self, slack: SlackEmulator) -> None:
+        self.slack = slack
+
+    def bot_messages(self, probe: Probe) -> list[Any]:
+        return [m for m in self.slack.messages(probe.channel, include_deleted=True) if m.is_bot]
+
+    def calls(self, probe: Probe, *, since: float = 0.0) -> list[Any]:
+        """Every Web API call the bot made in the answer's channel."""
+        return [c for c in self.slack.calls if c.at_s >= since
+                and probe.channel in (c.params.get("channel"), c.params.get("channel_id"))]
+
+    def delivered(self, probe: Probe) -> bool:
+        return any(probe.answer in _texts(m.text, m.blocks) for m in self.bot_messages(probe) if not m.deleted)
+
+    def answer_messages(self, probe: Probe) -> list[Any]:
+        return [m for m in self.bot_messages(probe)
+                if any("Answer for" in t for t in _texts(m.posted_text, None) + _texts(m.text, m.blocks))
+                or any("Answer for" in t for e in m.edits for t in _texts(e.text, e.blocks))
+                or (m.stream is not None)]
+
+    def first_text_at(self, probe: Probe) -> float | None:
+        times = []
+        for message in self.bot_messages(probe):
+            if message.stream is not None:
+                shown = ""
+                for text, at_s in zip(message.stream.appends, message.stream.append_at_s):
+                    shown += text
+                    if "Answer for" in shown:
+                        times.append(at_s)
+                        break
+            if "Answer for" in (message.posted_text or ""):
+                times.append(message.posted_at_s)
+            times += [e.at_s for e in message.edits if any("Answer for" in t for t in _texts(e.text, e.blocks))]
+        return min(times) if times else None
+
+    def first_sign_at(self, probe: Probe) -> float | None:
+        """The first thing the asker sees: a status in the thread, a reaction on the question, or the answer's text
+        or placeholder."""
+        times = [s.at_s for s in self.slack.statuses if s.channel == probe.channel and s.status]
+        times += [c.at_s for c in self.calls(probe) if c.method == "reactions.add" and c.error is None]
+        times += [m.posted_at_s for m in self.bot_messages(probe)]
+        return min(times) if times else None
+
+    def final_at(self, probe: Probe) -> float | None:
+        for message in self.bot_messages(probe):
+            if not message.deleted and probe.answer in _texts(message.text, message.blocks):
+                if message.edits:
+                    return message.edits[-1].at_s
+                if message.stream is not None and message.stream.stopped_at_s is not None:
+                    return message.stream.stopped_at_s
+                return message.posted_at_s
+        return None
+
+    def placeholders(self, probes: list[Probe]) -> int:
+        return sum("thinking" in (m.posted_text or "") for p in probes for m in self.bot_messages(p))
+
+    def controls_after_end(self, probe: Probe) -> int:
+        """Messages other than the answer's posted after its final text arrived (a Stop, a feedback prompt)."""
+        ended = self.final_at(probe)
+        if ended is None:
+            return 0
+        answer = {m.ts for m in self.answer_messages(probe)}
+        return sum(m.posted_at_s > ended for m in self.bot_messages(probe) if m.ts not in answer)
+
+    def posts(self, probe: Probe) -> int:
+        """Messages the bot made in the answer's channel (deleted ones too)."""
+        return len(self.bot_messages(probe))
+
+    def posting_calls(self, probe: Probe) -> int:
+        return sum(c.method in POSTING_METHODS and c.error is None for c in self.calls(probe))
+
+
+def position_ratios(reading: Reading, probes: list[Probe], *, burst: int, rate_per_slack_s: float, overhead_s: float,
+                    time_scale: float) -> list[tuple[int, float, float]]:
+    """Each answer's (position, first text, bound) in real seconds after its event, positions by the order the bot
+    showed its first sign (else by its model call). The bound is what the posting limit allows the k-th answer: its
+    first text is ready (its model's first token), and k posts fit since the first answer's text was (the burst at
+    once, the rest at the limit's rate); plus what a lone answer takes from token to text (`overhead_s`)."""
+    def arrived(probe: Probe) -> float:
+        sign = reading.first_sign_at(probe)
+        return sign if sign is not None else probe.model_started_at
+
+    ordered = sorted(probes, key=arrived)
+    first_ready = min(p.model_first_token_at for p in probes)
+    out = []
+    for position, probe in enumerate(ordered, start=1):
+        first = reading.first_text_at(probe)
+        first_s = (first - probe.sent_at) if first is not None else math.inf
+        posting_s = max(0, position - burst) / rate_per_slack_s * time_scale
+        bound = max(probe.model_first_token_at, first_ready + posting_s) + overhead_s - probe.sent_at
+        out.append((position, first_s, bound))
+    return out
+
+
+def wait_until(condition: Any, limit_s: float) -> Any:
+    """A coroutine polling `condition` every 50 ms for up to `limit_s`."""
+    import asyncio
+
+    async def waiting() -> bool:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            await asyncio.sleep(0.05)
+        return bool(condition())
+
+    return waiting()
