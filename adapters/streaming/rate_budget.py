@@ -128,6 +128,16 @@ def answer_context(*, since: float | None = None, wait: QueueWait | None = None)
     return context
 
 
+@contextmanager
+def queued_from(since: float) -> Iterator[None]:
+    """Budget calls made inside queue from `since` rather than from their answer's start."""
+    token = _ANSWER_SINCE.set(since)
+    try:
+        yield
+    finally:
+        _ANSWER_SINCE.reset(token)
+
+
 @dataclass(eq=False, kw_only=True)
 class _Waiter:
     future: asyncio.Future[None]

@@ -7,12 +7,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from core import metrics, observe
 
-from .rate_budget import Priority, QueueWait, RateBudget, answer_context
+from .rate_budget import Priority, QueueWait, RateBudget, answer_context, queued_from
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts
@@ -263,7 +264,12 @@ class MessageStreamer:
         budget = self._post_budget if posting else self._edit_budget
         # An answer that ends while this waits is promoted to a final, and its token goes to the
         # final text: one call instead of a text with a cursor and then the final.
-        with metrics.waiting_for_budget(observe.current_platform()):
+        # A later message of an answer whose reader already sees text queues from now, behind the answers
+        # that show nothing yet, as before; every other call keeps its answer's age.
+        later_part = posting and any(earlier.has_text for earlier in self._slots[:-1])
+        with metrics.waiting_for_budget(observe.current_platform()), (
+            queued_from(self._clock.now()) if later_part else nullcontext()
+        ):
             await budget.acquire(
                 priority, self._key, shows_text=slot.has_text, promote=self._ending_requested
             )

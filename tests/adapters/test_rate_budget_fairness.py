@@ -212,3 +212,34 @@ async def test_finals_and_first_texts_each_go_by_their_answers_age() -> None:
 
     await clock.run(scenario())
     assert order == ["final-old", "final-young", "first-old", "first-young"]
+
+
+async def test_a_later_message_of_an_answer_already_showing_text_queues_behind_answers_showing_nothing() -> None:
+    clock = FakeClock()
+    posts = RateBudget(capacity=1, refill_per_s=0.5, clock=clock)
+    edits = RateBudget(capacity=100, refill_per_s=100, clock=clock)
+    transports = {name: MemoryTransport(clock=clock) for name in ("old", "young-1", "young-2")}
+
+    def streamer(name: str) -> MessageStreamer:
+        return MessageStreamer(transports[name], limits=StreamLimits(max_chars=200, placeholder_after_s=0),
+                               edit_budget=edits, post_budget=posts, clock=clock, key=name)
+
+    async def scenario() -> None:
+        old = streamer("old")
+        await old.start()
+        old.append("first words of a long answer. ")
+        await clock.sleep(0.5)
+        young = [streamer("young-1"), streamer("young-2")]
+        for answer, name in zip(young, ("young-1", "young-2")):
+            await answer.start()
+            answer.append(f"{name} begins.")
+        await clock.sleep(0.5)
+        old.append("and many more words that no longer fit in its first message. " * 4)  # a second message
+        await clock.sleep(10)
+        await asyncio.gather(old.finish(), *(answer.finish() for answer in young))
+
+    await clock.run(scenario())
+    posted = sorted((call.at, name, call.message_id) for name, t in transports.items() for call in t.calls if call.op == "post")
+    assert [(name, message) for _, name, message in posted] == [
+        ("old", "m1"), ("young-1", "m1"), ("young-2", "m1"), ("old", "m2"),
+    ]
