@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from .splitter import CLOSE_RESERVE_CHARS, MIN_SPLIT_CHARS
 
 MIN_EDIT_INTERVAL_S = 1.0
+# Edits of a message that has shown text for a while come further apart: the next waits that long times
+# EDIT_INTERVAL_GROWTH (at least MIN_EDIT_INTERVAL_S, at most MAX_EDIT_INTERVAL_S). A reader sees the first
+# words at once and the message grows steadily; a long answer costs a few calls more, not one a second.
+EDIT_INTERVAL_GROWTH = 1.0
+MAX_EDIT_INTERVAL_S = 4.0
 # An answer whose first text comes sooner than this is posted with it; later, the placeholder (or the
 # status line) is posted meanwhile.
 PLACEHOLDER_AFTER_S = 1.0
@@ -32,6 +37,8 @@ class StreamLimits:
 
     max_chars: int
     min_edit_interval_s: float = MIN_EDIT_INTERVAL_S
+    edit_interval_growth: float = EDIT_INTERVAL_GROWTH
+    max_edit_interval_s: float = MAX_EDIT_INTERVAL_S
     placeholder_after_s: float = PLACEHOLDER_AFTER_S
     cursor: str = " ▌"
     placeholder: str = "_thinking…_"
@@ -54,7 +61,9 @@ class StreamLimits:
             raise ValueError("cursor is too long for max_chars")
         if self.max_final_attempts < 1:
             raise ValueError("max_final_attempts must be at least 1")
-        if min(self.min_edit_interval_s, self.backoff_base_s, self.placeholder_after_s) < 0 or self.call_timeout_s <= 0:
+        intervals = (self.min_edit_interval_s, self.backoff_base_s, self.placeholder_after_s, self.edit_interval_growth,
+                     self.max_edit_interval_s)
+        if min(intervals) < 0 or self.call_timeout_s <= 0:
             raise ValueError("intervals must not be negative and call_timeout_s must be positive")
 
     @property
@@ -67,6 +76,11 @@ class StreamLimits:
         if status:
             decorations += 1 + len(status)
         return max(MIN_SPLIT_CHARS, self.max_chars - decorations)
+
+    def edit_interval_s(self, shown_for_s: float) -> float:
+        """How long the next edit of a message waits, once it has shown text for `shown_for_s` seconds."""
+        grown = self.edit_interval_growth * max(0.0, shown_for_s)
+        return max(self.min_edit_interval_s, min(max(self.max_edit_interval_s, self.min_edit_interval_s), grown))
 
     def backoff_s(self, attempt: int) -> float:
         """Delay after failed attempt number `attempt` (1-based): exponential, capped."""

@@ -55,6 +55,7 @@ class _Slot:
     shown: str | None = None  # the last text the platform accepted
     target: str | None = None  # the text it must end with, once known
     has_text: bool = False  # it has shown answer text, not only the placeholder
+    text_since: float = 0.0  # when it first showed answer text
     next_send_at: float = float("-inf")
     attempted_at: float | None = None  # a post was sent and its outcome not seen (epoch seconds)
 
@@ -299,8 +300,10 @@ class MessageStreamer:
             return "failed"
         slot.shown = live
         if has_text:
-            slot.has_text = True
-            slot.next_send_at = self._clock.now() + self._limits.min_edit_interval_s
+            now = self._clock.now()
+            if not slot.has_text:
+                slot.has_text, slot.text_since = True, now
+            slot.next_send_at = now + self._limits.edit_interval_s(now - slot.text_since)
         return "sent"
 
     async def _roll_over(self, text: str) -> None:

@@ -243,3 +243,27 @@ async def test_a_later_message_of_an_answer_already_showing_text_queues_behind_a
     assert [(name, message) for _, name, message in posted] == [
         ("old", "m1"), ("young-1", "m1"), ("young-2", "m1"), ("old", "m2"),
     ]
+
+
+async def test_a_lone_400_token_answer_takes_a_few_edits_not_one_a_second() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    budget = RateBudget(capacity=100, refill_per_s=100, clock=clock)
+    answer = "the quick brown fox jumps over the lazy dog. " * 36  # about 400 tokens
+    streamer = MessageStreamer(transport, limits=StreamLimits(max_chars=3900, placeholder_after_s=0),
+                               edit_budget=budget, post_budget=budget, clock=clock)
+
+    async def scenario() -> None:
+        await streamer.start()
+        for start in range(0, len(answer), 40):  # 8 s of writing, 50 tokens a second
+            streamer.append(answer[start:start + 40])
+            await clock.sleep(0.2)
+        await streamer.finish()
+
+    await clock.run(scenario())
+    updates = [call.at for call in transport.calls]
+    # One post, the final, and edits a second apart at first, then further apart as the message grows old.
+    assert transport.final_texts() == [answer]
+    assert len(updates) <= 1 + 3 + 1
+    gaps = [later - earlier for earlier, later in zip(updates, updates[1:-1])]
+    assert gaps and min(gaps) >= 1.0 and max(gaps) <= StreamLimits(max_chars=3900).max_edit_interval_s + 0.3
