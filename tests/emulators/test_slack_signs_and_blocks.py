@@ -111,6 +111,10 @@ async def test_an_answer_message_of_a_markdown_block_and_buttons_and_its_limits(
     too_long = "x" * 12_001
     assert await refused(client.chat_update(channel=CHANNEL, ts=posted["ts"], text="x",
                                             blocks=[{"type": "markdown", "text": too_long}])) == "invalid_blocks"
+    assert await refused(client.chat_update(channel=CHANNEL, ts=posted["ts"], text="x",
+                                            blocks=[{"type": "markdown"}])) == "invalid_blocks"
+    assert await refused(client.chat_update(channel=CHANNEL, ts=posted["ts"], text="x",
+                                            blocks=[{"type": "actions", "elements": []}])) == "invalid_blocks"
     assert await refused(client.chat_update(channel=CHANNEL, ts=posted["ts"], markdown_text=text,
                                             blocks=[{"type": "markdown", "text": text}])) == "markdown_text_conflict"
     # markdown_text replaces the message whole: its buttons go.

@@ -16,6 +16,7 @@ MARKDOWN_TEXT_MAX_CHARS = 12_000  # chat.postMessage / chat.update `markdown_tex
 HEADER_TEXT_MAX_CHARS = 150
 BLOCKS_MAX_COUNT = 50
 CONTEXT_ACTIONS_MAX_ELEMENTS = 5
+ACTIONS_MAX_ELEMENTS = 25
 CONTEXT_ACTIONS_ELEMENTS = frozenset({"feedback_buttons", "icon_button"})
 FEEDBACK_BUTTON_TEXT_MAX_CHARS = 75
 FEEDBACK_BUTTON_VALUE_MAX_CHARS = 2000
@@ -90,7 +91,13 @@ def check_blocks(blocks: list[dict[str, Any]]) -> Rejection | None:
                     f"[json-pointer:/blocks/{index}/text/text]"
                 )
         elif kind == "markdown":
+            if not isinstance(block.get("text"), str) or not block["text"]:
+                problems.append(f"must provide a non-empty string [json-pointer:/blocks/{index}/text]")
             markdown_chars += len(_text_of(block.get("text")))
+        elif kind == "actions":
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not 0 < len(elements) <= ACTIONS_MAX_ELEMENTS:
+                problems.append(f"must have 1 to {ACTIONS_MAX_ELEMENTS} elements [json-pointer:/blocks/{index}/elements]")
         elif kind == "context_actions":
             problems.extend(_context_actions_problems(block, f"/blocks/{index}"))
     if markdown_chars > MARKDOWN_BLOCKS_MAX_CHARS:
