@@ -159,7 +159,8 @@ class RateBudget:
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
     as tokens refill: every waiting FINAL first, then FIRST, each by its answer's age (the oldest answer
-    first: `since`, see `answer_context`), then INTERMEDIATE round-robin across requester keys, so no answer
+    first: `since`, see `answer_context`; a FIRST of an answer older than the oldest FINAL's goes before it,
+    both being first texts), then INTERMEDIATE round-robin across requester keys, so no answer
     starves and a call asked again (after a 429, a deadline) is not sent to the back. An intermediate edit is granted only while
     `FINAL_RESERVE_CALLS` stay in the bucket after it, so a final never waits behind the streaming
     edits that spent its call. One bounded exception: a final that
@@ -548,13 +549,11 @@ class RateBudget:
         return waiter
 
     def _final_yields_to_first_text(self) -> bool:
-        """A final over text already shown lets waiting first texts go ahead, within its deferral: those of
-        answers that started before its own did, plus SHOWN_TEXT_FINAL_DEFER_S.
-
-        Its reader already sees most of the answer; the others still see only the placeholder.
-        """
-        top = self._finals[0]
-        return bool(self._firsts) and top.waiter.shows_text and self._firsts[0].rank_at < top.rank_at
+        """A waiting first text of an older answer goes before a final: a final over the placeholder is its own
+        answer's first text (the oldest answer's first), and a final over text already shown lets first texts go
+        ahead within its deferral (those of answers that started before its own did, plus SHOWN_TEXT_FINAL_DEFER_S:
+        its reader already sees most of the answer; the others still see only the placeholder)."""
+        return bool(self._firsts) and self._firsts[0].rank_at < self._finals[0].rank_at
 
     def _ensure_dispatcher(self) -> None:
         if self._dispatcher is None or self._dispatcher.done():

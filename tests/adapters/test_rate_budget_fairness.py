@@ -206,12 +206,12 @@ async def test_finals_and_first_texts_each_go_by_their_answers_age() -> None:
         await budget.acquire(Priority.FINAL, "warm")
         tasks = [asyncio.create_task(ask(name, priority, since)) for name, priority, since in [
             ("first-young", Priority.FIRST, 5.0), ("final-young", Priority.FINAL, 4.0),
-            ("first-old", Priority.FIRST, 1.0), ("final-old", Priority.FINAL, 2.0),
+            ("first-old", Priority.FIRST, 3.0), ("final-old", Priority.FINAL, 2.0),
         ]]
         await asyncio.gather(*tasks)
 
     await clock.run(scenario())
-    assert order == ["final-old", "final-young", "first-old", "first-young"]
+    assert order == ["final-old", "first-old", "final-young", "first-young"]
 
 
 async def test_a_later_message_of_an_answer_already_showing_text_queues_behind_answers_showing_nothing() -> None:
@@ -267,3 +267,24 @@ async def test_a_lone_400_token_answer_takes_a_few_edits_not_one_a_second() -> N
     assert len(updates) <= 1 + 3 + 1
     gaps = [later - earlier for earlier, later in zip(updates, updates[1:-1])]
     assert gaps and min(gaps) >= 1.0 and max(gaps) <= StreamLimits(max_chars=3900).max_edit_interval_s + 0.3
+
+
+async def test_an_older_answers_first_text_goes_before_a_younger_answers_final_over_its_placeholder() -> None:
+    clock = FakeClock()
+    budget = RateBudget(capacity=1, refill_per_s=1, clock=clock)
+    order: list[str] = []
+
+    async def ask(name: str, priority: Priority, since: float) -> None:
+        await budget.acquire(priority, name, since=since)
+        order.append(name)
+
+    async def scenario() -> None:
+        await budget.acquire(Priority.FINAL, "warm")
+        tasks = [asyncio.create_task(ask(name, priority, since)) for name, priority, since in [
+            ("final-young", Priority.FINAL, 3.0), ("first-old", Priority.FIRST, 1.0), ("first-young", Priority.FIRST, 5.0),
+        ]]
+        await asyncio.gather(*tasks)
+
+    await clock.run(scenario())
+    # Both readers see only a placeholder: the older answer's text comes first.
+    assert order == ["first-old", "final-young", "first-young"]
