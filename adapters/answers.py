@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
 from adapters import wording
+from adapters.answer_slots import ANSWERS_IN_FLIGHT_MAX, AnswerSlots
 from adapters.streaming import (
     Clock,
     MessageStreamer,
@@ -204,9 +205,11 @@ class AnswerRunner:
 
     def __init__(
         self, *, platform: str, approvals: ApprovalMessages, live: LiveAnswerLog, outbox: FinalOutbox | None = None,
-        outbox_max_age_s: float = OUTBOX_MAX_AGE_S,
+        outbox_max_age_s: float = OUTBOX_MAX_AGE_S, in_flight_max: int = ANSWERS_IN_FLIGHT_MAX,
     ) -> None:
         self.platform = platform
+        self._slots = AnswerSlots(in_flight_max)
+        self._queued: set[asyncio.Task[Any]] = set()  # plays waiting for a slot (told, not cut, at a stop)
         self._approvals = approvals
         self._live = live
         self._outbox = outbox
@@ -222,6 +225,11 @@ class AnswerRunner:
     def inflight(self) -> int:
         return len(self._answers)
 
+    @property
+    def queued(self) -> int:
+        """Answers waiting for a slot (ANSWERS_IN_FLIGHT_MAX are played at once)."""
+        return self._slots.queued
+
     async def play(self, events: AsyncIterator[Event], surface: Surface) -> None:
         """Shows a run's events until it ends; the answer message always ends in a final state.
 
@@ -229,7 +237,24 @@ class AnswerRunner:
         editor task starts (it inherits the binding; the engine names the conversation on it)."""
         answer_id = uuid.uuid4().hex
         with observe.run_scope(run_id=answer_id, platform=self.platform):
-            await self._play_answer(events, surface, answer_id)
+            task = asyncio.current_task()
+            if task is not None:
+                self._queued.add(task)
+            try:
+                admitted = await self._slots.take()
+            finally:
+                self._queued.discard(task)  # type: ignore[arg-type]
+            if not admitted:
+                # The process stopped before this answer's turn: nothing was shown, so the asker is told.
+                try:
+                    await surface.show_notice(wording.shutting_down())
+                except Exception:
+                    log.exception("could not tell a waiting question in %s that the bot is restarting", surface.place.channel)
+                return
+            try:
+                await self._play_answer(events, surface, answer_id)
+            finally:
+                self._slots.release()
 
     async def _play_answer(self, events: AsyncIterator[Event], surface: Surface, answer_id: str) -> None:
         await surface.show_working()
@@ -342,7 +367,10 @@ class AnswerRunner:
                 await asyncio.shield(self._forget(place, streamer.message_ids))
 
     async def interrupt_all(self) -> None:
-        """Stops every answer still streaming and ends it with the text shown so far plus a note."""
+        """Stops every answer still streaming and ends it with the text shown so far plus a note; answers still
+        waiting for their turn are told the bot is restarting."""
+        waiting = list(self._queued)
+        self._slots.close()
         answers = list(self._answers)
         for answer in answers:
             # An answer whose whole final text waits in the outbox is not cut short: it is handed over.
@@ -365,6 +393,10 @@ class AnswerRunner:
                 ending.cancel()
             if late:
                 log.warning("%d interrupted notes not delivered in time; the next start repairs them", len(late))
+        if waiting:
+            _, untold = await asyncio.wait(waiting, timeout=INTERRUPT_WAIT_S)
+            if untold:
+                log.warning("%d waiting questions not told of the restart in time", len(untold))
 
     def cancel_all(self) -> list[asyncio.Task[Any]]:
         """Cancels every streaming task without touching the platform (their records stay for the next start)."""

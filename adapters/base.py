@@ -40,6 +40,11 @@ class PlatformAdapter(Protocol):
         """Stop taking new questions and clicks (the first step of a graceful shutdown)."""
         ...
 
+    @property
+    def queued_answers(self) -> int:
+        """Questions taken and waiting for their turn (ANSWERS_IN_FLIGHT_MAX), not yet answering."""
+        ...
+
     async def interrupt_inflight(self) -> None:
         """End answers still streaming after the grace period with what they showed plus a note."""
         ...

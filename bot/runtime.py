@@ -19,6 +19,7 @@ from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
 from core.loop_watch import LoopWatch
+from core.retrieval import main_content
 from core.notifier import Notifier
 from core.reminders import SWEEP_INTERVAL_S, ReminderBook, ReminderService
 from core.api_access import API_PLATFORM
@@ -52,6 +53,7 @@ PRUNE_JOURNAL_INTERVAL_S = 300
 API_JOURNAL_KEEP_S = 15 * 60
 # How long startup waits for each MCP server's first connection attempt (they go on connecting after).
 MCP_STARTUP_WAIT_S = 10.0
+DRAIN_POLL_S = 0.05
 # /readyz's database check: a connection from the pool and `SELECT 1` within this (a probe waits less).
 READY_DB_TIMEOUT_S = 2.0
 
@@ -261,6 +263,18 @@ class Runtime:
         run.__name__ = run.__qualname__ = name
         return run
 
+    async def _drain(self, grace_s: float) -> bool:
+        """True when every run ended and no question waits for its turn (ANSWERS_IN_FLIGHT_MAX) within grace_s."""
+        assert self.engine is not None
+        deadline = asyncio.get_running_loop().time() + grace_s
+        while True:
+            if not await self.engine.drain(max(0.0, deadline - asyncio.get_running_loop().time())):
+                return False
+            if not any(adapter.queued_answers for adapter in self.adapters):
+                return True
+            # Idle between two answers: a waiting question is about to take the slot just freed.
+            await asyncio.sleep(DRAIN_POLL_S)
+
     async def stop(self) -> None:
         """Stop taking work, give running answers a grace period, mark the rest interrupted, close down."""
         self._stopping = True
@@ -269,7 +283,7 @@ class Runtime:
             await _quietly(adapter.stop_accepting(), "stop accepting")
         if self.api is not None:
             self.api.stop_accepting()
-        if self.engine is not None and not await self.engine.drain(self.settings.shutdown_grace_s):
+        if self.engine is not None and not await self._drain(self.settings.shutdown_grace_s):
             log.warning("%d answers still running after the grace period; marking them interrupted", self.engine.active_runs)
             for adapter in self.adapters:
                 await _quietly(adapter.interrupt_inflight(), "interrupt answers")
@@ -326,6 +340,11 @@ async def serve(settings: Settings) -> int:
     watch = LoopWatch()
     watch.start()
     try:
+        # Before any event: a worker thread still holds the interpreter for most of an import.
+        try:
+            await asyncio.to_thread(main_content.warm_up)
+        except Exception:
+            log.exception("could not load the page reader at start; the first page read will try again")
         await runtime.start()
         # Everything imported and built at start lives as long as the process: moved out of the collector's
         # reach, a full collection no longer walks ~160k objects on the event loop (a 100 ms stall each).

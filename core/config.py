@@ -255,6 +255,8 @@ class Settings(BaseSettings):
     slack_history_tier: Literal["internal", "limited"] = "internal"
     # A kept final (the outbox) older than this is dropped with an ERROR line: the only way one is given up.
     outbox_max_age_s: float = Field(default=86400.0, gt=0)
+    # Answers one platform adapter plays at once; later questions wait their turn in arrival order.
+    answers_in_flight_max: int = Field(default=100, ge=1)
     # Slack's native streaming (chat.startStream…): "auto" streams an answer natively when the workspace
     # offers it and a start is within its budget, else with post+update; "off" always posts and updates.
     slack_native_streaming: Literal["auto", "off"] = "auto"

@@ -243,6 +243,7 @@ class DiscordAdapter:
         self.runner = AnswerRunner(
             platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
             outbox_max_age_s=settings.outbox_max_age_s,
+            in_flight_max=settings.answers_in_flight_max,
         )
         limits = render.stream_limits(
             min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s,
@@ -288,6 +289,10 @@ class DiscordAdapter:
     @property
     def inflight_answers(self) -> int:
         return self.runner.inflight
+
+    @property
+    def queued_answers(self) -> int:
+        return self.runner.queued
 
     async def start(self) -> None:
         """Logs in, repairs answers a crash left streaming, then connects the gateway."""

@@ -103,6 +103,7 @@ class SlackAdapter:
         self.runner = AnswerRunner(
             platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
             outbox_max_age_s=settings.outbox_max_age_s,
+            in_flight_max=settings.answers_in_flight_max,
         )
         # Who the bot is, for reads outside an event (read_conversation); auth.test fills it in.
         self.identity = BotIdentity(user_id="")
@@ -241,6 +242,10 @@ class SlackAdapter:
     @property
     def inflight_answers(self) -> int:
         return self.runner.inflight
+
+    @property
+    def queued_answers(self) -> int:
+        return self.runner.queued
 
     # --- wiring ---
 

@@ -71,3 +71,17 @@ def extract_main_content(html: str, *, url: str | None = None) -> HtmlText:
         fallback = html_to_text(html)
         return HtmlText(title=fallback.title or title, text=fallback.text)
     return HtmlText(title=title or html_to_text(html).title, text=text)
+
+
+_WARM_UP_PAGE = (
+    "<html><head><title>Warm-up</title></head><body><nav>Home</nav><main><h1>Warm-up</h1>"
+    + "<p>A short paragraph of ordinary text, written once so the extractor loads what it needs.</p>" * 8
+    + "</main><footer>Footer</footer></body></html>"
+)
+
+
+def warm_up() -> None:
+    """Loads trafilatura and what its first extraction builds (lxml, language and date tables) at start, in a
+    worker thread: the first page a question reads then neither imports it on the event loop's time nor grows
+    the process by ~40 MB mid-answer."""
+    extract_main_content(_WARM_UP_PAGE, url="https://example.com/warm-up")
