@@ -131,12 +131,25 @@ class Reading:
         return sum(c.method in POSTING_METHODS and c.error is None for c in self.calls(probe))
 
 
-def position_ratios(reading: Reading, probes: list[Probe], *, burst: int, rate_per_slack_s: float, overhead_s: float,
+@dataclass(frozen=True, kw_only=True)
+class Limit:
+    """A posting limit as a token bucket: `burst` calls at once, then `per_slack_s` a Slack second."""
+
+    burst: float
+    per_slack_s: float
+
+    def seconds_for(self, calls: int) -> float:
+        """Slack seconds before the `calls`-th call can go."""
+        return max(0.0, calls - self.burst) / self.per_slack_s
+
+
+def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
                     time_scale: float) -> list[tuple[int, float, float]]:
     """Each answer's (position, first text, bound) in real seconds after its event, positions by the order the bot
-    showed its first sign (else by its model call). The bound is what the posting limit allows the k-th answer: its
-    first text is ready (its model's first token), and k posts fit since the first answer's text was (the burst at
-    once, the rest at the limit's rate); plus what a lone answer takes from token to text (`overhead_s`)."""
+    showed its first sign (else by its model call). The bound is what the posting limits allow the k-th answer (the
+    platform's, and the bot's own budget as it stood when the burst came: the slower): its first text is ready (its
+    model's first token), and k posts fit since the first answer's text was; plus what a lone answer takes from token
+    to text (`overhead_s`)."""
     def arrived(probe: Probe) -> float:
         sign = reading.first_sign_at(probe)
         return sign if sign is not None else probe.model_started_at
@@ -147,7 +160,7 @@ def position_ratios(reading: Reading, probes: list[Probe], *, burst: int, rate_p
     for position, probe in enumerate(ordered, start=1):
         first = reading.first_text_at(probe)
         first_s = (first - probe.sent_at) if first is not None else math.inf
-        posting_s = max(0, position - burst) / rate_per_slack_s * time_scale
+        posting_s = max(limit.seconds_for(position) for limit in limits) * time_scale
         bound = max(probe.model_first_token_at, first_ready + posting_s) + overhead_s - probe.sent_at
         out.append((position, first_s, bound))
     return out
