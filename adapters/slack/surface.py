@@ -12,6 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Priority, StreamLimits
+from adapters.streaming.transport import LiveText
 from core.approvals import ApprovalView
 from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
@@ -174,8 +175,10 @@ class SlackSurface:
         for message_id, text in list(buttons.with_feedback.items()):
             if message_id != last:
                 await self._redraw(message_id, text, feedback=None)
-        if last not in buttons.with_feedback and last in buttons.shown:
-            await self._redraw(last, buttons.shown[last], feedback=run_id)
+        # Only over a final text: a message still showing a live update waits for the outbox, whose edit adds them.
+        shown = buttons.shown.get(last)
+        if last not in buttons.with_feedback and shown is not None and not isinstance(shown, LiveText):
+            await self._redraw(last, shown, feedback=run_id)
 
     async def _redraw(self, message_id: str, text: str, *, feedback: str | None) -> None:
         content = answer_content(text, feedback=feedback)
