@@ -31,7 +31,7 @@ from tests.emulators.slack import SlackEmulator, app_mention_event, workspace_po
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
 
-from bench.slack_stream_support import Limit, Probe, Reading, percentile, position_ratios, target, wait_until
+from bench.slack_stream_support import Limit, Probe, Reading, how_first_text_came, percentile, position_ratios, target, wait_until
 
 # A Slack minute lasts 12 real seconds. Slack time is compressed, the process's own work is not: at
 # 0.05 the CPU time of 100 concurrent answers counted twenty-fold in Slack seconds and showed up as a
@@ -262,7 +262,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
     overhead_s = (read.first_text_at(single) or math.nan) - single.model_first_token_at
     platform_limit = Limit(burst=cap.burst, per_slack_s=rate_per_slack_s)
     ratios = position_ratios(read, many, limits=(platform_limit, own_limit), overhead_s=overhead_s, time_scale=TIME_SCALE)
-    position, first_s, bound_s = max(ratios, key=lambda r: r[1] / r[2])
+    position, first_s, bound_s, worst_probe = max(ratios, key=lambda r: r[1] / r[2])
     worst = first_s / bound_s
     print(f"  worst answer against the bound of its position: the {position}th showed its first text after "
           f"{slack_and_real(first_s)}, bound {slack_and_real(bound_s)} (its model's first token, or its position's posts "
@@ -270,6 +270,12 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
           f"{own_limit.burst:g}, {60 * own_limit.per_slack_s:.0f}/min), the slower — plus a lone answer's "
           f"{1000 * overhead_s:.0f} ms real from token to text); ratio "
           f"{worst:.2f} (target ≤ {POSITION_RATIO_TARGET:g}): {target(worst <= POSITION_RATIO_TARGET)}")
+    print(f"    that answer: {how_first_text_came(read, worst_probe)}")
+    queued = [r for r in ratios if r[0] > own_limit.burst]
+    if queued:
+        q_position, q_first, q_bound, _ = max(queued, key=lambda r: r[1] / r[2])
+        print(f"    past the bot's burst (where the queue decides): worst the {q_position}th, {slack_and_real(q_first)} "
+              f"against {slack_and_real(q_bound)}, ratio {q_first / q_bound:.2f}")
     print(f"{CONCURRENT_ANSWERS} answers: final text after the model's last token p50 {slack_and_real(percentile(finals, 50))}, "
           f"p95 {slack_and_real(percentile(finals, 95))}")
     complete = sum(read.delivered(p) for p in many)

@@ -143,9 +143,24 @@ class Limit:
         return max(0.0, calls - self.burst) / self.per_slack_s
 
 
+def how_first_text_came(reading: Reading, probe: Probe) -> str:
+    """A few words on the answer's first message: when it was posted and with what, and how its text came."""
+    messages = sorted(reading.bot_messages(probe), key=lambda m: m.posted_at_s)
+    if not messages:
+        return "no message"
+    first = messages[0]
+    shown = "a stream" if first.stream is not None else ("its text" if "Answer for" in (first.posted_text or "")
+                                                         else repr((first.posted_text or "")[:24]))
+    line = f"first message posted {first.posted_at_s - probe.sent_at:.2f} s real after the event, showing {shown}"
+    if first.stream is None and "Answer for" not in (first.posted_text or ""):
+        edits = [e for e in first.edits if any("Answer for" in t for t in _texts(e.text, e.blocks))]
+        line += f"; text by chat.update {edits[0].at_s - probe.sent_at:.2f} s real" if edits else "; no text edit"
+    return line + f"; model's first token {probe.model_first_token_at - probe.sent_at:.2f} s real"
+
+
 def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
-                    time_scale: float) -> list[tuple[int, float, float]]:
-    """Each answer's (position, first text, bound) in real seconds after its event, positions by the order the bot
+                    time_scale: float) -> list[tuple[int, float, float, Probe]]:
+    """Each answer's (position, first text, bound, probe) in real seconds after its event, positions by the order the bot
     showed its first sign (else by its model call). The bound is what the posting limits allow the k-th answer (the
     platform's, and the bot's own budget as it stood when the burst came: the slower): its first text is ready (its
     model's first token), and k posts fit since the first answer's text was; plus what a lone answer takes from token
@@ -162,7 +177,7 @@ def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limi
         first_s = (first - probe.sent_at) if first is not None else math.inf
         posting_s = max(limit.seconds_for(position) for limit in limits) * time_scale
         bound = max(probe.model_first_token_at, first_ready + posting_s) + overhead_s - probe.sent_at
-        out.append((position, first_s, bound))
+        out.append((position, first_s, bound, probe))
     return out
 
 
