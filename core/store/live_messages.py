@@ -96,6 +96,8 @@ class LiveMessages:
                 " SELECT m.ctid FROM live_messages m LEFT JOIN process_heartbeats h ON h.owner = m.owner"
                 " WHERE m.platform = %s AND m.owner <> %s"
                 " AND (h.owner IS NULL OR h.seen_at < now() - make_interval(secs => %s))"
+                # Never one of a kept final, even if its owner went stale only after the delete above had looked.
+                " AND NOT (m.answer_id <> '' AND EXISTS (SELECT 1 FROM pending_finals f WHERE f.answer_id = m.answer_id))"
                 " FOR UPDATE OF m SKIP LOCKED)"
                 f" RETURNING {_FIELDS}, answer_id, started_at",
                 (self.owner, platform, self.owner, self._stale_after_s),

@@ -65,3 +65,32 @@ async def test_a_post_intent_of_a_final_another_process_delivered_is_not_repaire
     repairer = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="repairer"))
     assert await repairer.repair_leftovers(shown) == 0
     assert shown.written == {}, "a delivered part gets no note"
+
+
+async def test_a_record_of_a_kept_final_is_never_claimed_even_if_its_owner_went_stale_meanwhile(db: Database) -> None:
+    """take_all drops the orphans of kept finals, then claims the rest, in two statements: an owner found stale only by
+    the second (its heartbeat went stale between them) had its record claimed and repaired, note and all, although
+    the outbox holds its final (seen in a 3,000-schedule sweep)."""
+    place = {"platform": "test", "workspace": "W", "channel": "C-stale-between"}
+    await LiveMessages(db, owner="going-stale").add(LiveMessage(**place, message_id="5"), answer_id="a-race")
+    await PendingFinals(db, owner="going-stale").keep(PendingFinal(**place, answer_id="a-race", thread="", parts=(
+        FinalPart(text="The kept answer, whole.", message_id="5"),)))
+    async with db.connection() as conn:
+        # The owner's heartbeat goes stale right after the first statement, as a process dying then would leave it.
+        await conn.execute(
+            "CREATE OR REPLACE FUNCTION stale_between() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " UPDATE process_heartbeats SET seen_at = now() - interval '1 hour' WHERE owner = 'going-stale';"
+            " RETURN NULL; END $$"
+        )
+        await conn.execute("CREATE TRIGGER stale_between AFTER DELETE ON live_messages"
+                           " FOR EACH STATEMENT EXECUTE FUNCTION stale_between()")
+    try:
+        repairer = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="racing-repairer"))
+        shown = FindingShown({"5": "The kept answer, whole."}, keys={})
+        assert await repairer.repair_leftovers(shown) == 0
+        assert shown.written == {}, "the outbox finishes it"
+    finally:
+        async with db.connection() as conn:
+            await conn.execute("DROP TRIGGER stale_between ON live_messages")
+    await PendingFinals(db, owner="going-stale").delivered("a-race")
+    assert await records(db, "C-stale-between") == []
