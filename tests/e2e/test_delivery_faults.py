@@ -70,6 +70,8 @@ REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("slack", 336, None), ("slack", 823, None), ("discord", 719, None),
     # repair-overwrites-kept-final (another schedule's process delivered the kept final, then repair took its intent)
     ("slack", 73, None), ("slack", 864, None), ("slack", 103, None), ("slack", 149, None),
+    # the same, an owner gone stale between take_all's delete of a kept final's orphans and its claim
+    ("slack", 288, None), ("slack", 709, None),
     # note-on-an-earlier-part (a part found whatever it shows; the note on an answer's last message only)
     ("discord", 91, None), ("discord", 896, None), ("discord", 981, None), ("discord", 694, None), ("discord", 941, None),
     # kept-part-lost-after-crash (not lost: discord.py's own re-sends of an edit outlasted the settle limit)
