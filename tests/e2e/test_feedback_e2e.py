@@ -84,7 +84,9 @@ async def test_slack_votes_a_reason_in_a_modal_and_a_changed_vote_are_stored_and
         openai_emulator.script(Text(ANSWER, chunk_chars=5, delay_s=0.01))
         event = mention(slack, CHANNEL, QUESTION)
         await slack.deliver_event(bot.url, event)
-        assert await eventually(lambda: feedback_message(slack, event["ts"]) is not None)
+        # 👍/👎 come with the final text; the sources reply follows it.
+        assert await eventually(lambda: feedback_message(slack, event["ts"]) is not None
+                                and len(bot_replies(slack, CHANNEL, event["ts"])) == 2)
         # On the answer's own message (under its text, a markdown block), above the sources reply.
         answer, sources = bot_replies(slack, CHANNEL, event["ts"])
         assert answer.text == ANSWER and sources.text.startswith("*Sources*") and feedback_message(slack, event["ts"]) is answer
