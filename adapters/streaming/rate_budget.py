@@ -159,15 +159,15 @@ class RateBudget:
 
     `acquire` returns at once while tokens last and no one is queued; otherwise waiters are served
     as tokens refill: every waiting FINAL first, then FIRST, each by its answer's age (the oldest answer
-    first: `since`, see `answer_context`; a FIRST of an answer older than the oldest FINAL's goes before it,
-    both being first texts), then INTERMEDIATE round-robin across requester keys, so no answer
-    starves and a call asked again (after a 429, a deadline) is not sent to the back. An intermediate edit is granted only while
-    `FINAL_RESERVE_CALLS` stay in the bucket after it, so a final never waits behind the streaming
-    edits that spent its call. One bounded exception: a final that
-    replaces text already shown lets first texts (finals that are an answer's first text, and
-    FIRST requests) of answers up to `SHOWN_TEXT_FINAL_DEFER_S` younger than its own go ahead, so a burst of
-    answers shows every answer's first text before it polishes the ones already showing. A waiter can be promoted to FINAL while it waits (its answer ended).
-    `penalize` (on a 429) pauses the whole bucket.
+    first: `since`, see `answer_context`; a FIRST of an answer older than the oldest FINAL's goes before
+    it, both being first texts), then INTERMEDIATE round-robin across requester keys, so no answer
+    starves and a call asked again (after a 429, a deadline) is not sent to the back. An intermediate
+    edit is granted only while `FINAL_RESERVE_CALLS` stay in the bucket after it, so a final never waits
+    behind the streaming edits that spent its call. One bounded exception: a final that replaces text
+    already shown lets first texts (finals that are an answer's first text, and FIRST requests) of
+    answers up to `SHOWN_TEXT_FINAL_DEFER_S` younger than its own go ahead, so a burst of answers shows
+    every answer's first text before it polishes the ones already showing. A waiter can be promoted to
+    FINAL while it waits (its answer ended). `penalize` (on a 429) pauses the whole bucket.
 
     `parent`: a wider limit this one also counts against (Slack's workspace-wide chat.postMessage
     over each channel's, Discord's per-bot global limit over each channel's): every call takes a
