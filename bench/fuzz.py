@@ -142,22 +142,24 @@ async def run(seed: int, scale: float) -> int:
                 bodies = [hostile.body(route) for _ in range(_n(BODIES_PER_ROUTE, scale))]
                 await asyncio.gather(*(_post(http, limit, tally, base, route, body, secret) for body in bodies))
                 print(f"  {route}: {len(bodies)} bodies, {_statuses(tally.statuses.get(route))} "
-                      f"({time.monotonic() - phase:.0f} s)", flush=True)
+                      f"({time.monotonic() - phase:.0f} s, {rss.describe()})", flush=True)
             tool_bodies = [Body(raw=json.dumps({"question": f"{TOOL_ARGS_MARKER}{index} please check {url}",
                                                 "agent": "agentic"}).encode())
                            for index, (_, _, url) in enumerate(tool_sets)]
             await asyncio.gather(*(_post(http, limit, tally, base, "/api/answer", body, secret, where="tool arguments")
                                    for body in tool_bodies))
             print(f"  tool arguments: {len(tool_bodies)} sets, {_statuses(tally.statuses.get('tool arguments'))} "
-                  f"({time.monotonic() - phase:.0f} s)", flush=True)
+                  f"({time.monotonic() - phase:.0f} s, {rss.describe()})", flush=True)
             await asyncio.gather(*(_slack_event(http, limit, tally, slack, base, hostile, index)
                                    for index in range(_n(SLACK_EVENTS, scale))))
             print(f"  slack: {_n(SLACK_EVENTS, scale)} events, {_statuses(tally.statuses.get('slack'))} "
-                  f"({time.monotonic() - phase:.0f} s)", flush=True)
+                  f"({time.monotonic() - phase:.0f} s, {rss.describe()})", flush=True)
             await asyncio.gather(*(_discord_message(limit, tally, discord_side, hostile, index)
                                    for index in range(_n(DISCORD_EVENTS, scale))))
-            print(f"  discord: {_n(DISCORD_EVENTS, scale)} messages ({time.monotonic() - phase:.0f} s)", flush=True)
+            print(f"  discord: {_n(DISCORD_EVENTS, scale)} messages ({time.monotonic() - phase:.0f} s, {rss.describe()})",
+                  flush=True)
             await _settle(model)
+            print(f"  settled ({time.monotonic() - phase:.0f} s, {rss.describe()})", flush=True)
             lag_after = await lag_buckets(process.port)
             alive = await process.healthy()
         await rss.stop()

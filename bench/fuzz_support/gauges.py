@@ -99,6 +99,10 @@ class RssSampler:
         self.baseline_mb = self.read_mb()
         self.peak_mb = max(self.peak_mb, self.baseline_mb)
 
+    def describe(self) -> str:
+        """Where the resident set is now and its peak, for a phase's line: which phase grew the process."""
+        return f"RSS {self.read_mb():.0f} MB, peak {self.peak_mb:.0f} MB"
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._sample())
 

@@ -10,6 +10,7 @@ from urllib.robotparser import RobotFileParser
 
 from yarl import URL
 
+from core.cpu_work import in_worker
 from core.retrieval.loaders import LoadedDocument, document_from_fetch
 from core.retrieval.site_links import normalise, page_links, parse_sitemap, same_site
 from core.retrieval.url_guard import ALLOWED_CONTENT_TYPES, USER_AGENT, FetchedResource, FetchError, fetch_url
@@ -162,6 +163,6 @@ async def crawl(
                     queue.append((link, depth + 1))
         try:
             # trafilatura only ever sees the body fetched here: it never fetches anything itself.
-            yield await asyncio.to_thread(document_from_fetch, resource)
+            yield await in_worker(document_from_fetch, resource)
         except FetchError as error:
             yield CrawlSkip(uri=str(url), reason=str(error), keep=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import hashlib
 import io
@@ -14,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from yarl import URL
 
+from core.cpu_work import in_worker
 from core.retrieval.html_text import sniff_html_charset
 from core.retrieval.main_content import extract_main_content
 from core.retrieval.office import CONVERTERS as OFFICE_CONVERTERS
@@ -332,4 +332,4 @@ async def load_url(
         url, allow_private=allow_private, allowed_networks=allowed_networks, max_bytes=max_bytes, timeout_s=timeout_s
     )
     # PDF parsing and HTML extraction are CPU work; keep them off the event loop.
-    return await asyncio.to_thread(document_from_fetch, resource)
+    return await in_worker(document_from_fetch, resource)

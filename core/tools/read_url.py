@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import html
 import re
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from yarl import URL
 
+from core.cpu_work import in_worker
 from core.events import SourceItem
 from core.retrieval.loaders import LoadedDocument, document_from_fetch
 from core.retrieval.url_guard import FetchError, fetch_url
@@ -167,7 +167,7 @@ async def _fetch(url: str, config: ReadUrlConfig) -> _Read:
             cut_text=True,
         )
         # HTML extraction and PDF or Office parsing are CPU work; keep them off the event loop.
-        document = await asyncio.to_thread(document_from_fetch, resource)
+        document = await in_worker(document_from_fetch, resource)
     except FetchError as error:
         raise ToolError(str(error)) from None
     return _Read(document=document, cut_at_bytes=config.max_bytes if resource.truncated else None)
