@@ -81,6 +81,7 @@ class Bench:
         self.url = url
         self.probes: dict[str, Probe] = {}
         self.read = Reading(slack)
+        self.redelivered = 0  # events Slack had to send again (not acked in time)
         openai.script_fn(self._reply)
 
     def _reply(self, body: dict[str, Any]) -> Text:
@@ -100,9 +101,11 @@ class Bench:
         probe.question_ts = ts
         event = app_mention_event(text=text, user=USER, channel=channel, ts=ts, team_id=self.slack.team_id)
         probe.sent_at = time.monotonic()
-        delivery = await self.slack.deliver_event(self.url, event)
-        assert delivery.status == 200
-        return delivery.latency_s
+        # As Slack delivers: an event the app did not ack in time comes again (the bot takes it once).
+        deliveries = await self.slack.deliver_event_until_taken(self.url, event)
+        assert deliveries[-1].status == 200, deliveries
+        self.redelivered += len(deliveries) - 1
+        return deliveries[0].latency_s if deliveries[0].status else math.inf
 
     async def wait_all(self, probes: list[Probe], inflight: Any) -> None:
         """Until every answer's final text is there and the adapter has nothing in flight (its trailing calls done)."""
@@ -300,6 +303,8 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
         print(f"native streaming: {counts.native} answers streamed natively ({counts.fell_back} of them fell back to "
               f"post+update mid-answer: {counts.reasons or 'none'}), {counts.post_update} used post+update from the start "
               f"(a chat.startStream is Tier 2: under load most answers post and update)")
+    if bench.redelivered:
+        print(f"events Slack sent again (not acked within its timeout): {bench.redelivered}")
     print(f"ack latency for a burst of {CONCURRENT_ANSWERS} events at once: p50 {1000 * percentile(list(burst_acks), 50):.1f} ms, "
           f"p99 {1000 * percentile(list(burst_acks), 99):.1f} ms")
 
