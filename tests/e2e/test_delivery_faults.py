@@ -84,7 +84,8 @@ PLAY_LIMIT_S = 30.0
 SETTLE_LIMIT_S = 10.0
 # discord.py itself re-sends a request answered 5xx (an edit: our transport ends its loop for a POST), up to 5 tries
 # in all, sleeping 1 + 2·tries real seconds after each (discord/http.py), which the emulator's time scale does not
-# shorten: a schedule's faults (at most 5) can hold one delivery that long, so Discord's settle limit allows for it.
+# shorten: a schedule's faults (at most 5) can hold one delivery or repair that long (in this schedule's process, or
+# in another schedule's that claimed its final), so Discord's settle limits allow for it.
 DISCORD_PY_RESENDS_S = 1.0 + 3.0 + 5.0 + 7.0 + 9.0
 SETTLE_IDLE_S = 3.0  # this long with nothing changed: what is left stays
 # At most this many words of a part may be missing after a message repair cut short to fit the note.
@@ -190,6 +191,7 @@ class World:
     new_process: Callable[[str], Awaitable[Process]]
     shown: Callable[[str, str], list[str]]
     settle_limit_s: float = SETTLE_LIMIT_S
+    settle_idle_s: float = SETTLE_IDLE_S
 
     async def process_db(self, name: str) -> Database:
         db = Database(url=f"{self.database_url}&application_name={name}", data_dir=self.data_dir, max_size=3)
@@ -318,7 +320,7 @@ async def run_schedule(world: World, schedule: Schedule) -> Result:
         deadline = time.monotonic() + world.settle_limit_s
         later: Process | None = None
         seen, changed_at = (0, 0), time.monotonic()
-        while time.monotonic() < min(deadline, changed_at + SETTLE_IDLE_S):
+        while time.monotonic() < min(deadline, changed_at + world.settle_idle_s):
             left = await leftovers(world.admin, world.platform, channel)
             if not any(left):
                 break
@@ -592,6 +594,7 @@ async def discord_world_on(db: Database, database_url: str, tmp_path: Path) -> A
                 time_scale=DISCORD_TIME_SCALE, part_chars=discord_render.MAX_CONTENT_CHARS, note=wording.interrupted(),
                 new_place=new_place, new_process=new_process, shown=shown,
                 settle_limit_s=SETTLE_LIMIT_S + DISCORD_PY_RESENDS_S,
+                settle_idle_s=SETTLE_IDLE_S + DISCORD_PY_RESENDS_S,
             )
             yield world
 
