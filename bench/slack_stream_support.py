@@ -155,7 +155,9 @@ def how_first_text_came(reading: Reading, probe: Probe) -> str:
     if first.stream is None and "Answer for" not in (first.posted_text or ""):
         edits = [e for e in first.edits if any("Answer for" in t for t in _texts(e.text, e.blocks))]
         line += f"; text by chat.update {edits[0].at_s - probe.sent_at:.2f} s real" if edits else "; no text edit"
-    return line + f"; model's first token {probe.model_first_token_at - probe.sent_at:.2f} s real"
+    calls = ", ".join(f"{c.method} {c.at_s - probe.sent_at:.2f}" + ("" if c.status == 200 and c.error is None else f" ({c.status} {c.error})")
+                      for c in reading.calls(probe))
+    return line + f"; model's first token {probe.model_first_token_at - probe.sent_at:.2f} s real; its calls (s real): {calls}"
 
 
 def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
