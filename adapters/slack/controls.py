@@ -63,14 +63,22 @@ def run_of(message: dict[str, Any]) -> str | None:
     return None
 
 
-def answer_content(text: str, *, stop: str | None = None, feedback: str | None = None) -> dict[str, Any]:
+def answer_content(
+    text: str, *, stop: str | None = None, feedback: str | None = None, whole: bool = False,
+) -> dict[str, Any]:
     """One answer message as Slack is sent it: its Markdown alone (`markdown_text`), or, with a button, a
     `markdown` block (Slack renders it as `markdown_text`; 12,000 characters, far above the 4,000 an answer
-    message holds) and the buttons under it, with the same text as the notification's fallback. A
-    message once given blocks is always sent whole, so an edit without buttons drops them."""
-    rendered = markdown_text(text)
-    buttons = stop_blocks(stop) if stop else feedback_blocks(feedback) if feedback else []
-    if not buttons:
+    message holds) and the buttons under it, with the same text as the notification's fallback.
+
+    `whole`: the message may carry blocks already (a button it was sent with): it is sent as blocks even
+    without a button, since an edit that names no blocks may leave a message's old ones in place."""
+    return shown_as(markdown_text(text), buttons=stop_blocks(stop) if stop else feedback_blocks(feedback) if feedback else [],
+                    whole=whole)
+
+
+def shown_as(rendered: str, *, buttons: list[dict[str, Any]], whole: bool) -> dict[str, Any]:
+    """The arguments that show `rendered` (Markdown as Slack is sent it) with `buttons` under it."""
+    if not buttons and not whole:
         return {"markdown_text": rendered}
     return {"text": rendered, "blocks": [{"type": "markdown", "text": rendered}, *buttons]}
 
@@ -85,14 +93,18 @@ class AnswerButtons:
         self.feedback: str | None = None  # the run whose 👍/👎 final texts carry
         self.with_feedback: dict[str, str] = {}  # message → the text it was last sent with 👍/👎
         self.shown: dict[str, str] = {}  # message → the text it was last sent
+        self.blocked: set[str] = set()  # messages once sent with blocks: sent whole from then on
 
     def content(self, message_id: str | None, text: str) -> dict[str, Any]:
         live = isinstance(text, LiveText)
-        return answer_content(text, stop=self.stop if live else None, feedback=None if live else self.feedback)
+        return answer_content(text, stop=self.stop if live else None, feedback=None if live else self.feedback,
+                              whole=message_id in self.blocked)
 
     def sent(self, message_id: str, text: str, content: dict[str, Any]) -> None:
         """What a post or an edit that arrived carried."""
         self.shown[message_id] = text
+        if content.get("blocks"):
+            self.blocked.add(message_id)
         if any(block.get("type") == "context_actions" for block in content.get("blocks") or ()):
             self.with_feedback[message_id] = text
         else:

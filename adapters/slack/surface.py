@@ -18,7 +18,7 @@ from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
 
 from .buttons import approval_blocks, approval_text, page_starts
-from .controls import AnswerButtons, answer_content, run_of
+from .controls import AnswerButtons, answer_content, run_of, shown_as
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
 from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part, part_metadata
 from .working import SignPlace, SlackSigns, WorkingSign
@@ -181,7 +181,7 @@ class SlackSurface:
             await self._redraw(last, shown, feedback=run_id)
 
     async def _redraw(self, message_id: str, text: str, *, feedback: str | None) -> None:
-        content = answer_content(text, feedback=feedback)
+        content = answer_content(text, feedback=feedback, whole=True)
         await self._surfaces.update_paced(self.target.team_id, self.target.channel, message_id, **content)
         self._buttons.sent(message_id, text, content)
 
@@ -243,7 +243,9 @@ class SlackShownMessages:
         return None if found is None else str(found.get("text") or "")
 
     async def replace_shown(self, message: LiveMessage, text: str) -> None:
-        await self._surfaces.update_paced(message.workspace, message.channel, message.message_id, markdown_text=text)
+        # Sent whole: the Stop button a live update carried goes with it.
+        await self._surfaces.update_paced(message.workspace, message.channel, message.message_id,
+                                          **shown_as(text, buttons=[], whole=True))
 
     async def find_post(self, message: LiveMessage, key: str, *, since: float) -> str | None:
         """Implements adapters.answers.PostFinder: the message a post of `key` attempted at `since` made, or None."""
@@ -291,7 +293,8 @@ class SlackFinalDelivery:
         """The part's final text, whole: a Stop button a live update left goes; the last part gets 👍/👎."""
         last = final.parts[-1]
         feedback = await self._feedback(final) if last.message_id in (None, message_id) and last.text == text else None
-        await self._surfaces.update_paced(final.workspace, final.channel, message_id, **answer_content(text, feedback=feedback))
+        await self._surfaces.update_paced(final.workspace, final.channel, message_id,
+                                          **answer_content(text, feedback=feedback, whole=True))
 
     async def _feedback(self, final: PendingFinal) -> str | None:
         """The run a kept final's 👍/👎 name: read from the buttons of its latest message (the one being written

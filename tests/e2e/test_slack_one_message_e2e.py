@@ -219,7 +219,9 @@ async def test_without_feedback_buttons_the_final_text_carries_no_buttons(
         assert await eventually(lambda: any(stop_button(m) for m in bot_replies(slack, CHANNEL, event["ts"])))
         assert await eventually(lambda: bot.adapter.inflight_answers == 0, limit_s=30)
         [answer] = bot_replies(slack, CHANNEL, event["ts"])
-        assert answer.text.strip() == STORY[:2000].strip() and answer.blocks is None and answer.markdown
+        # Sent whole once it had a button: its Markdown alone, as a markdown block.
+        assert answer.text.strip() == STORY[:2000].strip() and answer.markdown
+        assert answer.blocks == [{"type": "markdown", "text": answer.text}]
     finally:
         await bot.stop()
 
