@@ -27,6 +27,8 @@ STATUS_REFUSALS = frozenset({
 })
 REACTION_REFUSALS = frozenset({"missing_scope", "not_allowed_token_type", "no_permission", "team_access_not_granted"})
 REFUSED_RETRY_S = 3600.0
+# Real seconds the end of an answer waits for its sign's call still under way; past them it is given up.
+SHOW_WAIT_S = 5.0
 
 Shown = Literal["none", "status", "reaction"]
 
@@ -83,7 +85,10 @@ class WorkingSign:
         task = self._task
         if task is None:
             return
-        await asyncio.wait({task})
+        await asyncio.wait({task}, timeout=SHOW_WAIT_S)
+        if not task.done():
+            task.cancel()  # a call that hangs is given up: the answer's end is not held for a sign
+            await asyncio.wait({task})
         place, web = self.place, self._signs.web
         try:
             if self.shown == "reaction":
@@ -97,22 +102,23 @@ class WorkingSign:
         self.shown = "none"
 
     async def _show(self) -> None:
-        if await self._status():
-            self.shown = "status"
-        elif await self._reaction():
-            self.shown = "reaction"
+        # `shown` is set before each call: one cut off by the end (its outcome unknown) is taken away all the same.
+        if not await self._status():
+            await self._reaction()
 
     async def _status(self) -> bool:
         place, signs = self.place, self._signs
         # A status lives in a thread; a DM's top-level answer has none, so its question gets the reaction.
         if not place.thread_ts or not signs.allowed(place.team_id, "status"):
             return False
+        self.shown = "status"
         try:
             await signs.web.now(
                 place.team_id, "assistant.threads.setStatus", channel_id=place.channel, thread_ts=place.thread_ts,
                 status=wording.assistant_thinking(), loading_messages=list(LOADING_MESSAGES),
             )
         except Exception as exc:
+            self.shown = "none"
             code = _code(exc)
             if code in STATUS_REFUSALS:
                 signs.refuse(place.team_id, "status", code)
@@ -125,10 +131,12 @@ class WorkingSign:
         place, signs = self.place, self._signs
         if not place.question_ts or not signs.allowed(place.team_id, "reaction"):
             return False
+        self.shown = "reaction"
         try:
             await signs.web.now(place.team_id, "reactions.add", channel=place.channel, timestamp=place.question_ts,
                                 name=REACTION)
         except Exception as exc:
+            self.shown = "none"
             code = _code(exc)
             if code in REACTION_REFUSALS:
                 signs.refuse(place.team_id, "reaction", code)
