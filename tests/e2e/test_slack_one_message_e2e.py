@@ -16,6 +16,7 @@ from core.store.db import Database
 from tests.e2e.slack_harness import ALICE, BOB, bot_replies, dm, eventually, mention, start_bot
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
+from tests.emulators.slack.limits import CallFault
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -265,3 +266,24 @@ async def test_a_final_the_outbox_delivers_drops_stop_and_carries_feedback(
     finally:
         await restarted.stop()
 
+
+
+async def test_a_status_call_that_hangs_holds_neither_the_answer_nor_its_end(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    # Slack does the work and answers only after 16 s (past every wait below): the answer goes on beside it, and ends without it.
+    slack.fault_plan = lambda method, params: (
+        CallFault(kind="slow_reply", delay_s=16.0) if method == "assistant.threads.setStatus" else None
+    )
+    bot = await start_bot(db, slack, openai_emulator.base_url, feedback_buttons=True)
+    try:
+        openai_emulator.script(Text(ANSWER, chunk_chars=5, delay_s=0.02))
+        event = mention(slack, CHANNEL, "what do deploys need?")
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: any(feedback_of(m) for m in bot_replies(slack, CHANNEL, event["ts"])))
+        assert [m.text for m in bot_replies(slack, CHANNEL, event["ts"])] == [ANSWER]
+        assert await eventually(lambda: bot.adapter.inflight_answers == 0, limit_s=10)
+    finally:
+        slack.fault_plan = None
+        await bot.stop()
