@@ -79,9 +79,13 @@ _WARM_UP_PAGE = (
     + "</main><footer>Footer</footer></body></html>"
 )
 
+_WARM_UP_SHORT_PAGE = "<html><body><div>Short text here.</div></body></html>"
+
 
 def warm_up() -> None:
     """Loads trafilatura and what its first extraction builds (lxml, language and date tables) at start, in a
     worker thread: the first page a question reads then neither imports it on the event loop's time nor grows
     the process by ~40 MB mid-answer."""
     extract_main_content(_WARM_UP_PAGE, url="https://example.com/warm-up")
+    # A page too short to trust takes the fallback extractors, whose word lists (~8 MB) load on first use.
+    extract_main_content(_WARM_UP_SHORT_PAGE, url="https://example.com/warm-up-short")
