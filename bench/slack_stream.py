@@ -8,7 +8,7 @@ a reaction, or a message), the worst answer's first text against the bound of it
 answer of the burst was complete with no control posted after it ended; each target line ends in "ok" or
 "MISSES TARGET".
 
-Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream [--only told|unset|native]
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream [--only told|unset|native] [--time-scale 0.5]
 """
 
 from __future__ import annotations
@@ -312,4 +312,9 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(RUNS), help="run one of the three bursts")
-    asyncio.run(main(parser.parse_args().only))
+    parser.add_argument("--time-scale", type=float, default=TIME_SCALE,
+                        help=f"real seconds per Slack second (default {TIME_SCALE:g}; larger counts the process's own "
+                             "CPU time less in Slack seconds, and takes longer)")
+    arguments = parser.parse_args()
+    TIME_SCALE = arguments.time_scale
+    asyncio.run(main(arguments.only))
