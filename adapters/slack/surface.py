@@ -20,7 +20,7 @@ from core.ports import LiveMessage, PendingFinal
 from .buttons import approval_blocks, approval_text, page_starts
 from .controls import AnswerButtons, answer_content, run_of, shown_as
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
-from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part, part_metadata
+from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part
 from .working import SignPlace, SlackSigns, WorkingSign
 
 logger = logging.getLogger(__name__)
@@ -292,7 +292,9 @@ class SlackFinalDelivery:
     async def edit_part(self, final: PendingFinal, message_id: str, text: str) -> None:
         """The part's final text, whole: a Stop button a live update left goes; the last part gets 👍/👎."""
         last = final.parts[-1]
-        feedback = await self._feedback(final) if last.message_id in (None, message_id) and last.text == text else None
+        # Read before this edit, whichever part it is: it may take away the Stop that names the run.
+        run = await self._feedback(final)
+        feedback = run if last.message_id in (None, message_id) and last.text == text else None
         await self._surfaces.update_paced(final.workspace, final.channel, message_id,
                                           **answer_content(text, feedback=feedback, whole=True))
 
@@ -318,12 +320,34 @@ class SlackFinalDelivery:
         return self._runs[final.answer_id]
 
     async def find_part(self, final: PendingFinal, index: int, *, since: float) -> str | None:
-        """The part already posted (a post attempted at `since`, epoch seconds, whose outcome nobody saw), or None."""
-        found = await self._surfaces.web.find(
-            team_id=final.workspace, channel=final.channel, thread_ts=final.thread or None,
-            metadata=part_metadata(f"{final.answer_id}:{index}"), since=since,
+        """The part already posted (a post attempted at `since`, epoch seconds, whose outcome nobody saw), or None.
+
+        By its metadata; failing that, a native stream never stopped (it has none yet) that shows the start of
+        the part: the caller's edit finishes it, where a post would set the part beside the cut-short stream."""
+        key = f"{final.answer_id}:{index}"
+        native = getattr(self._surfaces, "native", None)
+        live: set[str] = native.live_streams if native is not None else set()
+        rendered = markdown_text(final.parts[index].text).lstrip()
+        streams: list[str] = []  # unstopped streams showing the part's start, in order
+
+        def made(found: dict[str, Any]) -> bool:
+            if is_part(found, key):
+                return True
+            # Every other message of ours carries metadata; a stream this process is still writing is another
+            # answer's, the thread's root is the question, and one whose text is not the part's start (or is
+            # empty, which proves nothing) may be anyone's.
+            ts, shown = str(found.get("ts") or ""), str(found.get("text") or "").strip()
+            if (found.get("bot_id") and "metadata" not in found and ts not in live and ts != final.thread
+                    and shown and rendered.startswith(shown)):
+                streams.append(ts)
+            return False
+
+        found = await self._surfaces.web.find_where(
+            team_id=final.workspace, channel=final.channel, thread_ts=final.thread or None, since=since, match=made,
         )
-        return None if found is None else str(found["ts"])
+        if found is None:
+            return streams[0] if streams else None
+        return str(found["ts"])
 
 
 async def read_message(web: SlackWeb, *, team_id: str, channel: str, thread: str, ts: str) -> dict[str, Any] | None:

@@ -60,14 +60,7 @@ ONLY_SEEDS = [int(seed) for seed in os.environ.get("FAULT_SEEDS", "").split(",")
 # (Result.known_bug) is counted and printed, not failed; its regression seeds below are strict xfails.
 # Bugs this test found and that are not fixed yet, by name: a failure they explain is counted and printed, not
 # failed; any other failure fails the sweep. Each is open work (issue 20), rare (a few in 1,000 schedules).
-KNOWN_BUGS: dict[str, str] = {
-    "kept-native-stream-posted-beside": (
-        "Slack, a native stream whose unseen start was found and was being stopped with its part's metadata when its"
-        " process died (slack seed 805, about 1 in 1,000): the stream has no metadata, so the outbox's look-up of the"
-        " kept part (SlackFinalDelivery.find_part, adapters/slack/surface.py) misses it and posts the part beside the"
-        " cut-short stream; tests/e2e/test_kept_native_stream.py is its strict xfail"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 # Seeds that once failed, with the known bug they show (None: fixed, or a bug of this test): run alone every time.
 REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("slack", 95, None), ("slack", 170, None), ("slack", 200, None), ("slack", 217, None),
@@ -83,6 +76,8 @@ REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("discord", 91, None), ("discord", 896, None), ("discord", 981, None), ("discord", 694, None), ("discord", 941, None),
     # kept-part-lost-after-crash (not lost: discord.py's own re-sends of an edit outlasted the settle limit)
     ("discord", 424, None),
+    # kept-native-stream-posted-beside (a kept part's native stream, never stopped, found by its text and finished)
+    ("slack", 805, None),
 ]
 CONCURRENT_SCHEDULES = 12
 SLACK_TIME_SCALE = 0.01  # a Slack minute lasts 0.6 s; the bot's budgets run on the same scale
@@ -223,8 +218,7 @@ class Result:
         """The known bug (KNOWN_BUGS) that explains this failure, from what the run left as evidence."""
         if self.problem is None:
             return None
-        if self.first_crashed and self.kept and self.schedule.native and "some of it twice" in self.problem:
-            return "kept-native-stream-posted-beside"
+        # One `if <its evidence>: return "<its name>"` per entry of KNOWN_BUGS (none is open today).
         return None
 
     def report(self) -> str:
