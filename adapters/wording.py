@@ -166,6 +166,11 @@ def assistant_thinking() -> str:
     return "is thinking…"
 
 
+def loading_messages() -> tuple[str, ...]:
+    """Shown in turn under the thread's status while nothing is written yet (Slack takes at most 10)."""
+    return ("Reading the question…", "Looking through what I know…", "Writing an answer…")
+
+
 def assistant_prompts() -> list[tuple[str, str]]:
     """Suggested prompts when an assistant thread starts: (title, message)."""
     return [

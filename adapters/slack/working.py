@@ -17,8 +17,7 @@ from adapters.streaming.transport import PermanentSendError
 logger = logging.getLogger(__name__)
 
 REACTION = "eyes"
-# Shown in turn under the status while nothing is written yet (Slack takes at most 10).
-LOADING_MESSAGES = ("Reading the question…", "Looking through what I know…", "Writing an answer…")
+LOADING_MESSAGES = wording.loading_messages()
 # Refusals of setStatus that hold for the whole workspace (no chat:write / assistant:write, a token or plan
 # without the method): its answers go straight to the reaction for this long (Slack seconds).
 STATUS_REFUSALS = frozenset({
