@@ -1,10 +1,12 @@
-"""Discord's HTTP below discord.py: no blind re-send of a POST, and which of Discord's errors are permanent.
+"""Discord's HTTP below discord.py: no blind re-send of any request, and which of Discord's errors are permanent.
 
 discord.py's HTTPClient (and its webhook adapter, which interaction responses and followups use, on the
-same aiohttp session) re-sends every request on 500/502/504/524 up to five times. A POST that Discord
-carried out before answering 5xx would then be done again: a second message, thread or followup. The
-trace below stops that for POSTs: their 5xx and dropped connections come out as `OutcomeUnknown`, and the
-caller looks the work up (adapters/discord/transport_calls.py) before doing it again."""
+same aiohttp session) re-sends every request on 500/502/504/524 up to five times, and after a connection
+reset. A POST that Discord carried out before answering 5xx would then be done again: a second message,
+thread or followup; and every re-send sleeps 1 + 2·tries real seconds, outside our budgets and their caps.
+The trace below stops that for every method: a 5xx and a dropped connection come out as `OutcomeUnknown`,
+and the caller retries with its own paced, capped backoff (an edit or a read is sent again as it was; a
+POST is looked up first, adapters/discord/transport_calls.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,6 @@ T = TypeVar("T")
 
 # What discord.py re-sends unconditionally (discord/http.py, "unconditional retry").
 RESENT_STATUSES = frozenset({500, 502, 503, 504, 524})
-# Methods whose second sending does the work twice (a PATCH or PUT sets a state; a DELETE's second is a 404).
-NOT_IDEMPOTENT = frozenset({"POST"})
 
 # Discord's JSON error codes that say a call can never succeed for that channel or message.
 UNKNOWN_CHANNEL = 10003
@@ -41,10 +41,11 @@ class OutcomeUnknown(TransientSendError):
     Retryable, but a non-idempotent call is looked up before it is sent again."""
 
 
-class PostNotResent(aiohttp.ClientError):
-    """Raised inside discord.py's request loop to end it: a POST whose reply was a 5xx or never came.
+class NotResent(aiohttp.ClientError):
+    """Raised inside discord.py's request loop to end it: a request whose reply was a 5xx or never came.
 
-    Not an OSError, so discord.py's loop lets it through instead of sending the POST again."""
+    Not an OSError, so discord.py's loop lets it through instead of sending the request again (an
+    aiohttp.ClientError, which its gateway's reconnect loop already backs off on)."""
 
     def __init__(self, method: str, url: str, status: int | None) -> None:
         self.method = method
@@ -53,22 +54,22 @@ class PostNotResent(aiohttp.ClientError):
 
 
 def no_blind_resend(trace: aiohttp.TraceConfig) -> aiohttp.TraceConfig:
-    """Adds to `trace` (the one given to discord.Client as http_trace) the rule: a POST is sent once."""
+    """Adds to `trace` (the one given to discord.Client as http_trace) the rule: a request is sent once."""
 
     async def on_request_end(
         session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestEndParams
     ) -> None:
         response = params.response
-        if params.method in NOT_IDEMPOTENT and response.status in RESENT_STATUSES:
+        if response.status in RESENT_STATUSES:
             response.close()
-            raise PostNotResent(params.method, str(params.url), response.status)
+            raise NotResent(params.method, str(params.url), response.status)
 
     async def on_request_exception(
         session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams
     ) -> None:
-        # discord.py re-sends after a connection reset (an OSError); the POST may have arrived.
-        if params.method in NOT_IDEMPOTENT and isinstance(params.exception, OSError):
-            raise PostNotResent(params.method, str(params.url), None) from params.exception
+        # discord.py re-sends after a connection reset (an OSError); a POST may have arrived.
+        if isinstance(params.exception, OSError):
+            raise NotResent(params.method, str(params.url), None) from params.exception
 
     trace.on_request_end.append(on_request_end)
     trace.on_request_exception.append(on_request_exception)

@@ -74,7 +74,7 @@ REGRESSION_SEEDS: list[tuple[str, int, str | None]] = [
     ("slack", 288, None), ("slack", 709, None),
     # note-on-an-earlier-part (a part found whatever it shows; the note on an answer's last message only)
     ("discord", 91, None), ("discord", 896, None), ("discord", 981, None), ("discord", 694, None), ("discord", 941, None),
-    # kept-part-lost-after-crash (not lost: discord.py's own re-sends of an edit outlasted the settle limit)
+    # kept-part-lost-after-crash (not lost: discord.py's own re-sends of an edit, ended since, outlasted the settle limit)
     ("discord", 424, None),
     # kept-native-stream-posted-beside (a kept part's native stream, never stopped, found by its text and finished)
     ("slack", 805, None),
@@ -84,11 +84,6 @@ SLACK_TIME_SCALE = 0.01  # a Slack minute lasts 0.6 s; the bot's budgets run on 
 DISCORD_TIME_SCALE = 0.1
 PLAY_LIMIT_S = 30.0
 SETTLE_LIMIT_S = 10.0
-# discord.py itself re-sends a request answered 5xx (an edit: our transport ends its loop for a POST), up to 5 tries
-# in all, sleeping 1 + 2·tries real seconds after each (discord/http.py), which the emulator's time scale does not
-# shorten: a schedule's faults (at most 5) can hold one delivery or repair that long (in this schedule's process, or
-# in another schedule's that claimed its final), so Discord's settle limits allow for it.
-DISCORD_PY_RESENDS_S = 1.0 + 3.0 + 5.0 + 7.0 + 9.0
 SETTLE_IDLE_S = 3.0  # this long with nothing changed: what is left stays
 # At most this many words of a part may be missing after a message repair cut short to fit the note.
 REPAIR_CUT_WORDS = 40
@@ -597,8 +592,6 @@ async def discord_world_on(db: Database, database_url: str, tmp_path: Path) -> A
                 platform="discord", admin=db, database_url=database_url, data_dir=tmp_path, faults=faults,
                 time_scale=DISCORD_TIME_SCALE, part_chars=discord_render.MAX_CONTENT_CHARS, note=wording.interrupted(),
                 new_place=new_place, new_process=new_process, shown=shown,
-                settle_limit_s=SETTLE_LIMIT_S + DISCORD_PY_RESENDS_S,
-                settle_idle_s=SETTLE_IDLE_S + DISCORD_PY_RESENDS_S,
             )
             yield world
 
