@@ -42,15 +42,20 @@ class OutcomeUnknown(TransientSendError):
 
 
 class NotResent(aiohttp.ClientError):
-    """Raised inside discord.py's request loop to end it: a request whose reply was a 5xx or never came.
+    """Raised inside discord.py's request loop to end it: a request whose reply never came (a reset connection).
 
     Not an OSError, so discord.py's loop lets it through instead of sending the request again (an
     aiohttp.ClientError, which its gateway's reconnect loop already backs off on)."""
 
-    def __init__(self, method: str, url: str, status: int | None) -> None:
+    def __init__(self, method: str, url: str) -> None:
         self.method = method
-        self.status = status
-        super().__init__(f"{method} {url} answered {status}" if status is not None else f"{method} {url}: connection lost")
+        super().__init__(f"{method} {url}: connection lost")
+
+
+class ServerErrorNotResent(discord.DiscordServerError):
+    """Raised inside discord.py's request loop to end it: a request answered 5xx. The error discord.py itself
+    raises for a 5xx after its last try, so a caller without `guarded` (which catches discord.HTTPException)
+    reads it as before; not an OSError, so the loop lets it through."""
 
 
 def no_blind_resend(trace: aiohttp.TraceConfig) -> aiohttp.TraceConfig:
@@ -62,14 +67,14 @@ def no_blind_resend(trace: aiohttp.TraceConfig) -> aiohttp.TraceConfig:
         response = params.response
         if response.status in RESENT_STATUSES:
             response.close()
-            raise NotResent(params.method, str(params.url), response.status)
+            raise ServerErrorNotResent(response, f"{params.method} {params.url} answered {response.status}")
 
     async def on_request_exception(
         session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams
     ) -> None:
         # discord.py re-sends after a connection reset (an OSError); a POST may have arrived.
         if isinstance(params.exception, OSError):
-            raise NotResent(params.method, str(params.url), None) from params.exception
+            raise NotResent(params.method, str(params.url)) from params.exception
 
     trace.on_request_end.append(on_request_end)
     trace.on_request_exception.append(on_request_exception)

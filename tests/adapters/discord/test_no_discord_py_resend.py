@@ -59,3 +59,21 @@ async def test_an_edit_whose_reply_was_a_500_is_sent_again_by_us_and_shows_its_t
         await transport.edit(message_id, "part one, whole")
     assert [m.content for m in bot_messages(dc, w.channel_id)] == ["part one, whole"]
     assert len(dc.requests_to("message_edit")) == 2
+
+
+@pytest.mark.parametrize("route", ["message_create", "message_get"])
+async def test_a_5xx_not_sent_again_is_still_the_error_discord_py_raises_for_it(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, route: str
+) -> None:
+    """A call made without `guarded` (an attachment read, the command sync) catches discord.HTTPException: a 5xx
+    must still come out as one, as it did after discord.py's own tries, not as an aiohttp error it lets through."""
+    dc = discord_emulator
+    w = make_world(dc)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        channel = adapter.client.get_partial_messageable(w.channel_id)
+        message = await channel.send("first")
+        dc.fail_after_work(route, status=502)
+        with pytest.raises(discord.DiscordServerError) as raised:
+            await (channel.send("second") if route == "message_create" else channel.fetch_message(message.id))
+    assert raised.value.status == 502
+    assert len(dc.requests_to(route)) == (2 if route == "message_create" else 1)
