@@ -40,7 +40,9 @@ async def test_a_failing_record_of_posted_parts_still_delivers_every_part_once(
         with psycopg.connect(database_url, autocommit=True) as admin:
             admin.execute("ALTER TABLE live_messages RENAME TO live_messages_away")
             try:
-                parts = await wait_for_text(dc, thread.id, ANSWER)
+                # Each record of a post is retried ~3 s before it is given up, several per part: far past the
+                # usual wait on a loaded machine.
+                parts = await wait_for_text(dc, thread.id, ANSWER, timeout=120.0)
             finally:
                 admin.execute("ALTER TABLE live_messages_away RENAME TO live_messages")
         await asyncio.sleep(0.2)

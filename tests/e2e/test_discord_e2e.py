@@ -70,7 +70,8 @@ async def test_slash_ask_defers_then_streams_into_the_response(
     responses = dc.interaction_responses(interaction_id)
     assert responses[0].kind == "callback" and responses[0].callback_type == 5
     assert {r.kind for r in responses[1:]} == {"edit_original"}
-    assert responses[-1].content == ANSWER
+    # The last edit that sets a text shows the whole answer (one after it may only take Stop away).
+    assert [r.content for r in responses[1:] if r.content is not None][-1] == ANSWER
 
 
 async def test_thread_follow_ups_carry_the_earlier_turns(
