@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 import discord
 
 from adapters.streaming import Clock, Priority, RateBudget, RateLimited, TransientSendError
@@ -19,6 +20,9 @@ from .transport_http import OutcomeUnknown, guarded
 from .transport_lookup import Matches, PostOnce
 
 log = logging.getLogger(__name__)
+
+# About the half minute discord.py's own re-sends used to give a login at start.
+LOGIN_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0)
 
 T = TypeVar("T")
 # Interaction responses have 3 s: a 429 longer than this is not waited out.
@@ -229,5 +233,15 @@ async def sync_commands(tree: discord.app_commands.CommandTree[Any]) -> None:
     await guarded(tree.sync())
 
 
-async def login(client: discord.Client, token: str) -> None:
-    await client.login(token)
+async def login(client: discord.Client, token: str, *, retry_s: tuple[float, ...] = LOGIN_RETRY_S) -> None:
+    """Logs in; a 5xx or a lost connection is tried again with capped backoff (discord.py sends nothing twice
+    itself), a refused token is not."""
+    for delay_s in (*retry_s, None):
+        try:
+            await client.login(token)
+            return
+        except (discord.DiscordServerError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+            if delay_s is None:
+                raise
+            log.warning("Discord login failed (%s); trying again in %.0f s", type(error).__name__, delay_s)
+            await asyncio.sleep(delay_s)

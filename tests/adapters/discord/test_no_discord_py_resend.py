@@ -77,3 +77,19 @@ async def test_a_5xx_not_sent_again_is_still_the_error_discord_py_raises_for_it(
             await (channel.send("second") if route == "message_create" else channel.fetch_message(message.id))
     assert raised.value.status == 502
     assert len(dc.requests_to(route)) == (2 if route == "message_create" else 1)
+
+
+async def test_a_login_answered_5xx_at_start_is_tried_again_and_the_bot_starts(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """discord.py used to re-send the start's login on a 5xx; now that it sends nothing twice, our login does."""
+    from adapters.discord import transport_calls
+
+    monkeypatch.setattr(transport_calls.login, "__kwdefaults__", {"retry_s": (0.01, 0.01, 0.01)})
+    dc = discord_emulator
+    w = make_world(dc)
+    dc.fail_after_work("get_me", status=502, times=2)
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        await guarded(adapter.client.get_partial_messageable(w.channel_id).send("started"))
+    assert len(dc.requests_to("get_me")) >= 3
+    assert [m.content for m in bot_messages(dc, w.channel_id)] == ["started"]
