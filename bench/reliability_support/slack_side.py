@@ -96,9 +96,9 @@ class SlackSide:
                 if m.bot_id == self.slack.bot_id and m.ts != question.ts]
 
     def answer_texts(self, question: SlackQuestion) -> list[str]:
-        # An answer's message is Markdown alone, or a markdown block beside its own Stop or 👍/👎 (issue 22).
-        return [m.text for m in self.replies(question)
-                if not m.blocks or any(block.get("type") == "markdown" for block in m.blocks)]
+        # An answer's message is Markdown alone, a markdown block beside its own Stop or 👍/👎, or a native stream's
+        # text with 👍/👎 under it (issue 22); not an approval, nor a native stream's Stop message of its own.
+        return [m.text for m in self.replies(question) if not m.blocks or _is_answer(m)]
 
     def approval_messages(self, question: SlackQuestion) -> list[Any]:
         # Not the Stop button's message, nor the 👍/👎 one: those carry other actions.
@@ -148,6 +148,13 @@ def _is_control(message: Any) -> bool:
     return any(block.get("type") == "context_actions" for block in blocks) or any(
         b.get("action_id") == "relaybot_stop" for b in _buttons(message)
     )
+
+
+def _is_answer(message: Any) -> bool:
+    if any(block.get("type") == "markdown" for block in message.blocks):
+        return True
+    actions = {b.get("action_id") for b in _buttons(message)}
+    return not actions & {*APPROVAL_ACTIONS, "relaybot_stop"}
 
 
 def _buttons(message: Any) -> list[dict[str, Any]]:
