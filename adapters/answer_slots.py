@@ -31,15 +31,22 @@ class AnswerSlots:
     def playing(self) -> int:
         return self.limit - self._free
 
-    async def take(self) -> bool:
-        """True: the caller plays its answer and calls release() after. False: the process stopped first."""
-        if self._closed:
-            return False
-        if self._free > 0 and not self.queued:
-            self._free -= 1
-            return True
+    def reserve(self) -> asyncio.Future[bool]:
+        """A turn: done at once when a slot is free, else once one frees. Its result True: play the answer and call
+        release() after; False: the process stopped first. Cancelled: the runner was abandoned."""
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append(turn)
+        if self._closed:
+            turn.set_result(False)
+        elif self._free > 0 and not self.queued:
+            self._free -= 1
+            turn.set_result(True)
+        else:
+            self._waiting.append(turn)
+        return turn
+
+    async def take(self) -> bool:
+        """reserve(), awaited."""
+        turn = self.reserve()
         try:
             return await turn
         except asyncio.CancelledError:
@@ -57,6 +64,12 @@ class AnswerSlots:
                 turn.set_result(True)
                 return
         self._free += 1
+
+    def abandon(self) -> None:
+        """Closed without a word (a bare close): every waiter's turn is cancelled."""
+        self._closed = True
+        while self._waiting:
+            self._waiting.popleft().cancel()
 
     def close(self) -> None:
         """The process is stopping: every waiter is told (take returns False) and nobody is admitted after."""

@@ -4,9 +4,10 @@ interrupts them at shutdown, repairs the ones a crash left, and settles approval
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -210,6 +211,7 @@ class AnswerRunner:
         self.platform = platform
         self._slots = AnswerSlots(in_flight_max)
         self._queued: set[asyncio.Task[Any]] = set()  # plays waiting for a slot (told, not cut, at a stop)
+        self._turns: set[asyncio.Task[Any]] = set()  # submitted answers' own tasks, playing or telling
         self._approvals = approvals
         self._live = live
         self._outbox = outbox
@@ -231,30 +233,63 @@ class AnswerRunner:
         return self._slots.queued
 
     async def play(self, events: AsyncIterator[Event], surface: Surface) -> None:
-        """Shows a run's events until it ends; the answer message always ends in a final state.
+        """Shows a run's events until it ends, in the caller's task; the answer message always ends in a final state."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._queued.add(task)
+        try:
+            admitted = await self._slots.take()
+        finally:
+            self._queued.discard(task)  # type: ignore[arg-type]
+        await self._take_turn(admitted, events, surface)
 
-        The answer id is the run id of every log line of the answer: bound here, before the streamer's
-        editor task starts (it inherits the binding; the engine names the conversation on it)."""
-        answer_id = uuid.uuid4().hex
-        with observe.run_scope(run_id=answer_id, platform=self.platform):
-            task = asyncio.current_task()
-            if task is not None:
-                self._queued.add(task)
-            try:
-                admitted = await self._slots.take()
-            finally:
-                self._queued.discard(task)  # type: ignore[arg-type]
-            if not admitted:
-                # The process stopped before this answer's turn: nothing was shown, so the asker is told.
+    def submit(
+        self, events: AsyncIterator[Event], surface: Surface, *, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Plays the answer in a task of its own, now or once a slot frees (ANSWERS_IN_FLIGHT_MAX), and `then` after
+        it, however it ends. The caller returns at once: a waiting answer holds its run, its surface and a future —
+        not its caller's stack (a platform handler's chain of ~80 objects, walked by every full collection)."""
+        context = contextvars.copy_context()
+        turn = self._slots.reserve()
+
+        def start(turn: asyncio.Future[bool]) -> None:
+            if turn.cancelled():
+                return  # the runner was closed without a word (a bare close): nothing shown, nothing to end
+            task = asyncio.get_running_loop().create_task(self._turn_then(turn.result(), events, surface, then),
+                                                          context=context)
+            self._turns.add(task)
+            task.add_done_callback(self._turns.discard)
+
+        turn.add_done_callback(start)
+
+    async def _turn_then(
+        self, admitted: bool, events: AsyncIterator[Event], surface: Surface, then: Callable[[], Awaitable[None]] | None
+    ) -> None:
+        try:
+            await self._take_turn(admitted, events, surface)
+        finally:
+            if then is not None:
                 try:
-                    await surface.show_notice(wording.shutting_down())
+                    await asyncio.shield(then())
                 except Exception:
-                    log.exception("could not tell a waiting question in %s that the bot is restarting", surface.place.channel)
-                return
+                    log.exception("an answer's last step failed in %s", surface.place.channel)
+
+    async def _take_turn(self, admitted: bool, events: AsyncIterator[Event], surface: Surface) -> None:
+        """The answer id is the run id of every log line of the answer: bound here, before the streamer's
+        editor task starts (it inherits the binding; the engine names the conversation on it)."""
+        if not admitted:
+            # The process stopped before this answer's turn: nothing was shown, so the asker is told.
             try:
+                await surface.show_notice(wording.shutting_down())
+            except Exception:
+                log.exception("could not tell a waiting question in %s that the bot is restarting", surface.place.channel)
+            return
+        answer_id = uuid.uuid4().hex
+        try:
+            with observe.run_scope(run_id=answer_id, platform=self.platform):
                 await self._play_answer(events, surface, answer_id)
-            finally:
-                self._slots.release()
+        finally:
+            self._slots.release()
 
     async def _play_answer(self, events: AsyncIterator[Event], surface: Surface, answer_id: str) -> None:
         await surface.show_working()
@@ -371,6 +406,8 @@ class AnswerRunner:
         waiting for their turn are told the bot is restarting."""
         waiting = list(self._queued)
         self._slots.close()
+        await asyncio.sleep(0)  # submitted answers still waiting start their "restarting" turns now
+        waiting += [turn for turn in self._turns if not any(turn is answer.task for answer in self._answers)]
         answers = list(self._answers)
         for answer in answers:
             # An answer whose whole final text waits in the outbox is not cut short: it is handed over.
@@ -400,6 +437,7 @@ class AnswerRunner:
 
     def cancel_all(self) -> list[asyncio.Task[Any]]:
         """Cancels every streaming task without touching the platform (their records stay for the next start)."""
+        self._slots.abandon()
         tasks = [answer.task for answer in self._answers if answer.task is not None and not answer.task.done()]
         for task in tasks:
             task.cancel()

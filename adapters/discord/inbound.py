@@ -215,7 +215,7 @@ class DiscordInbound:
                 attachments=attachments,
                 thread_context=thread_context,
             )
-            await self._runner.play(self._engine.ask(request), surface)
+            self._runner.submit(self._engine.ask(request), surface)
 
     async def _place(
         self, message: discord.Message, key: ConversationKey | None
@@ -278,7 +278,7 @@ class DiscordInbound:
                 )
             surface = self._surfaces.for_interaction(interaction, workspace=key.workspace, thread=key.thread)
             request = Request(question=question.strip(), conversation=key, user=actor_of(interaction.user))
-            await self._runner.play(self._engine.ask(request), surface)
+            self._runner.submit(self._engine.ask(request), surface)
 
 
 def _thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:

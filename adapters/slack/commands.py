@@ -81,7 +81,7 @@ class SlackCommands:
             key = ConversationKey(platform=PLATFORM, workspace=team, channel=channel, thread=thread_ts, direct=direct)
             target = ReplyTarget(team_id=team, channel=channel, thread_ts=thread_ts, recipient_user=user, recipient_team=team)
             request = Request(question=question, conversation=key, user=Actor(id=user))
-            await self._runner.play(self._engine.ask(request), self._surfaces.at(target))
+            self._runner.submit(self._engine.ask(request), self._surfaces.at(target))
 
 
 async def _tell(respond: AsyncRespond, text: str) -> None:

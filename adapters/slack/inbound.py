@@ -130,14 +130,17 @@ class SlackInbound:
             # The sign goes up before the thread is read: reading may wait on its budget, the asker should not.
             sign = self._surfaces.sign(target)
             sign.show()
+            submitted = False
             try:
                 context: tuple[PriorMessage, ...] = ()
                 if thread_ts != ts:
                     context = await self._thread_context(team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
                 key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=target.channel, thread=thread_ts)
-                await self._answer(event, key=key, target=target, bot_user_id=bot.user_id, context=context, sign=sign)
+                submitted = await self._answer(event, key=key, target=target, bot_user_id=bot.user_id, context=context,
+                                               sign=sign)
             finally:
-                await asyncio.shield(sign.end())
+                if not submitted:
+                    await asyncio.shield(sign.end())
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
@@ -206,15 +209,18 @@ class SlackInbound:
         """The answer, under its first sign (the thread's status, or 👀 on the question) from now until it ends."""
         sign = self._surfaces.sign(target)
         sign.show()
+        submitted = False
         try:
-            await self._answer(event, key=key, target=target, bot_user_id=bot_user_id, sign=sign)
+            submitted = await self._answer(event, key=key, target=target, bot_user_id=bot_user_id, sign=sign)
         finally:
-            await asyncio.shield(sign.end())
+            if not submitted:
+                await asyncio.shield(sign.end())
 
     async def _answer(
         self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
         context: tuple[PriorMessage, ...] = (), sign: WorkingSign | None = None,
-    ) -> None:
+    ) -> bool:
+        """True once the answer is submitted (its sign then ends with it); False when there is nothing to answer."""
         text = str(event.get("text", ""))
         question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
         attachments = await self._files(list(event.get("files") or []))
@@ -225,12 +231,14 @@ class SlackInbound:
                                     sign=sign)
         if not question and not attachments:
             await surface.show_notice(wording.empty_question())
-            return
+            return False
         request = Request(
             question=question, conversation=key, user=Actor(id=str(event.get("user", ""))),
             attachments=attachments, thread_context=context,
         )
-        await self._runner.play(self._engine.ask(request), surface)
+        # Played in a task of its own: a question waiting for its turn does not hold this handler's stack.
+        self._runner.submit(self._engine.ask(request), surface, then=sign.end if sign is not None else None)
+        return True
 
     async def _thread_context(
         self, team_id: str, channel: str, thread_ts: str, *, before_ts: str, bot: BotIdentity

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -113,4 +114,54 @@ async def test_a_question_still_waiting_at_a_stop_is_told_the_bot_is_restarting_
     assert gate.started == ["first"]
     assert waiting.notices == [wording.shutting_down()]
     assert waiting.transport.texts == {}
+    assert playing.transport.final_texts() == [wording.interrupted()]
+
+
+async def test_a_submitted_answer_waits_without_its_callers_task_and_its_last_step_runs_after_it() -> None:
+    clock = FakeClock()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), in_flight_max=1)
+    gate = _Gate()
+    surfaces = {name: RecordingSurface(clock) for name in "ab"}
+    ended: list[str] = []
+
+    def last_step(name: str) -> Any:
+        async def step() -> None:
+            ended.append(name)
+        return step
+
+    async def scenario() -> None:
+        for name in "ab":
+            runner.submit(gate.run(name), surfaces[name], then=last_step(name))  # returns at once: no task is kept
+        await clock.sleep(5)
+        assert gate.started == ["a"] and runner.queued == 1 and ended == []
+        gate.open["a"].set()
+        await clock.sleep(5)
+        assert ended == ["a"] and gate.started == ["a", "b"]
+        gate.open["b"].set()
+        await clock.sleep(5)
+
+    await clock.run(scenario())
+    assert ended == ["a", "b"]
+    assert [surfaces[name].transport.final_texts() for name in "ab"] == [["answer a"], ["answer b"]]
+
+
+async def test_a_submitted_answer_still_waiting_at_a_stop_is_told_and_its_last_step_runs() -> None:
+    clock = FakeClock()
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive(), in_flight_max=1)
+    gate = _Gate()
+    playing, waiting = RecordingSurface(clock), RecordingSurface(clock)
+    ended: list[str] = []
+
+    async def note_end() -> None:
+        ended.append("waiting")
+
+    async def scenario() -> None:
+        runner.submit(gate.run("first"), playing)
+        runner.submit(gate.run("second"), waiting, then=note_end)
+        await clock.sleep(5)
+        await runner.interrupt_all()
+
+    await clock.run(scenario())
+    assert gate.started == ["first"]
+    assert waiting.notices == [wording.shutting_down()] and ended == ["waiting"]
     assert playing.transport.final_texts() == [wording.interrupted()]
