@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -127,20 +128,13 @@ class SlackInbound:
             target = ReplyTarget(team_id=team_id, channel=str(event["channel"]), thread_ts=thread_ts, question_ts=ts)
             if not await self._first_time(body, target):
                 return
-            # The sign goes up before the thread is read: reading may wait on its budget, the asker should not.
-            sign = self._surfaces.sign(target)
-            sign.show()
-            submitted = False
-            try:
-                context: tuple[PriorMessage, ...] = ()
-                if thread_ts != ts:
-                    context = await self._thread_context(team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
-                key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=target.channel, thread=thread_ts)
-                submitted = await self._answer(event, key=key, target=target, bot_user_id=bot.user_id, context=context,
-                                               sign=sign)
-            finally:
-                if not submitted:
-                    await asyncio.shield(sign.end())
+            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=target.channel, thread=thread_ts)
+
+            def earlier_messages() -> Awaitable[tuple[PriorMessage, ...]]:
+                return self._thread_context(team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
+
+            await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id,
+                                         context=earlier_messages if thread_ts != ts else None)
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         with self._gate.track():
@@ -204,14 +198,20 @@ class SlackInbound:
         return self.access.person(str(event.get("user")), asker_teams(event), direct=False, shared=_shared(body)) == "allowed"
 
     async def _answer_with_sign(
-        self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str
+        self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
+        context: Callable[[], Awaitable[tuple[PriorMessage, ...]]] | None = None,
     ) -> None:
-        """The answer, under its first sign (the thread's status, or 👀 on the question) from now until it ends."""
+        """The answer, under its first sign (the thread's status, or 👀 on the question) from now until it ends.
+
+        The sign goes up before the thread's earlier messages (`context`) are read: reading may wait on its
+        budget, the asker should not."""
         sign = self._surfaces.sign(target)
         sign.show()
         submitted = False
         try:
-            submitted = await self._answer(event, key=key, target=target, bot_user_id=bot_user_id, sign=sign)
+            prior = await context() if context is not None else ()
+            submitted = await self._answer(event, key=key, target=target, bot_user_id=bot_user_id, context=prior,
+                                           sign=sign)
         finally:
             if not submitted:
                 await asyncio.shield(sign.end())
