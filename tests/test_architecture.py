@@ -148,6 +148,21 @@ def test_adapters_never_import_the_store() -> None:
     assert not offenders, "adapters must not import core.store:\n  " + "\n  ".join(offenders)
 
 
+def test_the_top_level_migrations_package_is_data_that_only_the_store_reads() -> None:
+    """migrations/ holds the numbered SQL files and a docstring-only __init__.py; core/store/migrations.py reads
+    it with importlib.resources, and no adapter or bot module imports it."""
+    from core.store.migrations import MIGRATION_FILE
+
+    folder = ROOT / "migrations"
+    names = sorted(p.name for p in folder.iterdir() if p.name != "__pycache__")
+    assert not [n for n in names if n != "__init__.py" and not MIGRATION_FILE.match(n)], names
+    body = ast.parse((folder / "__init__.py").read_text(encoding="utf-8")).body
+    assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), body
+    offenders = crossings("adapters", ("migrations",)) + crossings("bot", ("migrations",))
+    assert not offenders, "only core/store reads the migrations package:\n  " + "\n  ".join(offenders)
+    assert 'files("migrations")' in (ROOT / "core" / "store" / "migrations.py").read_text(encoding="utf-8")
+
+
 def test_project_modules_have_no_import_cycles() -> None:
     cycles = import_cycles(import_graph())
     assert not cycles, "import cycles among project modules:\n  " + "\n  ".join(cycles)

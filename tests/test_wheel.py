@@ -26,7 +26,7 @@ from tests.emulators.openai_server import OpenAIEmulator
 
 REPO = Path(__file__).resolve().parents[1]
 # What the wheel is built from; copying it keeps the build's egg-info and build/ out of the checkout.
-SOURCES = ("pyproject.toml", "README.md", "bot", "core", "adapters")
+SOURCES = ("pyproject.toml", "README.md", "bot", "core", "adapters", "migrations")
 STEP_TIMEOUT_S = 120
 # Installing every dependency (about 240 MB of wheels) with the bundled pip on a busy 2-core machine.
 INSTALL_TIMEOUT_S = 900
@@ -78,9 +78,10 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_the_wheel_carries_the_schema_and_no_tests(wheel: Path) -> None:
+def test_the_wheel_carries_the_migrations_and_no_tests(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(name.startswith("core/store/schema/") and name.endswith(".sql") for name in names)
+    assert "migrations/__init__.py" in names
+    assert any(name.startswith("migrations/") and name.endswith(".sql") for name in names)
     assert "bot/__main__.py" in names and "adapters/slack/adapter.py" in names
     assert not any(name.startswith("tests/") for name in names)
 
@@ -105,16 +106,17 @@ async def test_migrate_and_doctor_run_from_the_installed_wheel(
     # No PYTHONPATH and a working directory outside the checkout: only the installed wheel provides relaybot.
     code, out, err = await _run(
         venv / "bin" / "python", "-c",
-        "import sys, bot, core, adapters; print(bot.__file__, core.__file__, adapters.__file__, *sys.path, sep='\\n')",
+        "import sys, bot, core, adapters, migrations; "
+        "print(bot.__file__, core.__file__, adapters.__file__, migrations.__file__, *sys.path, sep='\\n')",
         cwd=tmp_path, env=env,
     )
     assert code == 0, err
-    modules, search_path = out.splitlines()[:3], out.splitlines()[3:]
+    modules, search_path = out.splitlines()[:4], out.splitlines()[4:]
     assert all(Path(module).is_relative_to(venv) for module in modules), modules
     assert not any(entry and Path(entry).resolve() == REPO for entry in search_path), search_path
 
     # Every migration of the checkout, read from the installed package (a wheel without them applies none).
-    migrations = len(list((REPO / "core" / "store" / "schema").glob("*.sql")))
+    migrations = len(list((REPO / "migrations").glob("*.sql")))
     assert migrations > 0
     code, out, err = await _run(venv / "bin" / "relaybot", "migrate", cwd=tmp_path, env=env)
     assert code == 0, out + err

@@ -1,4 +1,4 @@
-"""Applies the numbered SQL files of core/store/schema in order, once each, under an advisory lock."""
+"""Applies the numbered SQL files of the top-level migrations package in order, once each, under an advisory lock."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from core.redact import error_reason
 log = logging.getLogger(__name__)
 
 # Read as package data, so a wheel installed anywhere finds them.
-MIGRATIONS_DIR: Traversable = files("core.store.schema")
+MIGRATIONS_DIR: Traversable = files("migrations")
 # Any constant works as long as every relaybot process uses the same one.
 MIGRATION_LOCK_KEY = 0x72656C6179  # "relay"
 MIGRATION_FILE = re.compile(r"^(\d{3,})_[\w-]+\.sql$")
