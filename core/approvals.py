@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -22,7 +22,7 @@ from core.runs import Runs
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
 
 __all__ = [
-    "ApprovalService", "ApprovalView", "CallView", "ClickResult", "Decision", "DecisionView", "ExpiredApproval",
+    "ApprovalService", "ApprovalView", "CallView", "Click", "ClickResult", "Decision", "DecisionView", "ExpiredApproval",
     "PendingApproval",
     "expired_sentence", "failed_click",
 ]
@@ -39,6 +39,26 @@ _COMPLETED_KINDS = frozenset({"done", "approval_required"})
 
 def _as_is(user: str) -> str:
     return user
+
+
+@dataclass(frozen=True, kw_only=True)
+class Click:
+    """One person's decision on a paused run, as a platform read it from a button.
+
+    It decides one call (by id, or by position in the approval) or, with neither, every undecided call
+    (`among` those ids when given: an "Approve all" decides only what its message showed). `mention` writes
+    user ids in a refusal the platform's way; `admins` says whether the platform has an admin rule to name.
+    """
+
+    continuation_id: str
+    approved: bool
+    actor: Actor
+    call_id: str | None = None
+    call_index: int | None = None
+    among: tuple[str, ...] | None = None
+    comment: str = ""
+    mention: Callable[[str], str] = _as_is
+    admins: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,106 +176,59 @@ class ApprovalService:
         # Approvers per channel (core/channels.py), read at every click; `policy` when there is none.
         self._channels = channels
 
-    async def click(
-        self,
-        continuation_id: str,
-        *,
-        approved: bool,
-        actor: Actor,
-        call_id: str | None = None,
-        call_index: int | None = None,
-        among: Sequence[str] | None = None,
-        comment: str = "",
-        mention: Callable[[str], str] = _as_is,
-        admins: bool = True,
-    ) -> ClickResult:
-        """Record a decision on one call (by id or position) or on every undecided call (`among` those ids, when
-        given), and resume once all are decided.
-
-        `mention` formats user ids in the refusal sentence the platform's way; `admins` says whether the
-        platform has an admin rule to mention there.
-        """
-        decided = await self.decide(
-            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, among=among,
-            comment=comment, mention=mention, admins=admins,
-        )
+    async def click(self, click: Click) -> ClickResult:
+        """Record the click's decision, and resume once every call is decided (the winner's result carries the run)."""
+        decided = await self.decide(click)
         if decided.outcome != "ready" or decided.view is None:
             return decided
-        return await self._claim(uuid.UUID(decided.view.continuation_id), actor=actor)
+        return await self._claim(uuid.UUID(decided.view.continuation_id), actor=click.actor)
 
-    async def decide(
-        self,
-        continuation_id: str,
-        *,
-        approved: bool,
-        actor: Actor,
-        call_id: str | None = None,
-        call_index: int | None = None,
-        among: Sequence[str] | None = None,
-        comment: str = "",
-        mention: Callable[[str], str] = _as_is,
-        admins: bool = True,
-    ) -> ClickResult:
+    async def decide(self, click: Click) -> ClickResult:
         """Record a decision without resuming: "ready" means every call is decided and the run may be claimed."""
-        result = await self._decide(
-            continuation_id, approved=approved, actor=actor, call_id=call_id, call_index=call_index, among=among,
-            comment=comment, mention=mention, admins=admins,
-        )
-        _audit(continuation_id, actor=actor, approved=approved, call_id=call_id, call_index=call_index, among=among,
-               result=result)
+        result = await self._decide(click)
+        _audit(click, result)
         return result
 
-    async def _decide(
-        self,
-        continuation_id: str,
-        *,
-        approved: bool,
-        actor: Actor,
-        call_id: str | None,
-        call_index: int | None,
-        among: Sequence[str] | None,
-        comment: str,
-        mention: Callable[[str], str],
-        admins: bool,
-    ) -> ClickResult:
-        row = await self._get(continuation_id)
-        if row is not None and call_index is not None:
-            call_id = row.call_ids[call_index] if 0 <= call_index < len(row.call_ids) else None
+    async def _decide(self, click: Click) -> ClickResult:
+        row = await self._get(click.continuation_id)
+        call_id = click.call_id
+        if row is not None and click.call_index is not None:
+            index = click.call_index
+            call_id = row.call_ids[index] if 0 <= index < len(row.call_ids) else None
             if call_id is None:
                 row = None
         if row is None:
             return ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
-        refused = await self._policy_refusal(row, actor, mention, admins=admins)
+        refused = await self._policy_refusal(row, click.actor, click.mention, admins=click.admins)
         if refused is not None:
             return refused
-        return await self._record(
-            row, call_id=call_id, approved=approved, actor=actor, comment=comment,
-            among=tuple(among) if among is not None and call_id is None else None,
-        )
+        return await self._record(row, click, call_id=call_id)
 
     async def submit(
         self, continuation_id: str, decisions: Mapping[str, bool | Decision], *, actor: Actor
     ) -> ClickResult:
         """Several decisions at once (e.g. from an API call), then one claim; calls not named stay undecided."""
+        clicks = [
+            Click(continuation_id=continuation_id, approved=_approved(decision), actor=actor, call_id=call_id,
+                  comment=decision.comment if isinstance(decision, Decision) else "")
+            for call_id, decision in decisions.items()
+        ]
         row = await self._get(continuation_id)
         if row is None:
-            result = ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
-            for call_id, decision in decisions.items():
-                _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=result)
-            return result
+            missing = ClickResult(outcome="refused", message=wording.approval_not_found(), reason="not_found")
+            for click in clicks:
+                _audit(click, missing)
+            return missing
         refused = await self._policy_refusal(row, actor, _as_is, admins=True)
         if refused is not None:
-            for call_id, decision in decisions.items():
-                _audit(continuation_id, actor=actor, approved=_approved(decision), call_id=call_id, result=refused)
+            for click in clicks:
+                _audit(click, refused)
             return refused
-        for call_id, decision in decisions.items():
-            approved = _approved(decision)
-            comment = decision.comment if isinstance(decision, Decision) else ""
+        for click, decision in zip(clicks, decisions.values()):
             # A client-executed tool's result (from the API) is kept with the decision until the run resumes.
             output = decision.result if isinstance(decision, Decision) else None
-            result = await self._record(row, call_id=call_id, approved=approved, actor=actor, comment=comment,
-                                        result=output)
-            _audit(continuation_id, actor=actor, approved=approved, call_id=call_id, result=result)
+            result = await self._record(row, click, call_id=click.call_id, result=output)
+            _audit(click, result)
             if result.outcome not in ("recorded", "ready") and result.reason != "already_decided":
                 return result
         return await self._claim(row.id, actor=actor)
@@ -345,13 +318,15 @@ class ApprovalService:
         )
 
     async def _record(
-        self, row: ContinuationRow, *, call_id: str | None, approved: bool, actor: Actor, comment: str,
-        among: tuple[str, ...] | None = None, result: str | None = None,
+        self, row: ContinuationRow, click: Click, *, call_id: str | None, result: str | None = None
     ) -> ClickResult:
+        """The click's decision on `call_id` (its call, resolved from a position), or on every undecided call."""
         closed = _closed(row)
         if closed is not None:
             return closed
-        decision = Decision(approved=approved, actor=actor.display, comment=comment, result=result)
+        approved = click.approved
+        among = click.among if call_id is None else None
+        decision = Decision(approved=approved, actor=click.actor.display, comment=click.comment, result=result)
         updated = await self._continuations.record_decision(row.id, call_id=call_id, decision=decision, among=among)
         if updated is not None:
             if updated.undecided:
@@ -419,18 +394,16 @@ def _approved(decision: bool | Decision) -> bool:
     return decision.approved if isinstance(decision, Decision) else bool(decision)
 
 
-def _audit(
-    continuation_id: str, *, actor: Actor, approved: bool, result: ClickResult, call_id: str | None = None,
-    call_index: int | None = None, among: Sequence[str] | None = None,
-) -> None:
+def _audit(click: Click, result: ClickResult) -> None:
     """One line per decision a person asked for: who, approve or reject, which calls, and what came of it."""
+    continuation_id, actor, call_id, among = click.continuation_id, click.actor, click.call_id, click.among
     calls = result.view.calls if result.view is not None else ()
-    if call_id is None and call_index is not None and 0 <= call_index < len(calls):
-        call_id = calls[call_index].call_id
+    if call_id is None and click.call_index is not None and 0 <= click.call_index < len(calls):
+        call_id = calls[click.call_index].call_id
     targets = [call_id] if call_id is not None else list(among) if among is not None else [c.call_id for c in calls]
     tools = [call.tool for call in calls if call.call_id in targets]
     took_effect = result.outcome in ("recorded", "ready")
-    decision = "approved" if approved else "rejected"
+    decision = "approved" if click.approved else "rejected"
     log.info(
         "approval %s: %s %s %s, outcome %s%s", continuation_id, actor.display, decision,
         ", ".join(tools) or ("call " + call_id if call_id else "every call"), result.outcome,

@@ -28,7 +28,7 @@ _CUSTOM_ID = re.compile(CUSTOM_ID_TEMPLATE)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ButtonTarget:
+class Pressed:
     """What a button decides: one call (by its index in the continuation), or every undecided call —
     of one message's part when `part` is given."""
 
@@ -50,12 +50,12 @@ class ButtonTarget:
         return custom_id
 
     @classmethod
-    def parse(cls, custom_id: str) -> ButtonTarget | None:
+    def parse(cls, custom_id: str) -> Pressed | None:
         match = _CUSTOM_ID.fullmatch(custom_id)
         return cls.from_match(match) if match else None
 
     @classmethod
-    def from_match(cls, match: re.Match[str]) -> ButtonTarget:
+    def from_match(cls, match: re.Match[str]) -> Pressed:
         call = match["call"]
         part = None
         if match["first"] is not None:
@@ -73,34 +73,34 @@ class ClickHandling(Protocol):
 
     async def check(self, interaction: discord.Interaction) -> bool: ...
 
-    async def handle(self, interaction: discord.Interaction, target: ButtonTarget) -> None: ...
+    async def on_click(self, interaction: discord.Interaction, pressed: Pressed) -> None: ...
 
-    async def show_arguments(self, interaction: discord.Interaction, continuation_id: str) -> None: ...
+    async def on_arguments(self, interaction: discord.Interaction, continuation_id: str) -> None: ...
 
 
 class DecisionButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=CUSTOM_ID_TEMPLATE):
     """One Approve/Reject button; every click is checked and decided by the client's click handler."""
 
-    def __init__(self, target: ButtonTarget, *, label: str, disabled: bool = False, row: int | None = None) -> None:
-        style = discord.ButtonStyle.success if target.approve else discord.ButtonStyle.danger
+    def __init__(self, pressed: Pressed, *, label: str, disabled: bool = False, row: int | None = None) -> None:
+        style = discord.ButtonStyle.success if pressed.approve else discord.ButtonStyle.danger
         button: discord.ui.Button[Any] = discord.ui.Button(
-            label=label, style=style, custom_id=target.custom_id, disabled=disabled, row=row
+            label=label, style=style, custom_id=pressed.custom_id, disabled=disabled, row=row
         )
         super().__init__(button)
-        self.target = target
+        self.pressed = pressed
 
     @classmethod
     async def from_custom_id(
         cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
     ) -> DecisionButton:
         label = getattr(item, "label", None) or "Decide"
-        return cls(ButtonTarget.from_match(match), label=label)
+        return cls(Pressed.from_match(match), label=label)
 
     async def interaction_check(self, interaction: discord.Interaction, /) -> bool:
         return await _clicks(interaction).check(interaction)
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        await _clicks(interaction).handle(interaction, self.target)
+        await _clicks(interaction).on_click(interaction, self.pressed)
 
 
 class ArgumentsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ARGUMENTS_ID_TEMPLATE):
@@ -124,7 +124,7 @@ class ArgumentsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=A
         return await _clicks(interaction).check(interaction)
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        await _clicks(interaction).show_arguments(interaction, self.continuation_id)
+        await _clicks(interaction).on_arguments(interaction, self.continuation_id)
 
 
 def _clicks(interaction: discord.Interaction) -> ClickHandling:
@@ -136,15 +136,15 @@ def _clicks(interaction: discord.Interaction) -> ClickHandling:
     return handler
 
 
-def _label(target: ButtonTarget, *, calls: int, whole: bool) -> str:
+def _label(pressed: Pressed, *, calls: int, whole: bool) -> str:
     """`calls`: how many the approval has; `whole`: this message shows every one of them."""
-    if target.call_index is None:
-        if not target.approve:
+    if pressed.call_index is None:
+        if not pressed.approve:
             return "Reject all" if whole else f"Reject all {calls}"
-        count = target.part.count if target.part is not None else calls
+        count = pressed.part.count if pressed.part is not None else calls
         return "Approve all" if whole else f"Approve all (these {count})"
-    verb = "Approve" if target.approve else "Reject"
-    return f"{verb} {target.call_index + 1}" if calls > 1 else verb
+    verb = "Approve" if pressed.approve else "Reject"
+    return f"{verb} {pressed.call_index + 1}" if calls > 1 else verb
 
 
 def approval_view(view: ApprovalView, part: ApprovalPart) -> discord.ui.View:
@@ -159,22 +159,22 @@ def approval_view(view: ApprovalView, part: ApprovalPart) -> discord.ui.View:
     for position, index in enumerate(indexes):
         call = view.calls[index]
         for approve in (True, False):
-            target = ButtonTarget(continuation_id=view.continuation_id, approve=approve, call_index=index)
+            pressed = Pressed(continuation_id=view.continuation_id, approve=approve, call_index=index)
             disabled = closed or call.call_id in view.decisions
-            label = _label(target, calls=calls, whole=whole)
-            components.add_item(DecisionButton(target, label=label, disabled=disabled, row=position // CALLS_PER_ROW))
+            label = _label(pressed, calls=calls, whole=whole)
+            components.add_item(DecisionButton(pressed, label=label, disabled=disabled, row=position // CALLS_PER_ROW))
     row = -(-len(indexes) // CALLS_PER_ROW)
     if len(indexes) > 1:
         # Only the calls this message shows: nobody approves a call they were not shown.
-        target = ButtonTarget(continuation_id=view.continuation_id, approve=True, call_index=None, part=part)
+        pressed = Pressed(continuation_id=view.continuation_id, approve=True, call_index=None, part=part)
         undecided_here = any(view.calls[index].call_id not in view.decisions for index in indexes)
-        label = _label(target, calls=calls, whole=whole)
-        components.add_item(DecisionButton(target, label=label, disabled=closed or not undecided_here, row=row))
+        label = _label(pressed, calls=calls, whole=whole)
+        components.add_item(DecisionButton(pressed, label=label, disabled=closed or not undecided_here, row=row))
     if calls > 1:
         # Rejecting what one has not seen runs nothing, so Reject all may cover every message's calls.
-        target = ButtonTarget(continuation_id=view.continuation_id, approve=False, call_index=None)
-        label = _label(target, calls=calls, whole=whole)
-        components.add_item(DecisionButton(target, label=label, disabled=closed or not view.undecided, row=row))
+        pressed = Pressed(continuation_id=view.continuation_id, approve=False, call_index=None)
+        label = _label(pressed, calls=calls, whole=whole)
+        components.add_item(DecisionButton(pressed, label=label, disabled=closed or not view.undecided, row=row))
     if arguments_cut(view, part):
         components.add_item(ArgumentsButton(view.continuation_id, row=row))
     return components
@@ -185,13 +185,13 @@ def part_of_message(continuation_id: str, custom_ids: Iterable[str]) -> Approval
     (a message drawn before approvals had parts, without per-call buttons)."""
     indexes: list[int] = []
     for custom_id in custom_ids:
-        target = ButtonTarget.parse(custom_id)
-        if target is None or target.continuation_id != continuation_id:
+        pressed = Pressed.parse(custom_id)
+        if pressed is None or pressed.continuation_id != continuation_id:
             continue
-        if target.part is not None:
-            return target.part
-        if target.call_index is not None:
-            indexes.append(target.call_index)
+        if pressed.part is not None:
+            return pressed.part
+        if pressed.call_index is not None:
+            indexes.append(pressed.call_index)
     if not indexes:
         return None
     return ApprovalPart(first=min(indexes), count=max(indexes) - min(indexes) + 1)

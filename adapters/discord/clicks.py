@@ -14,10 +14,10 @@ from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from adapters.streaming import Clock, RateBudget
 from core import wording as engine_wording
-from core.approvals import ApprovalService, ApprovalView
+from core.approvals import ApprovalService, ApprovalView, Click
 
 from . import buttons, render
-from .buttons import ButtonTarget
+from .buttons import Pressed
 from .inbound import DirectMessageRule, actor_of, guild_of, workspace_of
 from .render import ApprovalPart
 from .surface import DiscordSurface, DiscordSurfaces, edit_approval
@@ -64,45 +64,41 @@ class DiscordClicks:
             return False
         return True
 
-    async def handle(self, interaction: discord.Interaction, target: ButtonTarget) -> None:
+    async def on_click(self, interaction: discord.Interaction, pressed: Pressed) -> None:
+        """An Approve/Reject button: acknowledged at once, then decided."""
         with self._gate.track():
             # A deferred update answers within Discord's 3 s; the message is edited afterwards.
             await calls.acknowledge(interaction)
             channel_id = interaction.channel_id or (interaction.message.channel.id if interaction.message else 0)
             budget = self._surfaces.budgets(channel_id)
-            reply = _ClickReply(interaction, target=target, budget=budget, clock=self._surfaces.clock)
+            reply = _ClickReply(interaction, pressed=pressed, budget=budget, clock=self._surfaces.clock)
             try:
                 message, channel = interaction.message, interaction.channel
                 if message is None or channel is None:
                     raise RuntimeError("a button click without its message or channel")
                 if await self._refused_in_dm(interaction, reply):
                     return
-                if not _shown_to_clicker(interaction, target.continuation_id):
+                if not _shown_to_clicker(interaction, pressed.continuation_id):
                     await reply.tell(engine_wording.approval_not_found())
                     return
                 # Built before the click: once it claims the run, nothing may stop the run from being shown.
                 surface = self._resumed_surface(interaction, channel, message_id=message.id, channel_id=channel_id)
-                reply.shown = buttons.part_of_message(target.continuation_id, buttons.custom_ids_of(message))
-                reply.redraw_parts = lambda: self._redraw_parts(interaction, message, target.continuation_id, budget)
-                among = await self._shown_call_ids(target, reply.shown) if target.call_index is None and target.approve else None
-                result = await self._approvals.click(
-                    target.continuation_id, call_index=target.call_index, approved=target.approve, among=among,
-                    actor=actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None),
-                    mention=mention,
-                )
+                reply.shown = buttons.part_of_message(pressed.continuation_id, buttons.custom_ids_of(message))
+                reply.redraw_parts = lambda: self._redraw_parts(interaction, message, pressed.continuation_id, budget)
+                result = await self._approvals.click(await self._click_of(pressed, interaction, reply.shown))
                 await self._runner.settle_click(result, reply, surface, message_key=str(message.id))
             except Exception:
                 log.exception("approval click failed")
                 await reply.tell(wording.click_failed())
 
-    async def show_arguments(self, interaction: discord.Interaction, continuation_id: str) -> None:
+    async def on_arguments(self, interaction: discord.Interaction, continuation_id: str) -> None:
         """"Full arguments": every call's arguments as a JSON file only the clicker sees."""
         with self._gate.track():
             # Deferred first: reading the approval may take longer than Discord's 3 s.
             await calls.acknowledge(interaction, ephemeral=True, thinking=True)
             channel_id = interaction.channel_id or 0
             reply = _ClickReply(
-                interaction, target=None, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock
+                interaction, pressed=None, budget=self._surfaces.budgets(channel_id), clock=self._surfaces.clock
             )
             try:
                 if await self._refused_in_dm(interaction, reply):
@@ -132,13 +128,22 @@ class DiscordClicks:
         await reply.tell(refusal)
         return True
 
-    async def _shown_call_ids(self, target: ButtonTarget, shown: ApprovalPart | None) -> list[str]:
+    async def _click_of(self, pressed: Pressed, interaction: discord.Interaction, shown: ApprovalPart | None) -> Click:
+        """The decision a pressed button asks for."""
+        among = await self._shown_call_ids(pressed, shown) if pressed.call_index is None and pressed.approve else None
+        return Click(
+            continuation_id=pressed.continuation_id, call_index=pressed.call_index, approved=pressed.approve, among=among,
+            actor=actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None),
+            mention=mention,
+        )
+
+    async def _shown_call_ids(self, pressed: Pressed, shown: ApprovalPart | None) -> tuple[str, ...]:
         """The calls an Approve all covers: those of its own message, never one the clicker was not shown."""
-        view = await self._approvals.view(target.continuation_id)
+        view = await self._approvals.view(pressed.continuation_id)
         if view is None:
-            return []
-        part = target.part or shown or render.approval_parts(view.calls)[0]
-        return [view.calls[index].call_id for index in part.indexes if 0 <= index < len(view.calls)]
+            return ()
+        part = pressed.part or shown or render.approval_parts(view.calls)[0]
+        return tuple(view.calls[index].call_id for index in part.indexes if 0 <= index < len(view.calls))
 
     async def _redraw_parts(
         self, interaction: discord.Interaction, clicked: discord.Message, continuation_id: str, budget: RateBudget
@@ -198,10 +203,10 @@ class _ClickReply:
     """Implements adapters.answers.ClickReply: the approval message redrawn through the interaction, notes only the clicker sees."""
 
     def __init__(
-        self, interaction: discord.Interaction, *, target: ButtonTarget | None, budget: RateBudget, clock: Clock
+        self, interaction: discord.Interaction, *, pressed: Pressed | None, budget: RateBudget, clock: Clock
     ) -> None:
         self._interaction = interaction
-        self._target = target
+        self._pressed = pressed
         self._budget = budget
         self._clock = clock
         self.shown: ApprovalPart | None = None  # the calls the clicked message shows, read from its buttons
@@ -237,16 +242,16 @@ class _ClickReply:
     def _part(self, view: ApprovalView) -> ApprovalPart:
         if self.shown is not None:
             return self.shown
-        target = self._target
-        if target is not None and target.call_index is not None:
-            return render.part_containing(view.calls, target.call_index)
-        if target is not None and target.part is not None:
-            return target.part
+        pressed = self._pressed
+        if pressed is not None and pressed.call_index is not None:
+            return render.part_containing(view.calls, pressed.call_index)
+        if pressed is not None and pressed.part is not None:
+            return pressed.part
         return render.approval_parts(view.calls)[0]
 
     def _others_changed(self, view: ApprovalView, part: ApprovalPart) -> bool:
         """Whether the approval's other messages show something out of date after this click."""
         if part.first == 0 and part.count >= len(view.calls):
             return False
-        reject_all = self._target is not None and self._target.call_index is None and not self._target.approve
+        reject_all = self._pressed is not None and self._pressed.call_index is None and not self._pressed.approve
         return reject_all or view.state != "open"

@@ -12,7 +12,7 @@ from adapters import wording as shared_wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from core import wording as engine_wording
-from core.approvals import ApprovalService, ApprovalView
+from core.approvals import ApprovalService, ApprovalView, Click
 from core.requests import Actor
 
 from . import wording
@@ -48,49 +48,56 @@ class SlackClicks:
         """Bolt's action listener: acked at once, then decided."""
         await ack()
         with self._gate.track():
-            click = _Click.read(body)
-            match = ACTION_PATTERN.match(click.action_id)
-            pressed = parse_button(click.action_id, click.value)
-            if match is None or pressed is None or not click.user_id or not click.channel:
-                logger.warning("ignoring a click that is not a relaybot approval: %s", click.action_id[:100])
+            payload = _Payload.read(body)
+            match = ACTION_PATTERN.match(payload.action_id)
+            pressed = parse_button(payload.action_id, payload.value)
+            if match is None or pressed is None or not payload.user_id or not payload.channel:
+                logger.warning("ignoring a click that is not a relaybot approval: %s", payload.action_id[:100])
                 return
-            reply = _ClickReply(self._surfaces, click.target, user_id=click.user_id, message_ts=click.message_ts, pressed=pressed)
-            refusal = self._refusal(click)
+            reply = _ClickReply(
+                self._surfaces, payload.target, user_id=payload.user_id, message_ts=payload.message_ts, pressed=pressed
+            )
+            refusal = self._refusal(payload)
             if refusal:
                 await reply.tell(refusal)
                 return
             try:
-                among = None
-                if pressed.call_id is None:
-                    # "Approve all" decides only the calls its message showed.
-                    view = await self._approvals.view(pressed.continuation_id)
-                    shown = view.calls[pressed.first:pressed.first + pressed.count] if view is not None else ()
-                    among = [call.call_id for call in shown]
-                # The display name is a mention, so the engine's sentences name people the Slack way;
-                # Slack has no admin rule, so refusals do not offer one.
-                result = await self._approvals.click(
-                    pressed.continuation_id, call_id=pressed.call_id, among=among, approved=match.group(1) == "approve",
-                    actor=Actor(id=click.user_id, name=wording.mention(click.user_id)), mention=wording.mention, admins=False,
-                )
+                click = await self._click_of(pressed, payload, approved=match.group(1) == "approve")
+                result = await self._approvals.click(click)
                 # A resumed run shows the thread's status while it works, as a question's answer does (its surface's sign).
                 await self._runner.settle_click(
-                    result, reply, self._surfaces.at(click.target), message_key=f"{click.channel}:{click.message_ts}"
+                    result, reply, self._surfaces.at(payload.target), message_key=f"{payload.channel}:{payload.message_ts}"
                 )
             except Exception:
                 logger.exception("approval click on %s failed", pressed.continuation_id)
                 await reply.tell(shared_wording.click_failed())
 
+    async def _click_of(self, pressed: Pressed, payload: _Payload, *, approved: bool) -> Click:
+        """The decision a pressed button asks for."""
+        among = None
+        if pressed.call_id is None:
+            # "Approve all" decides only the calls its message showed.
+            view = await self._approvals.view(pressed.continuation_id)
+            shown = view.calls[pressed.first:pressed.first + pressed.count] if view is not None else ()
+            among = tuple(call.call_id for call in shown)
+        # The display name is a mention, so the engine's sentences name people the Slack way;
+        # Slack has no admin rule, so refusals do not offer one.
+        return Click(
+            continuation_id=pressed.continuation_id, call_id=pressed.call_id, among=among, approved=approved,
+            actor=Actor(id=payload.user_id, name=wording.mention(payload.user_id)), mention=wording.mention, admins=False,
+        )
+
     async def on_arguments(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         """"Full arguments": the call's arguments whole, as a reply in the approval's thread."""
         await ack()
         with self._gate.track():
-            click = _Click.read(body)
-            pressed = parse_button(click.action_id, click.value)
-            if pressed is None or pressed.call_id is None or not click.user_id or not click.channel:
-                logger.warning("ignoring a click that is not a relaybot button: %s", click.action_id[:100])
+            payload = _Payload.read(body)
+            pressed = parse_button(payload.action_id, payload.value)
+            if pressed is None or pressed.call_id is None or not payload.user_id or not payload.channel:
+                logger.warning("ignoring a click that is not a relaybot button: %s", payload.action_id[:100])
                 return
-            reply = _ClickReply(self._surfaces, click.target, user_id=click.user_id, message_ts=click.message_ts, pressed=pressed)
-            refusal = self._refusal(click)
+            reply = _ClickReply(self._surfaces, payload.target, user_id=payload.user_id, message_ts=payload.message_ts, pressed=pressed)
+            refusal = self._refusal(payload)
             if refusal:
                 await reply.tell(refusal)
                 return
@@ -106,8 +113,8 @@ class SlackClicks:
                     return
                 self._remember_shown(shown_key)
                 # In the approval's thread; a top-level approval (a DM) gets a thread of its own.
-                thread = ReplyTarget(team_id=click.target.team_id, channel=click.channel,
-                                     thread_ts=click.target.thread_ts or click.message_ts or None)
+                thread = ReplyTarget(team_id=payload.target.team_id, channel=payload.channel,
+                                     thread_ts=payload.target.thread_ts or payload.message_ts or None)
                 parts = code_messages(full_arguments(call), max_chars=MAX_MESSAGE_TEXT_CHARS - ARGUMENTS_HEADING_ROOM)
                 for number, part in enumerate(parts, start=1):
                     heading = sentence(shared_wording.full_arguments_heading(plain(call.tool), number, len(parts)))
@@ -117,11 +124,11 @@ class SlackClicks:
                 logger.exception("could not show the full arguments of %s", pressed.continuation_id)
                 await reply.tell(shared_wording.click_failed())
 
-    def _refusal(self, click: _Click) -> str:
+    def _refusal(self, payload: _Payload) -> str:
         """The sentence for a clicker who may not act here, or "" (the clicker's own team counts, as in
         a Slack Connect channel the payload's workspace is the host's)."""
         access = self._access.person(
-            click.user_id, (click.user_team,) if click.user_team else (), direct=click.channel.startswith("D")
+            payload.user_id, (payload.user_team,) if payload.user_team else (), direct=payload.channel.startswith("D")
         )
         if access == "direct_messages_off":
             return shared_wording.direct_messages_off()
@@ -135,7 +142,7 @@ class SlackClicks:
             self._arguments_shown.popitem(last=False)
 
 
-class _Click:
+class _Payload:
     """The parts of a block_actions payload a click needs, read defensively (any field may be missing)."""
 
     def __init__(self, body: dict[str, Any]) -> None:
@@ -154,7 +161,7 @@ class _Click:
         self.target = ReplyTarget(team_id=team_id, channel=self.channel, thread_ts=str(thread_ts) if thread_ts else None)
 
     @classmethod
-    def read(cls, body: dict[str, Any]) -> _Click:
+    def read(cls, body: dict[str, Any]) -> _Payload:
         return cls(body if isinstance(body, dict) else {})
 
 

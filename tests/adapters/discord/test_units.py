@@ -13,7 +13,7 @@ import pytest
 from adapters import wording as shared_wording
 from adapters.answers import repaired_text
 from adapters.discord import check_discord
-from adapters.discord.buttons import CUSTOM_ID_MAX_CHARS, ButtonTarget, approval_view, part_of_message
+from adapters.discord.buttons import CUSTOM_ID_MAX_CHARS, Pressed, approval_view, part_of_message
 from adapters.discord.render import (
     CALLS_PER_MESSAGE,
     EMBED_DESCRIPTION_MAX_CHARS,
@@ -66,13 +66,13 @@ class FakeClock:
 def test_custom_ids_round_trip_within_100_chars() -> None:
     continuation = str(uuid.uuid4())
     for target in (
-        ButtonTarget(continuation_id=continuation, approve=True, call_index=7),
-        ButtonTarget(continuation_id=continuation, approve=False, call_index=None),
+        Pressed(continuation_id=continuation, approve=True, call_index=7),
+        Pressed(continuation_id=continuation, approve=False, call_index=None),
     ):
         assert len(target.custom_id) <= CUSTOM_ID_MAX_CHARS
-        assert ButtonTarget.parse(target.custom_id) == target
-    assert ButtonTarget.parse(f"rb:x:{continuation}:1") is None
-    assert ButtonTarget.parse("rb:a:not-a-uuid:1") is None
+        assert Pressed.parse(target.custom_id) == target
+    assert Pressed.parse(f"rb:x:{continuation}:1") is None
+    assert Pressed.parse("rb:a:not-a-uuid:1") is None
 
 
 def _buttons(view: discord.ui.View) -> list[tuple[str, bool, str]]:
@@ -148,7 +148,7 @@ def test_many_calls_are_shown_in_parts_each_deciding_only_its_own_calls() -> Non
         assert all(f"**{index + 1}. `deploy`**" in text for index in part.indexes)
         assert (shared_wording.more_calls_below(30 - part.count, len(parts) - 1) in text) == (number == 0)
         ids = [custom_id for _, _, custom_id in _buttons(approval_view(view, part))]
-        approve_all = ButtonTarget.parse(next(i for i in ids if i.startswith("rb:a:") and "*" in i))
+        approve_all = Pressed.parse(next(i for i in ids if i.startswith("rb:a:") and "*" in i))
         assert approve_all is not None and approve_all.part == part
         assert f"rb:r:{view.continuation_id}:*" in ids  # Reject all covers every undecided call
         assert part_of_message(view.continuation_id, ids) == part
@@ -178,9 +178,9 @@ def test_a_long_argument_never_hides_the_keys_after_it_and_the_full_arguments_ke
 
 def test_custom_ids_of_parts_round_trip() -> None:
     continuation = str(uuid.uuid4())
-    target = ButtonTarget(continuation_id=continuation, approve=True, call_index=None, part=ApprovalPart(first=8, count=8))
-    assert len(target.custom_id) <= CUSTOM_ID_MAX_CHARS and ButtonTarget.parse(target.custom_id) == target
-    legacy = ButtonTarget.parse(f"rb:a:{continuation}:*")  # drawn before approvals had parts
+    target = Pressed(continuation_id=continuation, approve=True, call_index=None, part=ApprovalPart(first=8, count=8))
+    assert len(target.custom_id) <= CUSTOM_ID_MAX_CHARS and Pressed.parse(target.custom_id) == target
+    legacy = Pressed.parse(f"rb:a:{continuation}:*")  # drawn before approvals had parts
     assert legacy is not None and legacy.call_index is None and legacy.part is None
     assert part_of_message(continuation, [f"rb:a:{continuation}:3", f"rb:r:{continuation}:4"]) == ApprovalPart(
         first=3, count=2

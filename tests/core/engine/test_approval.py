@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import uuid
 from typing import Any
 
+import pytest
+
+from core.approvals import ApprovalService, Click
 from core.engine import Engine
 from core.events import ApprovalRequired, Done, Event, Failed, ToolCallFinished
 from core.requests import Actor
@@ -65,7 +70,9 @@ async def test_pause_is_announced_after_the_row_is_committed_then_approve_runs_t
     assert paused.requested_by == "U1"
     assert tool.runs == []
 
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER,
+    ))
     assert outcome.outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert tool.runs == [{"env": "prod"}]
@@ -84,9 +91,9 @@ async def test_a_rejection_with_a_comment_is_what_the_model_hears(db: Database, 
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Understood, not deploying."), channel="C-reject")
-    outcome = await engine.approvals.decide(
-        paused.continuation_id, call_id=None, approved=False, actor=REQUESTER, comment="not on a Friday"
-    )
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=False, actor=REQUESTER, comment="not on a Friday",
+    ))
     assert outcome.outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert tool.runs == []
@@ -104,13 +111,19 @@ async def test_two_pending_calls_decided_one_by_one_resume_once(db: Database, op
     paused = await pause(engine, openai_emulator, two, Text("Prod done, dev skipped."), channel="C-two")
     assert [call.call_id for call in paused.calls] == ["call_p", "call_d"]
 
-    first = await engine.approvals.decide(paused.continuation_id, call_id="call_p", approved=True, actor=REQUESTER)
+    first = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_p", approved=True, actor=REQUESTER,
+    ))
     assert first.outcome == "recorded" and first.view is not None and [c.call_id for c in first.view.undecided] == ["call_d"]
     early = await resumed(engine, paused.continuation_id)
     assert len(early) == 1 and isinstance(early[0], Failed) and tool.runs == []
-    again = await engine.approvals.decide(paused.continuation_id, call_id="call_p", approved=False, actor=REQUESTER)
+    again = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_p", approved=False, actor=REQUESTER,
+    ))
     assert again.reason == "already_decided"
-    second = await engine.approvals.decide(paused.continuation_id, call_id="call_d", approved=False, actor=REQUESTER, comment="no")
+    second = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_d", approved=False, actor=REQUESTER, comment="no",
+    ))
     assert second.outcome == "ready"
 
     requests_before = len(openai_emulator.chat_requests)
@@ -131,7 +144,9 @@ async def test_a_new_engine_on_the_same_database_resumes_after_a_restart(
     tool = RecordingTool(requires_approval=True)
     paused = await pause(engine_with(db, openai_emulator, tool), openai_emulator, deploy_call("eu"), Text("EU deployed."), channel="C-restart")
     restarted = engine_with(db, openai_emulator, tool)
-    outcome = await restarted.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    outcome = await restarted.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER,
+    ))
     assert outcome.outcome == "ready"
     after = await resumed(restarted, paused.continuation_id)
     assert tool.runs == [{"env": "eu"}]
@@ -149,7 +164,9 @@ async def test_twenty_concurrent_resumes_run_the_tool_exactly_once(db: Database,
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Deployed once."), channel="C-stampede")
-    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=REQUESTER,
+    ))).outcome == "ready"
     clickers = [Actor(id="U1", name=f"click-{i}") for i in range(20)]
     outcomes = await asyncio.gather(*(resumed(engine, paused.continuation_id, actor) for actor in clickers))
     assert tool.runs == [{"env": "prod"}]
@@ -165,7 +182,9 @@ async def test_an_unauthorised_actor_is_refused_and_the_tool_never_runs(db: Data
     tool = RecordingTool(requires_approval=True)
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-refuse")
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=STRANGER)
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=STRANGER,
+    ))
     assert outcome.reason == "not_allowed" and outcome.message.startswith("Only U1 (who asked)")
     refused = await resumed(engine, paused.continuation_id, STRANGER)
     assert len(refused) == 1 and isinstance(refused[0], Failed)
@@ -181,7 +200,9 @@ async def test_an_approver_from_settings_may_decide(db: Database, openai_emulato
     engine = engine_with(db, openai_emulator, tool, approvers=("U9",))
     paused = await pause(engine, openai_emulator, deploy_call(), Text("Approved by the lead."), channel="C-approver")
     lead = Actor(id="U9", name="Lead")
-    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=lead)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=lead,
+    ))).outcome == "ready"
     after = await resumed(engine, paused.continuation_id, lead)
     assert tool.runs == [{"env": "prod"}] and last_done(after).answer == "Approved by the lead."
 
@@ -202,7 +223,9 @@ async def test_a_message_while_paused_is_answered_with_a_valid_request(db: Datab
 
     # The approval stays valid, and its resumed request is valid too.
     openai_emulator.script(Text("Deployed after all."))
-    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=REQUESTER,
+    ))).outcome == "ready"
     after = await resumed(engine, paused.continuation_id)
     assert last_done(after).answer == "Deployed after all." and tool.runs == [{"env": "prod"}]
     assert_valid_chat_request(openai_emulator.chat_requests[-1])
@@ -222,7 +245,9 @@ async def test_an_expired_approval_says_so_and_comes_back_with_its_messages_to_e
     async with db.connection() as conn:
         await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second' WHERE id = %s", (key,))
 
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=REQUESTER,
+    ))
     assert outcome.outcome == "expired" and "expired" in outcome.message
     [expired] = await engine.approvals.expire_due()
     assert expired.platform == "test" and expired.message_refs == [{"channel": "C-expire", "ts": "1.0"}]
@@ -239,7 +264,9 @@ async def test_a_tiny_expiry_setting_expires_the_approval(db: Database, openai_e
     engine = engine_with(db, openai_emulator, tool, approval_expiry_s=0.05)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-tiny")
     await asyncio.sleep(0.1)
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER)
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id="call_dep", approved=True, actor=REQUESTER,
+    ))
     assert outcome.outcome == "expired"
     assert tool.runs == []
 
@@ -251,7 +278,9 @@ async def test_a_run_stuck_in_resuming_is_reverted_and_its_started_call_never_ru
     engine = engine_with(db, openai_emulator, tool)
     paused = await pause(engine, openai_emulator, deploy_call(), channel="C-stuck")
     key = uuid.UUID(paused.continuation_id)
-    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=REQUESTER)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=REQUESTER,
+    ))).outcome == "ready"
     # A crash after the claim and after the call was marked started, before it finished.
     assert await ContinuationStore(db).claim(key, actor="crashed-instance") is not None
     assert await ContinuationStore(db).mark_started(key, "call_dep")
@@ -266,3 +295,13 @@ async def test_a_run_stuck_in_resuming_is_reverted_and_its_started_call_never_ru
     assert [e.status for e in after if isinstance(e, ToolCallFinished)] == ["error"]
     assert "outcome is unknown" in tool_messages(openai_emulator.chat_requests[-1])["call_dep"]
     assert last_done(after).answer == "I could not confirm the deploy."
+
+
+def test_a_click_is_one_value_that_click_and_decide_take_whole() -> None:
+    """One signature, no keyword chain: a platform builds a Click and hands it over as it is."""
+    for method in (ApprovalService.click, ApprovalService.decide):
+        assert list(inspect.signature(method).parameters) == ["self", "click"], method
+    click = Click(continuation_id=str(uuid.uuid4()), approved=True, actor=REQUESTER, among=("call_a",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        click.approved = False  # type: ignore[misc]
+    assert click.call_id is None and click.call_index is None and click.admins and click.mention("U1") == "U1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.approvals import Click
 from core.engine import Engine
 from core.events import Done, ToolCallFinished
 from core.requests import Actor
@@ -25,9 +26,13 @@ async def test_a_reject_after_an_approve_of_the_same_call_is_refused_naming_who_
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-one")
-    first = await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)
+    first = await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=ADA,
+    ))
     assert first.outcome == "ready"
-    second = await engine.approvals.decide(continuation_id, call_id="call_dep", approved=False, actor=BOB)
+    second = await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=False, actor=BOB,
+    ))
     assert second.reason == "already_decided"
     assert "Ada" in second.message
     # The first click still resumes the run, with Ada's decision.
@@ -41,8 +46,12 @@ async def test_reject_all_after_every_call_was_approved_is_refused_naming_who_ap
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-all")
-    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
-    outcome = await engine.approvals.decide(continuation_id, call_id=None, approved=False, actor=BOB)
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=ADA,
+    ))).outcome == "ready"
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id=None, approved=False, actor=BOB,
+    ))
     assert outcome.reason == "already_decided"
     assert "Ada" in outcome.message
 
@@ -52,9 +61,15 @@ async def test_the_same_decision_clicked_twice_is_still_ready_so_a_reverted_run_
 ) -> None:
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-conflict-same")
-    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
-    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=BOB)).outcome == "ready"
-    assert (await engine.approvals.decide(continuation_id, call_id=None, approved=True, actor=BOB)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=ADA,
+    ))).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=BOB,
+    ))).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id=None, approved=True, actor=BOB,
+    ))).outcome == "ready"
     events = [event async for event in resumed_run(engine, continuation_id, actor=BOB)]
     assert [e.status for e in events if isinstance(e, ToolCallFinished)] == ["ok"]
     assert tool.runs == [{"env": "prod"}]
@@ -66,10 +81,14 @@ async def test_approve_all_covers_only_the_calls_the_approver_was_shown(db: Data
     three = ToolCalls([Call("deploy", f'{{"env": "{env}"}}', id=f"call_{env}") for env in ("a", "b", "c")])
     openai_emulator.script(three, Text("Done."))
     continuation_id = approval(await events_of(engine, request("deploy three", channel="C-shown"))).continuation_id
-    shown = await engine.approvals.click(continuation_id, call_id=None, among=["call_a", "call_b"], approved=True, actor=ADA)
+    shown = await engine.approvals.click(Click(
+        continuation_id=continuation_id, call_id=None, among=("call_a", "call_b"), approved=True, actor=ADA,
+    ))
     assert shown.outcome == "recorded" and shown.events is None and tool.runs == []
     assert shown.view is not None and [c.call_id for c in shown.view.undecided] == ["call_c"]
-    rest = await engine.approvals.click(continuation_id, call_id=None, among=["call_c"], approved=False, actor=ADA)
+    rest = await engine.approvals.click(Click(
+        continuation_id=continuation_id, call_id=None, among=("call_c",), approved=False, actor=ADA,
+    ))
     assert rest.claimed and rest.events is not None
     events = [event async for event in rest.events]
     assert tool.runs == [{"env": "a"}, {"env": "b"}] and isinstance(events[-1], Done)
@@ -81,7 +100,11 @@ async def test_a_refusal_on_a_platform_without_an_admin_rule_does_not_mention_ad
     tool = RecordingTool(requires_approval=True)
     engine, continuation_id = await paused(db, openai_emulator, tool, "C-no-admins")
     stranger = Actor(id="U9", name="Eve")
-    slack_like = await engine.approvals.click(continuation_id, call_id="call_dep", approved=True, actor=stranger, admins=False)
-    discord_like = await engine.approvals.click(continuation_id, call_id="call_dep", approved=True, actor=stranger)
+    slack_like = await engine.approvals.click(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=stranger, admins=False,
+    ))
+    discord_like = await engine.approvals.click(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=stranger,
+    ))
     assert slack_like.reason == "not_allowed" and "admin" not in slack_like.message
     assert discord_like.message.endswith("or an admin can approve or reject this.")

@@ -6,6 +6,7 @@ import uuid
 
 from adapters import wording as shared_wording
 from core import wording
+from core.approvals import Click
 from core.events import Failed, ToolRun
 from core.requests import Actor
 from core.store.continuations import ContinuationStore
@@ -27,7 +28,9 @@ async def test_an_approval_reverted_after_its_call_started_and_then_expired_says
     paused = approval(await events_of(engine, request("please deploy", channel="C-expired-start")))
     key = uuid.UUID(paused.continuation_id)
     store = ContinuationStore(db)
-    assert (await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=ADA)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=ADA,
+    ))).outcome == "ready"
     # A process claimed the run, started the prod deploy and died; the stuck-run job reverted it.
     assert await store.claim(key, actor="crashed-instance") is not None
     assert await store.mark_started(key, "call_p")
@@ -61,7 +64,9 @@ async def test_an_approval_that_expired_untouched_still_says_nothing_ran(db: Dat
     [expired] = await engine.approvals.expire_due()
     assert expired.view.started == () and expired.view.started_tools == ()
     assert shared_wording.approval_expired_line(()) == shared_wording.approval_expired()
-    late = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=ADA)
+    late = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=ADA,
+    ))
     assert late.outcome == "expired" and late.message == wording.approval_expired()
 
 

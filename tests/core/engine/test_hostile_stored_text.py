@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from core.approvals import Click
 from core.events import ApprovalRequired, Done, Sources
 from core.requests import Actor, ClientTool
 from core.retrieval.loaders import BINARY_SNIFF_BYTES
@@ -76,8 +77,9 @@ async def test_a_rejection_comment_with_nul_and_a_lone_surrogate_is_recorded(
     engine = make_engine(db, openai_emulator.base_url, registry=registry)
     openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id="call_deploy")]), Text("Not deployed."))
     paused = approval(await events_of(engine, request("deploy prod", channel="C-nul-comment")))
-    clicked = await engine.approvals.click(paused.continuation_id, approved=False, actor=APPROVER,
-                                           comment="not\x00 today \ud800")
+    clicked = await engine.approvals.click(Click(
+        continuation_id=paused.continuation_id, approved=False, actor=APPROVER, comment="not\x00 today \ud800",
+    ))
     assert clicked.outcome == "ready" and clicked.events is not None, clicked
     events = [event async for event in clicked.events]
     assert isinstance(events[-1], Done) and deploy.runs == []

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from core.approvals import Click
 from core.events import ApprovalRequired, Done, Failed
 from core.requests import Actor
 from core.store.db import Database
@@ -87,7 +88,7 @@ async def test_a_turn_paused_for_approval_is_one_usage_row_and_every_decision_is
         first_part = (reported.prompt_tokens, reported.completion_tokens)
         assert await usage_of(db, "C-obs-pause") == (1, *first_part)
 
-        stranger = await engine.approvals.click(pause.continuation_id, approved=True, actor=BOB)
+        stranger = await engine.approvals.click(Click(continuation_id=pause.continuation_id, approved=True, actor=BOB))
         assert stranger.outcome == "refused"
         resumed = [event async for event in resumed_run(engine, pause.continuation_id, {"call_1": True}, actor=ADA)]
     assert isinstance(resumed[-1], Done)

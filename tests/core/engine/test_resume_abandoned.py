@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from core.approvals import Click
 from core.events import AnswerDelta, Done, ToolCallFinished
 from core.requests import Actor
 from core.store.db import Database
@@ -35,7 +36,9 @@ async def test_a_resume_cancelled_while_waiting_for_the_conversation_keeps_the_a
         Text("Deployed."),
     )
     continuation_id = approval(await events_of(engine, request("please deploy", channel="C-abandon"))).continuation_id
-    assert (await engine.approvals.decide(continuation_id, call_id="call_dep", approved=True, actor=ADA)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id="call_dep", approved=True, actor=ADA,
+    ))).outcome == "ready"
 
     # Another question in the same conversation holds it while the resume waits its turn.
     busy = engine.ask(request("something slow", channel="C-abandon"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.approvals import Click
 from core.events import ApprovalRequired, Done, Failed
 from core.requests import Actor
 from core.store.db import Database
@@ -18,7 +19,9 @@ async def test_resume_by_someone_not_allowed_is_refused_even_when_all_calls_are_
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
     openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed."))
     [paused] = [e for e in await events_of(engine, request("deploy", channel="C-policy")) if isinstance(e, ApprovalRequired)]
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"),
+    ))
     assert outcome.outcome == "ready"
     stranger = [e async for e in resumed_run(engine, paused.continuation_id, actor=Actor(id="U-stranger"))]
     assert len(stranger) == 1 and isinstance(stranger[0], Failed) and tool.runs == []
@@ -61,5 +64,7 @@ async def test_a_withdrawn_approval_cannot_be_decided(db: Database, openai_emula
     [paused] = [e for e in await events_of(engine, request("deploy", channel="C-withdraw")) if isinstance(e, ApprovalRequired)]
     assert await engine.approvals.withdraw(paused.continuation_id) is True
     assert await engine.approvals.withdraw(paused.continuation_id) is False
-    outcome = await engine.approvals.decide(paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"))
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=paused.continuation_id, call_id=None, approved=True, actor=Actor(id="U1"),
+    ))
     assert outcome.outcome == "already_handled" and tool.runs == []

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.agents.state import RUN_STATE_SCHEMA_VERSION, RunState, RunStateError
+from core.approvals import Click
 from core.events import Done, Sources, ToolCallFinished
 from core.requests import Actor
 from core.store.continuations import ContinuationStore, StoredCall
@@ -52,7 +53,9 @@ async def test_a_saved_state_loads_and_resumes_to_an_answer(
         platform=state.conversation.platform,
     )
     requester = Actor(id=state.user_id, name=state.user_name)
-    outcome = await engine.approvals.decide(str(continuation_id), call_id=None, approved=True, actor=requester)
+    outcome = await engine.approvals.decide(Click(
+        continuation_id=str(continuation_id), call_id=None, approved=True, actor=requester,
+    ))
     assert outcome.outcome == "ready"
 
     openai_emulator.script(Text("Deployed, see [1]."))

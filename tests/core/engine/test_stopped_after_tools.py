@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from core.approvals import Click
 from core.engine import Engine
 from core.events import AnswerDelta, Event, Failed
 from core.requests import Actor
@@ -43,7 +44,9 @@ async def approved(engine: Engine, emulator: OpenAIEmulator, *replies: Any, chan
     """A run paused on deploy calls, every call approved by the requester; returns the continuation id."""
     emulator.script(*replies)
     continuation_id = approval(await events_of(engine, request("please deploy", channel=channel))).continuation_id
-    assert (await engine.approvals.decide(continuation_id, call_id=None, approved=True, actor=ADA)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id=None, approved=True, actor=ADA,
+    ))).outcome == "ready"
     return continuation_id
 
 
@@ -99,7 +102,9 @@ async def test_a_failure_with_nothing_approved_still_keeps_the_question_alone(
     engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool))
     openai_emulator.script(deploy_calls("prod"), Fault("500"), Fault("500"), Fault("500"))
     continuation_id = approval(await events_of(engine, request("please deploy", channel="C-rej"))).continuation_id
-    assert (await engine.approvals.decide(continuation_id, call_id=None, approved=False, actor=ADA)).outcome == "ready"
+    assert (await engine.approvals.decide(Click(
+        continuation_id=continuation_id, call_id=None, approved=False, actor=ADA,
+    ))).outcome == "ready"
     after = [event async for event in resumed_run(engine, continuation_id, actor=ADA)]
     failed = last_failed(after)
     assert "ran" not in failed.message and "try again" in failed.message.lower()
