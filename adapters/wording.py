@@ -272,3 +272,13 @@ def feedback_comment_thanks() -> str:
 
 def feedback_unknown_answer() -> str:
     return "This answer is no longer on record, so the vote was not kept."
+
+
+# ----- "Stop this answer", Slack's message shortcut (adapters/slack/controls.py) -----
+
+def stop_shortcut_not_mine() -> str:
+    return "“Stop this answer” stops my answers only, and that message is not one of them."
+
+
+def stop_shortcut_no_answer() -> str:
+    return "That message is not an answer I am still writing, so there is nothing to stop."

@@ -40,7 +40,7 @@ from .commands import COMMAND, SlackCommands
 from .home import HOME_ACTION, SlackHome
 from .native_stream import NativeSlackSurfaces, NativeStreaming
 from .clicks import SlackClicks
-from .controls import STOP_ACTION, SlackStops
+from .controls import STOP_ACTION, STOP_SHORTCUT, SlackStops, StreamRuns
 from .feedback import FEEDBACK_ACTION, WHY_VIEW, SlackFeedback
 from .inbound import SlackInbound, is_question_event
 from .notifier import SlackNotifier
@@ -90,7 +90,10 @@ class SlackAdapter:
         self._auth_problem: str | None = "auth.test has not run yet"
         self._auth_checked_at: float | None = None
         # Answers stream natively where Slack offers it (SLACK_NATIVE_STREAMING), else with post+update.
-        self.native = NativeStreaming(setting=settings.slack_native_streaming, clock=clock, share=settings.slack_rate_share)
+        self.native = NativeStreaming(
+            setting=settings.slack_native_streaming, clock=clock, share=settings.slack_rate_share,
+            streams=StreamRuns(ports.state),
+        )
         self.surfaces = NativeSlackSurfaces(
             native=self.native, client=self.client, budgets=SlackBudgets(
                 clock=clock, share=settings.slack_rate_share,
@@ -117,7 +120,9 @@ class SlackAdapter:
             approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access,
             assistant=settings.slack_assistant,
         )
-        self.stops = SlackStops(runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access)
+        self.stops = SlackStops(
+            runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access, streams=self.native.streams
+        )
         # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,
         # so buttons posted before it was turned off still count.
         self.feedback = SlackFeedback(
@@ -154,6 +159,7 @@ class SlackAdapter:
         self.app.action(ACTION_PATTERN)(self.clicks.on_click)
         self.app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
         self.app.action(STOP_ACTION)(self.stops.on_stop)
+        self.app.shortcut(STOP_SHORTCUT)(self.stops.on_shortcut)
         self.app.action(FEEDBACK_ACTION)(self.feedback.on_click)
         self.app.view(WHY_VIEW)(self.feedback.on_submit)
         if not socket_mode and http is not None:

@@ -1,27 +1,27 @@
-"""Slack's Stop button and 👍/👎 on the answer's own messages (the blocks each post and edit carries), the Stop
-message of a native stream, and Stop clicks."""
+"""Slack's Stop and 👍/👎 on the answer's own messages (the blocks each post and edit carries), the run of each
+native stream (which takes no blocks until it stops), and Stop: the button's clicks and the "Stop this answer"
+message shortcut."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck
+from slack_bolt.async_app import AsyncAck, AsyncBoltContext, AsyncRespond
 
 from adapters import wording as shared_wording
 from adapters.gate import Gate
-from adapters.streaming import Priority
 from adapters.streaming.transport import LiveText
+from core.ports import AppState
 from core.requests import Actor
 
 from . import wording
 from .buttons import read_click
 from .feedback import FEEDBACK_ACTION, feedback_blocks, parse_value
-from .render import markdown_text
-from .transport import post_metadata
+from .render import markdown_text, sentence
 
 # The surface builds these, so this module imports neither it nor inbound: `surfaces` is a
 # surface.SlackSurfaces, `target` a surface.ReplyTarget, `access` an inbound.SlackAccess.
@@ -30,11 +30,10 @@ logger = logging.getLogger(__name__)
 
 STOP_ACTION = "relaybot_stop"
 STOP_LABEL = "⏹ Stop"
-STOP_FALLBACK = "⏹ Stop this answer"
-# Real seconds a natively streamed answer goes on before its Stop message is posted (quick answers need none).
-STOP_AFTER_S = 1.0
-# Slack seconds between tries for that post while the channel's post budget has no call to spare at once.
-STOP_RETRY_S = 1.0
+# The message shortcut (slack-app-manifest.yaml): Stop for any message of an answer, a native stream's too.
+STOP_SHORTCUT = "relaybot_stop_answer"
+# AppState key of a native stream's run: the one thing a shortcut on a streaming message cannot read from it.
+STREAM_RUN_KEY = "slack:stream-run:{channel}:{ts}"
 
 
 def stop_blocks(run_id: str) -> list[dict[str, Any]]:
@@ -111,86 +110,56 @@ class AnswerButtons:
             self.with_feedback.pop(message_id, None)
 
 
-class StopMessage:
-    """The Stop button of a natively streamed answer: a message of its own, because a stream takes no blocks
-    until it is stopped. Posted only while the answer runs and only when the channel's post budget has a call
-    to spare at once (never queued behind answers' texts), deleted as soon as the answer's final text is about
-    to go."""
+class StreamRuns:
+    """The run of each natively streamed message, for "Stop this answer": a stream carries neither blocks nor
+    metadata until it stops, so its message cannot say which run it shows. This process's streams are known in
+    memory; each is also written to the app's state, for a shortcut that another process receives (the row stays
+    after the stream ends, so a late shortcut is told the answer finished)."""
 
-    def __init__(
-        self, surfaces: Any, target: Any, *, after_s: float = STOP_AFTER_S, needed: Callable[[], bool] = lambda: True,
-    ) -> None:
-        self._surfaces = surfaces
-        self._target = target
-        self._after_s = after_s
-        self._needed = needed  # asked when it is time to post: False, and there is no message
-        self._ts: str | None = None
-        self._ended = False
-        self._posting = False
-        self._task: asyncio.Task[None] | None = None
-        self._removal: asyncio.Task[None] | None = None
+    def __init__(self, state: AppState | None) -> None:
+        self._state = state
+        self._local: dict[tuple[str, str], str] = {}
+        self._writes: set[asyncio.Task[None]] = set()
 
-    async def show(self, run_id: str) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._post_later(run_id))
-
-    async def _post_later(self, run_id: str) -> None:
-        surfaces, target = self._surfaces, self._target
-        await asyncio.sleep(self._after_s)
-        budget = surfaces.budgets.post(target.team_id, target.channel)
-        while not self._ended and self._needed() and not budget.try_acquire(Priority.INTERMEDIATE):
-            await surfaces.clock.sleep(STOP_RETRY_S)
-        if self._ended or not self._needed():
+    def started(self, channel: str, ts: str, run_id: str) -> None:
+        if self._local.get((channel, ts)) == run_id:
             return
-        # From here on the message may exist: the end waits for it, to delete it.
-        self._posting = True
+        self._local[(channel, ts)] = run_id
+        if self._state is not None:
+            # Not awaited: the stream's next append never waits on the database.
+            task = asyncio.get_running_loop().create_task(self._write(channel, ts, run_id))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+
+    def ended(self, channel: str, ts: str) -> None:
+        self._local.pop((channel, ts), None)
+
+    async def run_of(self, channel: str, ts: str) -> str | None:
+        """The run of stream `ts` in `channel` (this process's, else as written by any), or None."""
+        local = self._local.get((channel, ts))
+        if local is not None or self._state is None:
+            return local
+        return await self._state.get(STREAM_RUN_KEY.format(channel=channel, ts=ts)) or None
+
+    async def _write(self, channel: str, ts: str, run_id: str) -> None:
+        assert self._state is not None
         try:
-            response = await surfaces.web.once(
-                "chat.postMessage", channel=target.channel, thread_ts=target.thread_ts, text=STOP_FALLBACK,
-                blocks=stop_blocks(run_id), metadata=post_metadata(f"stop:{uuid.uuid4().hex}"),
-            )
+            await self._state.put(STREAM_RUN_KEY.format(channel=channel, ts=ts), run_id)
         except Exception as exc:
-            # A control, not the answer: the answer goes on without it (and nothing is left to delete).
-            logger.warning("could not show the Stop button of run %s: %s", run_id, exc)
-            return
-        self._ts = str(response["ts"])
-
-    async def end(self) -> None:
-        """The final text is about to go: the message is deleted first (without holding the final up)."""
-        self._ended = True
-        if self._removal is None:
-            self._removal = asyncio.get_running_loop().create_task(self._remove())
-
-    async def clear(self) -> None:
-        await self.end()
-        assert self._removal is not None
-        await asyncio.wait({self._removal})
-
-    async def _remove(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            if not self._posting:
-                task.cancel()
-            await asyncio.wait({task})  # a post under way is waited for, so its message is deleted too
-        ts, self._ts = self._ts, None
-        if ts is None:
-            return
-        surfaces = self._surfaces
-        try:
-            await surfaces.web.call(
-                "chat.delete", budget=surfaces.budgets.delete(self._target.team_id), channel=self._target.channel, ts=ts
-            )
-        except Exception as exc:
-            logger.warning("could not delete the Stop message %s: %s", ts, exc)
+            # Costs only the shortcut in other processes; this one knows the stream's run.
+            logger.warning("could not record the run of native stream %s in %s: %s", ts, channel, exc)
 
 
 class SlackStops:
-    """Stop clicks: acked at once, then one call to the engine, which finds the run in whichever process it runs."""
+    """Stop, from the button or the message shortcut: acked at once, then one call to the engine, which finds the
+    run in whichever process it runs and applies the same rule of who may stop it."""
 
-    def __init__(self, *, runs: Any, surfaces: Any, gate: Gate, access: Any) -> None:
+    def __init__(self, *, runs: Any, surfaces: Any, gate: Gate, access: Any, streams: StreamRuns) -> None:
         self._runs = runs  # core.runs.Runs: stop(run_id, actor=…)
         self._surfaces = surfaces
         self._gate = gate
         self._access = access
+        self._streams = streams
 
     async def on_stop(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -200,27 +169,70 @@ class SlackStops:
             if not user_id or not channel or not run_id:
                 logger.warning("ignoring a Stop click without its user, channel or run")
                 return
-            access = self._access.person(
-                user_id, (click.user_team,) if click.user_team else (), direct=channel.startswith("D")
-            )
-            if access == "direct_messages_off":
-                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.direct_messages_off())
+
+            async def tell(text: str) -> None:
+                await self._tell(click.user_team, channel, user_id, thread_ts, text)
+
+            await self._stop(run_id, user_id=user_id, user=user, teams=(click.user_team,) if click.user_team else (),
+                             channel=channel, tell=tell)
+
+    async def on_shortcut(
+        self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond, context: AsyncBoltContext,
+    ) -> None:
+        """"Stop this answer" from a message's ⋯ menu: the run of that message, whichever way it is written — the
+        Stop button its blocks carry (post+update), or the native stream's recorded run."""
+        await ack()
+        with self._gate.track():
+            shortcut = read_shortcut(body)
+            user_id, channel, message = shortcut.user_id, shortcut.channel, shortcut.message
+
+            async def tell(text: str) -> None:
+                # Through the shortcut's response_url: an ephemeral reply that needs the bot in no channel.
+                try:
+                    await respond(text=sentence(text), response_type="ephemeral")
+                except Exception:
+                    logger.exception("could not tell %s: %s", user_id, text)
+
+            if not user_id or not channel or not message.get("ts"):
+                logger.warning("ignoring a Stop shortcut without its user, channel or message")
                 return
-            if access == "refused":
-                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.not_your_workspace_to_decide())
+            bot_id, bot_user = context.bot_id or "", context.bot_user_id or ""
+            mine = (bool(bot_id) and message.get("bot_id") == bot_id) or (bool(bot_user) and message.get("user") == bot_user)
+            if not mine:
+                await tell(shared_wording.stop_shortcut_not_mine())
                 return
-            # The name goes into the answer's text, where a mention would be neutralised: the person's name.
-            name = str(user.get("name") or user.get("username") or user_id)
             try:
-                result = await self._runs.stop(
-                    run_id, actor=Actor(id=user_id, name=name), mention=wording.mention, admins=False
-                )
+                run_id = run_of(message) or await self._streams.run_of(channel, str(message["ts"]))
             except Exception:
-                logger.exception("Stop click on run %s failed", run_id)
-                await self._tell(click.user_team, channel, user_id, thread_ts, shared_wording.click_failed())
+                logger.exception("could not find the run of message %s in %s", message.get("ts"), channel)
+                await tell(shared_wording.click_failed())
                 return
-            if result.outcome != "stopping":
-                await self._tell(click.user_team, channel, user_id, thread_ts, result.message)
+            if run_id is None:
+                await tell(shared_wording.stop_shortcut_no_answer())
+                return
+            await self._stop(run_id, user_id=user_id, user=shortcut.user, teams=shortcut.teams, channel=channel, tell=tell)
+
+    async def _stop(
+        self, run_id: str, *, user_id: str, user: dict[str, Any], teams: tuple[str, ...], channel: str,
+        tell: Callable[[str], Awaitable[None]],
+    ) -> None:
+        access = self._access.person(user_id, teams, direct=channel.startswith("D"))
+        if access == "direct_messages_off":
+            await tell(shared_wording.direct_messages_off())
+            return
+        if access == "refused":
+            await tell(shared_wording.not_your_workspace_to_decide())
+            return
+        # The name goes into the answer's text, where a mention would be neutralised: the person's name.
+        name = str(user.get("name") or user.get("username") or user_id)
+        try:
+            result = await self._runs.stop(run_id, actor=Actor(id=user_id, name=name), mention=wording.mention, admins=False)
+        except Exception:
+            logger.exception("Stop on run %s failed", run_id)
+            await tell(shared_wording.click_failed())
+            return
+        if result.outcome != "stopping":
+            await tell(result.message)
 
     async def _tell(self, team_id: str, channel: str, user_id: str, thread_ts: Any, text: str) -> None:
         try:
@@ -231,3 +243,26 @@ class SlackStops:
             )
         except Exception:
             logger.exception("could not tell %s: %s", user_id, text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageShortcut:
+    """A message_action body's fields; what Slack left out (or malformed) comes back empty."""
+
+    user_id: str
+    teams: tuple[str, ...]  # the teams the body says the user belongs to
+    user: dict[str, Any]
+    channel: str
+    message: dict[str, Any]
+
+
+def read_shortcut(body: Any) -> MessageShortcut:
+    body = body if isinstance(body, dict) else {}
+    user = body.get("user") if isinstance(body.get("user"), dict) else {}
+    channel = body.get("channel") if isinstance(body.get("channel"), dict) else {}
+    message = body.get("message") if isinstance(body.get("message"), dict) else {}
+    team = user.get("team_id")
+    return MessageShortcut(
+        user_id=str(user.get("id") or ""), teams=(team,) if isinstance(team, str) and team else (), user=user,
+        channel=str(channel.get("id") or ""), message=message,
+    )

@@ -16,7 +16,7 @@ from adapters.streaming import Clock, Priority, RateBudget, RateLimited, Transie
 from adapters.streaming.rate_budget import BudgetMap
 from adapters.streaming.transport import LiveText
 
-from .controls import StopMessage
+from .controls import StreamRuns
 from .feedback import feedback_blocks
 from .render import markdown_text, safe_markdown
 from .surface import ReplyTarget, SlackSurface, SlackSurfaces
@@ -62,8 +62,10 @@ class NativeStreaming:
     """One per adapter: whether native streams are used, the three methods' budgets per workspace, and the
     workspaces that refused them."""
 
-    def __init__(self, *, setting: NativeSetting, clock: Clock, share: float) -> None:
+    def __init__(self, *, setting: NativeSetting, clock: Clock, share: float, streams: StreamRuns | None = None) -> None:
         self.setting = setting
+        # Each stream's run, for the "Stop this answer" shortcut (a stream takes no Stop button).
+        self.streams = streams or StreamRuns(None)
         self._clock = clock
         self._share = share
         self._refused_until: dict[str, float] = {}
@@ -243,9 +245,9 @@ class NativeSlackSurface(SlackSurface):
         self._clock = surfaces.clock
         self._classic = self._transport  # post+update, carrying the answer's buttons
         self._answer = _Answer(native)
-        # A stream takes no blocks until it is stopped: its Stop is a message of its own (none once the answer
-        # posts and updates, whose live updates carry the button).
-        self._stop_message = StopMessage(surfaces, target, needed=lambda: self._answer.mode != "classic")
+        # A stream takes no blocks until it is stopped, so no Stop button: its run is recorded for the message
+        # shortcut instead (once the answer posts and updates, its live updates carry the button).
+        self._run_id: str | None = None
         team = target.team_id
         self._classic_post = self.pacing.post_budget
         self._classic_edit = self.pacing.edit_budget
@@ -265,14 +267,13 @@ class NativeSlackSurface(SlackSurface):
 
     async def show_stop(self, run_id: str) -> None:
         await super().show_stop(run_id)
-        await self._stop_message.show(run_id)
-
-    async def end_stop(self) -> None:
-        await super().end_stop()
-        await self._stop_message.end()
+        self._run_id = run_id
+        for ts in self._streams:
+            self._native.streams.started(self.target.channel, ts, run_id)
 
     async def clear_stop(self) -> None:
-        await self._stop_message.clear()
+        for ts in self._streams:
+            self._native.streams.ended(self.target.channel, ts)
         await super().clear_stop()
 
     # --- MessageTransport ---
@@ -349,6 +350,8 @@ class NativeSlackSurface(SlackSurface):
         stream.appended = rendered
         self._streams[stream.ts] = stream
         self._native.live_streams.add(stream.ts)
+        if self._run_id is not None:
+            self._native.streams.started(self.target.channel, stream.ts, self._run_id)
         return stream.ts
 
     async def _look_for_start(self, text: str, key: str | None) -> str | None:

@@ -1,5 +1,5 @@
 """Slack Stop end to end (real Bolt, the Slack emulator): the asker stops a streaming answer from the button on the
-answer itself, in this process or another; a native stream's Stop message, posted only while it runs."""
+answer itself, in this process or another; a native stream, which takes no button, posts no Stop message."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from adapters.slack.controls import STOP_SHORTCUT
 from tests.e2e.slack_harness import ALICE, BOB, SlackBot, bot_replies, eventually, mention, start_bot
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
@@ -98,19 +99,27 @@ async def test_a_click_received_by_another_process_stops_the_run(
         await other.stop()
 
 
-async def test_a_native_stream_has_a_stop_message_while_it_runs_deleted_as_it_ends(
+async def test_a_native_stream_has_no_stop_message_and_is_one_post_while_it_runs(
     db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator  # type: ignore[no-untyped-def]
 ) -> None:
+    # A stream takes no blocks, so it carries no Stop button, and no message of its own stands in for one: Stop is
+    # the "Stop this answer" shortcut (tests/e2e/test_slack_stop_shortcut_e2e.py).
     slack = slack_emulator
     bot = await start_bot(db, slack, openai_emulator.base_url, slack_native_streaming="auto", feedback_buttons=True)
     try:
-        thread, stop = await ask_story(slack, bot, openai_emulator)
-        answer = answer_of(slack, thread)
-        assert answer.stream is not None and stop.ts != answer.ts, "a stream takes no blocks: Stop is beside it"
-        await slack.deliver_interaction(bot.url, stop_click(slack, stop, ALICE))
-        assert await eventually(lambda: answer_of(slack, thread).text.endswith("⏹ Stopped by u0000alice."))
-        assert await eventually(lambda: [m.ts for m in bot_replies(slack, CHANNEL, thread)] == [answer.ts])
-        assert slack.message(CHANNEL, stop.ts).deleted
+        openai_emulator.script(Text(STORY, chunk_chars=5, delay_s=0.02))
+        event = mention(slack, CHANNEL, "tell me a long story", user=ALICE)
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: any(m.stream is not None and len(m.text) > 500
+                                            for m in bot_replies(slack, CHANNEL, event["ts"])))
+        [answer] = bot_replies(slack, CHANNEL, event["ts"])
+        assert answer.stream is not None and not answer.stream.stopped and not with_stop(slack, event["ts"])
+        assert not [c for c in slack.calls if c.method == "chat.postMessage"], "one post: the stream itself"
+        await slack.deliver_interaction(bot.url, slack.message_shortcut(CHANNEL, answer.ts, user=ALICE,
+                                                                        callback_id=STOP_SHORTCUT))
+        assert await eventually(lambda: answer_of(slack, event["ts"]).text.endswith("⏹ Stopped by u0000alice."))
+        assert [m.ts for m in bot_replies(slack, CHANNEL, event["ts"])] == [answer.ts]
+        assert not [c for c in slack.calls if c.method in ("chat.postMessage", "chat.delete")]
     finally:
         await bot.stop()
 
@@ -134,10 +143,11 @@ async def test_a_quick_native_answer_posts_no_stop_message_and_carries_its_feedb
         await bot.stop()
 
 
-async def test_a_stop_message_slack_will_not_take_leaves_the_answer_whole_and_a_warning(
-    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture  # type: ignore[no-untyped-def]
+async def test_a_native_answer_streams_whole_while_slack_refuses_every_post(
+    db, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator  # type: ignore[no-untyped-def]
 ) -> None:
-    # A native stream's Stop message failing for good (5xx) costs the button, never the answer (streamed, not posted).
+    # The stream is the answer's only message: a workspace whose chat.postMessage fails (5xx) throughout costs it
+    # nothing, and nothing is tried beside it.
     slack = slack_emulator
     bot = await start_bot(db, slack, openai_emulator.base_url, slack_native_streaming="auto")
     try:
@@ -147,9 +157,10 @@ async def test_a_stop_message_slack_will_not_take_leaves_the_answer_whole_and_a_
         event = mention(slack, CHANNEL, "a medium story", user=ALICE)
         await slack.deliver_event(bot.url, event)
         assert await eventually(lambda: any(m.text.strip() == answer.strip() for m in bot_replies(slack, CHANNEL, event["ts"])))
-        assert await eventually(lambda: any("could not show the Stop button" in r.getMessage() for r in caplog.records))
-        assert not with_stop(slack, event["ts"])
-        assert not [r for r in caplog.records if r.name == "adapters.slack.controls" and r.levelname == "ERROR"]
+        assert await eventually(lambda: bot.adapter.inflight_answers == 0)
+        [streamed] = bot_replies(slack, CHANNEL, event["ts"])
+        assert streamed.stream is not None and streamed.stream.stopped
+        assert not [c for c in slack.calls if c.method == "chat.postMessage"]
     finally:
         slack.clear_faults()
         await bot.stop()

@@ -11,6 +11,7 @@ from .events import (
     channel_message_event,
     dm_message_event,
     event_envelope,
+    message_action_payload,
 )
 from .limits import DEFAULT_LIMITS, GENEROUS_LIMIT, WORKSPACE_POST_LIMIT, MethodLimit, workspace_post_cap
 from .server import SlackEmulator
@@ -47,5 +48,6 @@ __all__ = [
     "channel_message_event",
     "dm_message_event",
     "event_envelope",
+    "message_action_payload",
     "workspace_post_cap",
 ]

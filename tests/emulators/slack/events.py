@@ -182,6 +182,31 @@ def block_actions_payload(
     }
 
 
+def message_action_payload(
+    *, user: str, callback_id: str, message: JsonDict, channel: str, team_id: str, api_app_id: str,
+    response_url: str, team_domain: str = "emulator", username: str | None = None, user_team: str | None = None,
+) -> JsonDict:
+    """A `message_action` interaction: the user chose the app's message shortcut `callback_id` from `message`'s
+    ⋯ menu (sent, like block_actions, as a signed `payload=` form)."""
+    return {
+        "type": "message_action",
+        "token": "emulator-verification-token",
+        "action_ts": f"{time.time():.6f}",
+        "team": {"id": team_id, "domain": team_domain},
+        "user": {"id": user, "username": username or user.lower(), "name": username or user.lower(),
+                 "team_id": user_team or team_id},
+        "channel": {"id": channel, "name": channel.lower()},
+        "is_enterprise_install": False,
+        "enterprise": None,
+        "api_app_id": api_app_id,
+        "callback_id": callback_id,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}",
+        "response_url": response_url,
+        "message_ts": message["ts"],
+        "message": message,
+    }
+
+
 def signed_headers(*, body: bytes, signing_secret: str, timestamp: int) -> dict[str, str]:
     signature = SignatureVerifier(signing_secret).generate_signature(timestamp=str(timestamp), body=body)
     assert signature is not None

@@ -637,6 +637,20 @@ class SlackEmulator:
         self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
         return payload
 
+    def message_shortcut(self, channel: str, message_ts: str, *, user: str, callback_id: str,
+                         team_id: str | None = None, user_team: str | None = None) -> JsonDict:
+        """A message shortcut chosen from a stored message's ⋯ menu (`message_action`), with a working response_url
+        (an ephemeral reply to the user by default) and a trigger_id that may open one modal within 3 s."""
+        team = self.team(team_id)
+        payload = events.message_action_payload(
+            user=user, callback_id=callback_id, message=self.message_json(channel, message_ts), channel=channel,
+            team_id=team.team_id, api_app_id=self.app_id,
+            response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}",
+            team_domain=team.domain, user_team=user_team,
+        )
+        self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
+        return payload
+
     def feedback_click(self, channel: str, message_ts: str, *, user: str, positive: bool) -> JsonDict:
         """A click on the 👍 (positive) or 👎 of the message's feedback_buttons element."""
         message = self.message_json(channel, message_ts)
@@ -701,7 +715,7 @@ class SlackEmulator:
 
     async def deliver_interaction(self, url: str, payload: JsonDict, *, signing_secret: str | None = None,
                                   timestamp: int | None = None, sign: bool = True) -> Delivery:
-        """POSTs `payload=<json>` form-encoded, as Slack sends block_actions."""
+        """POSTs `payload=<json>` form-encoded, as Slack sends block_actions and message_action."""
         return await self._post(url, events.interaction_body(payload), "application/x-www-form-urlencoded",
                                 signing_secret=signing_secret, timestamp=timestamp, sign=sign, extra={})
 
