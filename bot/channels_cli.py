@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from bot.platforms import PLATFORMS, by_name
 from core import channel_admin
 from core.channels import (
     FIELD_NAMES,
@@ -25,11 +26,12 @@ from core.store.db import Database
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-PLATFORMS = ("slack", "discord")
-# Discord DMs belong to no guild; the adapter files them under this workspace (adapters/discord/inbound.py).
-DISCORD_DM_WORKSPACE = "@dm"
 ACCESS_COMMANDS = ("restrict", "open", "grant", "revoke", "access")
-SCOPE_HELP = "slack:TEAM:CHANNEL or discord:GUILD:CHANNEL for a channel; slack:TEAM or discord:GUILD for all of them"
+CHANNEL_HELP = " or ".join(platform.channel_scope for platform in PLATFORMS)
+WORKSPACE_HELP = " or ".join(platform.workspace_scope for platform in PLATFORMS)
+SCOPE_HELP = f"{CHANNEL_HELP} for a channel; {WORKSPACE_HELP} for all of them"
+# Platforms whose DMs belong to no workspace: `--dms NAME` names all of them.
+DMS_HELP = " or ".join([WORKSPACE_HELP] + [f"{p.name} for {p.name} DMs" for p in PLATFORMS if p.dm_workspace])
 
 
 class UsageError(ValueError):
@@ -64,8 +66,8 @@ def add_source_access_commands(actions: argparse._SubParsersAction) -> None:  # 
         parser = actions.add_parser(verb, help=text)
         parser.add_argument("name")
         target = parser.add_mutually_exclusive_group(required=True)
-        target.add_argument("--channel", metavar="SCOPE", help="slack:TEAM:CHANNEL or discord:GUILD:CHANNEL")
-        target.add_argument("--dms", metavar="WORKSPACE", help="slack:TEAM, or discord for Discord DMs")
+        target.add_argument("--channel", metavar="SCOPE", help=CHANNEL_HELP)
+        target.add_argument("--dms", metavar="WORKSPACE", help=DMS_HELP)
     actions.add_parser("access", help="list each source as open or restricted, and where it is granted")
 
 
@@ -81,18 +83,20 @@ def cli_actor() -> str:
 def parse_scope(text: str, *, channel_required: bool = False) -> tuple[str, str, str | None]:
     """(platform, workspace, channel or None) from `platform:workspace[:channel]`."""
     parts = text.strip().split(":")
-    if len(parts) not in (2, 3) or parts[0] not in PLATFORMS or not all(parts) or (channel_required and len(parts) != 3):
+    if len(parts) not in (2, 3) or parts[0] not in by_name() or not all(parts) or (channel_required and len(parts) != 3):
         raise UsageError(f"{text!r} is not a {'channel' if channel_required else 'scope'}: write {SCOPE_HELP}")
     return parts[0], parts[1], parts[2] if len(parts) == 3 else None
 
 
 def dm_target(text: str) -> str:
-    """The grant audience of a workspace's DMs: `slack:T1`, or `discord` (Discord DMs have no guild)."""
-    if text.strip() == "discord":
-        return dm_audience("discord", DISCORD_DM_WORKSPACE)
+    """The grant audience of a workspace's DMs (`platform:WORKSPACE`), or of the DMs of a platform whose DMs belong to
+    no workspace (its bare name)."""
+    named = by_name().get(text.strip())
+    if named is not None and named.dm_workspace is not None:
+        return dm_audience(named.name, named.dm_workspace)
     platform, workspace, channel = parse_scope(text)
     if channel is not None:
-        raise UsageError(f"--dms takes a workspace (slack:TEAM) or discord, not a channel: {text!r}")
+        raise UsageError(f"--dms takes {DMS_HELP}, not a channel: {text!r}")
     return dm_audience(platform, workspace)
 
 

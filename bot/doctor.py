@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
+from adapters.platform import Platform
+from bot.platforms import PLATFORMS
 from core.config import Settings
 from core.llm import LLMError
 from core.redact import redact_text, redact_url
@@ -62,27 +64,13 @@ async def check_embeddings(settings: Settings) -> tuple[bool, str]:
     return True, describe_embeddings(settings)
 
 
-async def check_slack(settings: Settings) -> tuple[bool, str]:
-    if not settings.slack_bot_token:
-        return True, "not configured (set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET or SLACK_APP_TOKEN)"
-    from adapters.slack.adapter import check_slack as slack_auth_test
+def platform_check(platform: Platform) -> Check:
+    """A platform's doctor line (its entry in the table says how to get it) as a check."""
 
-    ok, line = platform_line(await slack_auth_test(settings))
-    if ok and not (settings.slack_app_token or settings.slack_signing_secret):
-        # `relaybot run` refuses this configuration, so doctor must not call it healthy.
-        return False, (
-            "FAILED — set SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode); "
-            f"the bot token itself is accepted ({line.removeprefix('ok — ')})"
-        )
-    return ok, line
+    async def check(settings: Settings) -> tuple[bool, str]:
+        return platform_line(await platform.doctor(settings))
 
-
-async def check_discord(settings: Settings) -> tuple[bool, str]:
-    if not settings.discord_token:
-        return True, "not configured (set DISCORD_TOKEN)"
-    from adapters.discord.adapter import check_discord as discord_me
-
-    return platform_line(await discord_me(settings))
+    return check
 
 
 def platform_line(line: str) -> tuple[bool, str]:
@@ -99,8 +87,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("llm", check_llm),
     ("embeddings", check_embeddings),
-    ("slack", check_slack),
-    ("discord", check_discord),
+    *((platform.name, platform_check(platform)) for platform in PLATFORMS),
 ]
 
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 from datetime import timezone
+from collections.abc import Sequence
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -13,7 +14,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
+from adapters.platform import Lifecycle, Platform
 from bot.jobs import expire_approvals, sync_sources
+from bot.platforms import PLATFORMS, ApiLifecycle
 from core import metrics
 from core.config import Settings, SettingsError
 from core.engine import Engine
@@ -99,12 +102,15 @@ def build_api(settings: Settings, engine: Engine, db: Database) -> Any:
 class Runtime:
     """Owns every long-lived part of a bot process and starts/stops them in order."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, platforms: Sequence[Platform] = PLATFORMS) -> None:
         self.settings = settings
+        self.platforms = tuple(platforms)
         self.db = Database(url=settings.database_url, data_dir=settings.data_dir)
         self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
         self.http = HttpServer(host=settings.http_host, port=settings.http_port, metrics_token=settings.metrics_token)
         self.adapters: list[PlatformAdapter] = []
+        # What starts after the HTTP server and stops first: the platform adapters, then the API when enabled.
+        self.services: list[Lifecycle] = []
         self.engine: Engine | None = None
         # Who this process is, for the records of what it streams and for its heartbeat.
         self.owner = process_identity()
@@ -170,16 +176,18 @@ class Runtime:
         await self.reminders.rearm_all()
         # Ready: the database answers and every configured platform is connected.
         self.http.add_readiness_check("database", self.database_readiness)
+        self.services = list(self.adapters)
         if self.settings.api_enabled:
             self.api = build_api(self.settings, engine, self.db)
-            self.api.add_to(self.http.app)
+            self.services.append(ApiLifecycle(self.api, self.http.app))
         for adapter in self.adapters:
             self.http.add_readiness_check(adapter.platform, adapter.readiness)
         await self.http.start()
-        for adapter in self.adapters:
-            await adapter.start()
+        for service in self.services:
+            await service.start()
         if not self.adapters:
-            log.warning("neither SLACK_BOT_TOKEN nor DISCORD_TOKEN is set: only the HTTP health check is served")
+            needed = ", ".join(platform.settings.variables()[0] for platform in self.platforms)
+            log.warning("no platform is configured (%s): only the HTTP health check is served", needed)
 
     async def _sync_sources(self) -> None:
         await sync_sources(self.syncer)
@@ -197,7 +205,7 @@ class Runtime:
         return None
 
     def _build_adapters(self, engine: Engine) -> list[PlatformAdapter]:
-        """Slack and/or Discord, whichever has a token; built before the HTTP server starts (Slack adds a route)."""
+        """Each platform of the table whose credentials are set; built before the HTTP server starts (one may add a route)."""
         adapters: list[PlatformAdapter] = []
         ports = AdapterPorts(
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
@@ -205,14 +213,9 @@ class Runtime:
             state=AppStateStore(self.db),
         )
         try:
-            if self.settings.slack_bot_token:
-                from adapters.slack.adapter import SlackAdapter
-
-                adapters.append(SlackAdapter(settings=self.settings, engine=engine, ports=ports, http=self.http))
-            if self.settings.discord_token:
-                from adapters.discord.adapter import DiscordAdapter
-
-                adapters.append(DiscordAdapter(settings=self.settings, engine=engine, ports=ports))
+            for platform in self.platforms:
+                if platform.configured(self.settings):
+                    adapters.append(platform.adapter(settings=self.settings, engine=engine, ports=ports, http=self.http))
         except ValueError as error:
             raise SettingsError(f"{error}.") from None
         return adapters
@@ -279,18 +282,14 @@ class Runtime:
         """Stop taking work, give running answers a grace period, mark the rest interrupted, close down."""
         self._stopping = True
         self.http.mark_stopping()
-        for adapter in self.adapters:
-            await _quietly(adapter.stop_accepting(), "stop accepting")
-        if self.api is not None:
-            self.api.stop_accepting()
+        for service in self.services:
+            await _quietly(service.stop_accepting(), "stop accepting")
         if self.engine is not None and not await self._drain(self.settings.shutdown_grace_s):
             log.warning("%d answers still running after the grace period; marking them interrupted", self.engine.active_runs)
             for adapter in self.adapters:
                 await _quietly(adapter.interrupt_inflight(), "interrupt answers")
-        for adapter in self.adapters:
-            await _quietly(adapter.close(), "close adapter")
-        if self.api is not None:
-            await _quietly(self.api.close(), "close the API")
+        for service in self.services:
+            await _quietly(service.close(), "close")
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if self.adapters:

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from core.config import Settings
+from core.config import PlatformDefaults, Settings
 from core.requests import ConversationKey
 from core.retrieval.retriever import SourceScope
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
@@ -108,7 +108,7 @@ class ChannelConfig:
 
 
 def channel_scope(key: ConversationKey) -> str:
-    """A channel's scope: `platform:workspace:channel` (a Discord thread's key already names its parent)."""
+    """A channel's scope: `platform:workspace:channel` (a thread whose key names its parent channel is that channel)."""
     return f"{key.platform}:{key.workspace}:{key.channel}"
 
 
@@ -117,7 +117,7 @@ def workspace_scope(key: ConversationKey) -> str:
 
 
 def dm_audience(platform: str, workspace: str) -> str:
-    """Who a source is granted to for the DMs of a workspace (Discord DMs have the workspace `@dm`)."""
+    """Who a source is granted to for the DMs of a workspace (a platform whose DMs have none files them under one)."""
     return f"{platform}:{workspace}:{DMS}"
 
 
@@ -127,26 +127,28 @@ def audiences(key: ConversationKey) -> tuple[str, ...]:
     return (dm_audience(key.platform, key.workspace),) if key.direct else (channel_scope(key),)
 
 
-def settings_defaults(settings: Settings, platform: str) -> ChannelSettings:
-    """The last level: what the settings say for every channel of a platform."""
-    follow = settings.discord_message_content_intent if platform == "discord" else settings.slack_thread_followups
+def settings_defaults(settings: Settings, platform: str, defaults: PlatformDefaults | None = None) -> ChannelSettings:
+    """The last level: what the settings say for every channel of a platform (its own defaults come from its
+    settings group; a platform without one answers only mentions in threads)."""
+    defaults = defaults or settings.platform_defaults(platform)
     return ChannelSettings(
         agent_type=settings.agent_type,
         model=settings.llm_model,
         approvers=tuple(settings.approvers),
         approver_roles=tuple(settings.approver_roles),
-        followups_need_mention=not follow,
+        followups_need_mention=defaults.followups_need_mention,
     )
 
 
 def resolve(
-    key: ConversationKey, *, channel: ChannelSettings | None, workspace: ChannelSettings | None, settings: Settings
+    key: ConversationKey, *, channel: ChannelSettings | None, workspace: ChannelSettings | None, settings: Settings,
+    defaults: PlatformDefaults | None = None,
 ) -> ChannelConfig:
-    """Channel → workspace → settings, field by field."""
+    """Channel → workspace → settings, field by field (`defaults`: the platform's, when the caller has them)."""
     levels = [
         (channel_scope(key), channel or ChannelSettings()),
         (workspace_scope(key), workspace or ChannelSettings()),
-        (SETTINGS_ORIGIN, settings_defaults(settings, key.platform)),
+        (SETTINGS_ORIGIN, settings_defaults(settings, key.platform, defaults)),
     ]
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
@@ -195,13 +197,19 @@ class ChannelResolver:
     def __init__(self, *, settings: Settings, source: ChannelSettingsSource | None) -> None:
         self._settings = settings
         self._source = source
+        # Each platform's defaults, read from its settings group once (settings do not change in a process).
+        self._defaults: dict[str, PlatformDefaults] = {}
 
     async def resolve(self, key: ConversationKey) -> ChannelConfig:
         found: dict[str, ChannelSettings] = {}
         if self._source is not None:
             found = await self._source.settings_for([channel_scope(key), workspace_scope(key)])
+        defaults = self._defaults.get(key.platform)
+        if defaults is None:
+            defaults = self._defaults[key.platform] = self._settings.platform_defaults(key.platform)
         return resolve(
-            key, channel=found.get(channel_scope(key)), workspace=found.get(workspace_scope(key)), settings=self._settings
+            key, channel=found.get(channel_scope(key)), workspace=found.get(workspace_scope(key)),
+            settings=self._settings, defaults=defaults,
         )
 
 

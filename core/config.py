@@ -7,11 +7,12 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from psycopg import conninfo
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.redact import error_reason, url_secrets
@@ -31,9 +32,6 @@ HINTS: dict[str, str] = {
     "SQL_QUERY_MAX_RESULT_BYTES": "a number of bytes between 1000 and 100000000, e.g. 100000",
     "LLM_BASE_URL": "the base URL of an OpenAI-compatible API, e.g. https://api.openai.com/v1",
     "EMBEDDING_BASE_URL": "the base URL of an OpenAI-compatible embeddings API, or leave it unset to use LLM_BASE_URL",
-    "SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/",
-    "DISCORD_API_BASE": "Discord's API base URL, e.g. https://discord.com/api/v10, or leave it unset",
-    "DISCORD_GATEWAY_URL": "a wss:// gateway URL, or leave it unset to use Discord's",
     "LLM_REQUEST_TIMEOUT_S": "a number of seconds, e.g. 60",
     "LLM_IDLE_TIMEOUT_S": "a number of seconds, e.g. 30",
     "LLM_MODEL_OVERRIDES": 'a JSON object, e.g. {"context_limit": 32000, "supports_vision": false}',
@@ -151,6 +149,78 @@ def check_model_overrides(value: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def split_commas(value: object) -> object:
+    """A comma-separated setting as a tuple of its non-empty parts (a tuple given in code stays as it is)."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def optional_url(value: str | None, *, schemes: tuple[str, ...]) -> str | None:
+    """An optional URL setting: empty means unset; otherwise check_url's checks."""
+    return check_url(value.strip(), schemes=schemes) if value and value.strip() else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformDefaults:
+    """What every channel of a platform runs with until an admin sets otherwise (core/channels.py's last level)."""
+
+    followups_need_mention: bool = True  # a platform that says nothing answers only mentions in threads
+
+
+class PlatformSettings(BaseSettings):
+    """A platform's settings group: its fields are read from `<env_prefix><FIELD>` (SLACK_BOT_TOKEN), from the
+    environment and the same .env as Settings. A subclass names its platform and env_prefix; defining it is
+    what registers it (Settings reads every registered group, so a new platform edits nothing here)."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", allow_inf_nan=False)
+
+    platform: ClassVar[str] = ""  # ConversationKey.platform
+    hints: ClassVar[dict[str, str]] = {}  # variable → what to set it to, as HINTS
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.platform:
+            _PLATFORM_SETTINGS[cls.platform] = cls
+
+    @classmethod
+    def prefix(cls) -> str:
+        return str(cls.model_config.get("env_prefix", "")).lower()
+
+    @classmethod
+    def variables(cls) -> tuple[str, ...]:
+        """Every environment variable the group reads."""
+        return tuple(f"{cls.prefix()}{name}".upper() for name in cls.model_fields)
+
+    @property
+    def configured(self) -> bool:
+        """Whether this process serves the platform (its credentials are set)."""
+        return False
+
+    def defaults(self) -> PlatformDefaults:
+        return PlatformDefaults()
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Its secrets (the fields kept out of repr) and any credentials written into its URLs."""
+        values: list[str] = []
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, str) and value:
+                values.extend([value] if info.repr is False else url_secrets(value) if "://" in value else [])
+        return tuple(values)
+
+
+_PLATFORM_SETTINGS: dict[str, type[PlatformSettings]] = {}
+Group = TypeVar("Group", bound=PlatformSettings)
+# Options of BaseSettings that a platform's group is read with too (Settings(_env_file=None) reads no .env at all).
+_SHARED_OPTIONS = ("_env_file", "_env_file_encoding")
+
+
+def registered_platform_settings() -> tuple[type[PlatformSettings], ...]:
+    return tuple(_PLATFORM_SETTINGS.values())
+
+
 class Settings(BaseSettings):
     """Everything relaybot reads from its environment."""
 
@@ -239,38 +309,11 @@ class Settings(BaseSettings):
     # 👍/👎 under each final answer (both platforms); a 👎 asks why in a modal; `relaybot feedback` exports them.
     feedback_buttons: bool = True
 
-    # Slack
-    slack_bot_token: str | None = Field(default=None, repr=False)
-    slack_app_token: str | None = Field(default=None, repr=False)
-    slack_signing_secret: str | None = Field(default=None, repr=False)
-    slack_api_url: str = "https://slack.com/api/"
-    slack_team_ids: CommaList = ()
-    slack_thread_followups: bool = True
-    slack_rate_share: float = Field(default=1.0, gt=0, le=1)
-    # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
-    # either way the bot learns it from 429s.
-    slack_workspace_posts_per_minute: int | None = Field(default=None, ge=1)
-    # conversations.replies / history limits: "internal" (Tier 3, ~50 a minute) or "limited" (1 a minute,
-    # 15 messages a page: commercially distributed apps outside the Marketplace). Sizes the read budget.
-    slack_history_tier: Literal["internal", "limited"] = "internal"
+    # Every platform (each platform's own settings are its group: adapters/<name>/settings.py)
     # A kept final (the outbox) older than this is dropped with an ERROR line: the only way one is given up.
     outbox_max_age_s: float = Field(default=86400.0, gt=0)
     # Answers one platform adapter plays at once; later questions wait their turn in arrival order.
     answers_in_flight_max: int = Field(default=100, ge=1)
-    # Slack's native streaming (chat.startStream…): "auto" streams an answer natively when the workspace
-    # offers it and a start is within its budget, else with post+update; "off" always posts and updates.
-    slack_native_streaming: Literal["auto", "off"] = "auto"
-    # Slack's AI-app pane (Agents & AI Apps): suggested prompts, thread titles, "is thinking…" status.
-    slack_assistant: bool = True
-
-    # Discord
-    discord_token: str | None = Field(default=None, repr=False)
-    discord_api_base: str | None = None
-    discord_gateway_url: str | None = None
-    discord_guild_ids: CommaList = ()
-    discord_message_content_intent: bool = False
-    discord_channel_budget_per_5s: int = Field(default=4, ge=1)
-    discord_global_requests_per_s: int = Field(default=50, ge=1)  # Discord's documented per-bot limit
 
     # Direct messages (Slack DMs, Discord DMs)
     direct_messages: DirectMessagePolicy = "members"
@@ -292,16 +335,55 @@ class Settings(BaseSettings):
     # When set, /metrics answers only requests carrying `Authorization: Bearer <token>`.
     metrics_token: str | None = Field(default=None, repr=False)
 
+    _platform_overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _shared_options: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _platform_groups: dict[type[PlatformSettings], PlatformSettings] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **values: Any) -> None:
+        # A platform's setting given in code by its flat name (slack_bot_token=…) goes to its group.
+        fields = type(self).model_fields
+        own = {key: value for key, value in values.items() if key.startswith("_") or key in fields}
+        super().__init__(**own)
+        self._platform_overrides = {key: value for key, value in values.items() if key not in own}
+        self._shared_options = {key: own[key] for key in _SHARED_OPTIONS if key in own}
+        for group in registered_platform_settings():
+            self.platform_settings(group)  # read now: a malformed platform setting stops the start here
+
+    def platform_settings(self, group: type[Group]) -> Group:
+        """The platform's settings group, read from the same environment, .env and overrides as these settings."""
+        found = self._platform_groups.get(group)
+        if found is None:
+            prefix = group.prefix()
+            given = {key[len(prefix):]: value for key, value in self._platform_overrides.items() if key.startswith(prefix)}
+            try:
+                found = group(**self._shared_options, **given)
+            except ValidationError as error:
+                raise SettingsError(describe_validation_error(error, prefix=prefix, hints=group.hints)) from None
+            self._platform_groups[group] = found
+        assert isinstance(found, group)
+        return found
+
+    def platform_defaults(self, platform: str) -> PlatformDefaults:
+        """A platform's channel defaults from its settings group; a platform with none gets PlatformDefaults()."""
+        group = _PLATFORM_SETTINGS.get(platform)
+        return self.platform_settings(group).defaults() if group is not None else PlatformDefaults()
+
+    def __getattr__(self, name: str) -> Any:
+        # Flat names (settings.slack_bot_token) still read the platform's group, for code written before the groups.
+        if not name.startswith("_"):
+            for group in registered_platform_settings():
+                field = name[len(group.prefix()):]
+                if name.startswith(group.prefix()) and field in group.model_fields:
+                    return getattr(self.platform_settings(group), field)
+        return super().__getattr__(name)  # type: ignore[misc]
+
     @field_validator(
-        "approvers", "approver_roles", "channel_admins", "channel_admin_roles",
-        "slack_team_ids", "discord_guild_ids", "ingest_allowed_networks",
+        "approvers", "approver_roles", "channel_admins", "channel_admin_roles", "ingest_allowed_networks",
         "read_url_allowed_networks", mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+        return split_commas(value)
 
     # `LOG_LEVEL=debug` and `LOG_FORMAT=JSON` mean what they say.
     @field_validator("log_level", mode="before")
@@ -320,10 +402,10 @@ class Settings(BaseSettings):
         # Empty means unset: the embedded database.
         return check_database_url(value.strip()) if value and value.strip() else None
 
-    @field_validator("llm_base_url", "slack_api_url", "embedding_base_url", "discord_api_base", mode="after")
+    @field_validator("llm_base_url", "embedding_base_url", mode="after")
     @classmethod
     def _check_http_url(cls, value: str | None) -> str | None:
-        return check_url(value.strip(), schemes=HTTP_SCHEMES) if value and value.strip() else None
+        return optional_url(value, schemes=HTTP_SCHEMES)
 
     @field_validator("read_url_allowed_networks", mode="after")
     @classmethod
@@ -335,24 +417,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"{network!r} is not a network") from None
         return value
 
-    @field_validator("discord_gateway_url", mode="after")
-    @classmethod
-    def _check_gateway_url(cls, value: str | None) -> str | None:
-        return check_url(value.strip(), schemes=WEBSOCKET_SCHEMES) if value and value.strip() else None
-
     def secret_values(self) -> tuple[str, ...]:
         """Every secret this process was given, to be masked wherever it could be printed."""
         values: list[str] = [
             value
             for value in (
-                self.llm_api_key, self.embedding_api_key, self.slack_bot_token, self.slack_app_token,
-                self.slack_signing_secret, self.discord_token, self.metrics_token,
+                self.llm_api_key, self.embedding_api_key, self.metrics_token,
             )
             if value
         ]
-        for url in (self.database_url, self.sql_query_dsn, self.llm_base_url, self.embedding_base_url,
-                    self.slack_api_url, self.discord_api_base, self.discord_gateway_url):
+        for url in (self.database_url, self.sql_query_dsn, self.llm_base_url, self.embedding_base_url):
             values.extend(url_secrets(url))
+        for group in registered_platform_settings():
+            values.extend(self.platform_settings(group).secret_values())
         for dsn in (self.database_url, self.sql_query_dsn):
             if dsn:
                 # libpq's own reading also catches passwords given as query parameters and percent-encoded ones.
@@ -428,11 +505,11 @@ def load_settings(**overrides: Any) -> Settings:
         raise SettingsError(describe_validation_error(error)) from None
 
 
-def describe_validation_error(error: ValidationError) -> str:
+def describe_validation_error(error: ValidationError, *, prefix: str = "", hints: dict[str, str] = HINTS) -> str:
     sentences = []
     for problem in error.errors():
-        variable = str(problem["loc"][0]).upper() if problem["loc"] else "a setting"
-        hint = HINTS.get(variable, "a valid value")
+        variable = f"{prefix}{problem['loc'][0]}".upper() if problem["loc"] else "a setting"
+        hint = hints.get(variable, "a valid value")
         # Our validators' reasons read better without pydantic's "Value error, " prefix; none repeats the value.
         cause = (problem.get("ctx") or {}).get("error")
         reason = str(cause) if problem["type"] == "value_error" and cause is not None else problem["msg"]

@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
-from .adapter import DiscordAdapter, DiscordTuning, apply_endpoints, check_discord
+from typing import Any
 
-__all__ = ["DiscordAdapter", "DiscordTuning", "apply_endpoints", "check_discord"]
+from .platform import DISCORD
+from .settings import DiscordSettings
+
+__all__ = ["DISCORD", "DiscordAdapter", "DiscordSettings", "DiscordTuning", "apply_endpoints", "check_discord"]
+
+
+def __getattr__(name: str) -> Any:
+    # The adapter's modules load on first use: the platform table is read by commands that never connect.
+    if name in ("DiscordAdapter", "DiscordTuning", "apply_endpoints", "check_discord"):
+        from . import adapter
+
+        return getattr(adapter, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

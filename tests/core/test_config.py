@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import bot.platforms  # noqa: F401  (registers the platforms' settings groups, as every entry point does)
 from core.config import Settings, SettingsError, load_settings
 from core.redact import RedactingFormatter, redact_text, redact_url, url_secrets
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import bot.platforms  # noqa: F401  (registers the platforms' settings groups, as every entry point does)
 from core.channels import ChannelResolver, ChannelSettingsError, audiences, channel_scope, resolve
 from core.config import Settings
 from core.requests import ConversationKey
@@ -80,6 +81,17 @@ def test_follow_ups_default_from_the_platform_setting_and_a_discord_thread_is_it
     # A DM's searches use its workspace's DM grants, never a channel's.
     assert audiences(DM) == ("slack:T1:dms",) and audiences(FINANCE) == ("slack:T1:CFIN",)
     assert DM == ConversationKey(platform="slack", workspace="T1", channel="D1")  # `direct` is not identity
+
+
+def test_a_platform_without_a_settings_group_does_not_get_another_platforms_follow_up_default() -> None:
+    """Each platform's default comes from its own settings group (issue 23); one that has none answers only
+    mentions in threads, whatever Slack's SLACK_THREAD_FOLLOWUPS says."""
+    base = settings(slack_thread_followups=True, discord_message_content_intent=True)
+    third = ConversationKey(platform="mattermost", workspace="W1", channel="C1", thread="T1")
+    assert resolve(third, channel=None, workspace=None, settings=base).followups_need_mention
+    discord = ConversationKey(platform="discord", workspace="G1", channel="C1", thread="T1")
+    assert not resolve(discord, channel=None, workspace=None, settings=base).followups_need_mention
+    assert resolve(GENERAL, channel=None, workspace=None, settings=settings(slack_thread_followups=False)).followups_need_mention
 
 
 async def test_a_restricted_source_is_searched_only_where_granted(store: ChannelConfigStore, db: Database, tmp_path: Path) -> None:

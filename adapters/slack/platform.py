@@ -1,0 +1,45 @@
+"""Slack's entry in the platform table: its settings group, adapter factory, doctor line, scope word and emulator."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adapters.platform import Platform
+from core.config import Settings
+
+from .settings import SlackSettings
+
+if TYPE_CHECKING:
+    from adapters.base import AdapterPorts, PlatformAdapter
+    from adapters.http.server import HttpServer
+    from core.engine import Engine
+
+
+def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer) -> PlatformAdapter:
+    # Imported here: `relaybot channels` and `doctor` read the table without loading slack-bolt.
+    from .adapter import SlackAdapter
+
+    return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
+
+
+async def doctor_line(settings: Settings) -> str:
+    """Is Slack configured, is the bot token accepted, and can `relaybot run` take events with what is set?"""
+    slack = settings.platform_settings(SlackSettings)
+    if not slack.bot_token:
+        return "not configured (set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET or SLACK_APP_TOKEN)"
+    from .adapter import check_slack
+
+    line = " ".join((await check_slack(settings)).split())
+    if line.startswith("ok — ") and not (slack.app_token or slack.signing_secret):
+        # `relaybot run` refuses this configuration, so doctor must not call it healthy.
+        return (
+            "FAILED — set SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode); "
+            f"the bot token itself is accepted ({line.removeprefix('ok — ')})"
+        )
+    return line
+
+
+SLACK = Platform(
+    name=SlackSettings.platform, settings=SlackSettings, adapter=build_adapter, doctor=doctor_line,
+    workspace_word="TEAM", emulator="tests.emulators.slack:SlackEmulator",
+)

@@ -1,0 +1,54 @@
+"""SLACK_*: Slack's settings group — the app's credentials, where its API is, and how it answers and paces itself."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from core.config import HTTP_SCHEMES, CommaList, PlatformDefaults, PlatformSettings, optional_url, split_commas
+
+
+class SlackSettings(PlatformSettings):
+    """Read as SLACK_<FIELD>: SLACK_BOT_TOKEN, SLACK_TEAM_IDS, …"""
+
+    model_config = SettingsConfigDict(env_prefix="SLACK_")
+    platform: ClassVar[str] = "slack"
+    hints: ClassVar[dict[str, str]] = {"SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/"}
+
+    bot_token: str | None = Field(default=None, repr=False)
+    app_token: str | None = Field(default=None, repr=False)
+    signing_secret: str | None = Field(default=None, repr=False)
+    api_url: str = "https://slack.com/api/"
+    team_ids: CommaList = ()
+    thread_followups: bool = True
+    rate_share: float = Field(default=1.0, gt=0, le=1)
+    # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
+    # either way the bot learns it from 429s.
+    workspace_posts_per_minute: int | None = Field(default=None, ge=1)
+    # conversations.replies / history limits: "internal" (Tier 3, ~50 a minute) or "limited" (1 a minute,
+    # 15 messages a page: commercially distributed apps outside the Marketplace). Sizes the read budget.
+    history_tier: Literal["internal", "limited"] = "internal"
+    # Slack's native streaming (chat.startStream…): "auto" streams an answer natively when the workspace
+    # offers it and a start is within its budget, else with post+update; "off" always posts and updates.
+    native_streaming: Literal["auto", "off"] = "auto"
+    # Slack's AI-app pane (Agents & AI Apps): suggested prompts, thread titles, "is thinking…" status.
+    assistant: bool = True
+
+    @field_validator("team_ids", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        return split_commas(value)
+
+    @field_validator("api_url", mode="after")
+    @classmethod
+    def _check_api_url(cls, value: str) -> str | None:
+        return optional_url(value, schemes=HTTP_SCHEMES)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.bot_token)
+
+    def defaults(self) -> PlatformDefaults:
+        return PlatformDefaults(followups_need_mention=not self.thread_followups)
