@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from collections.abc import Collection
 from functools import cache
@@ -263,3 +264,26 @@ def test_the_door_check_sees_slack_and_discord_calls_outside_a_transport() -> No
         "send", "send_message", "send", "history"]
     assert platform_calls(Path("adapters/discord/transport_http.py"), discord) == []
     assert platform_calls(Path("adapters/slack/adapter.py"), "async def f(c):\n    await c.auth_test()\n") == []
+
+
+# The modules that serve every platform by iterating bot/platforms.py's PLATFORMS (issue 23): a platform is a
+# folder and one table entry, so none of them may name one.
+PLATFORM_BLIND = ("bot/runtime.py", "bot/doctor.py", "bot/channels_cli.py", "core/channels.py")
+PLATFORM_NAME = re.compile(r"slack|discord", re.IGNORECASE)
+
+
+def platform_names(source: str) -> list[str]:
+    """`line: text` for each line that names a platform (in code, a string or a comment alike)."""
+    return [f"{n}: {line.strip()}" for n, line in enumerate(source.splitlines(), 1) if PLATFORM_NAME.search(line)]
+
+
+def test_the_runtime_doctor_channels_cli_and_channel_settings_name_no_platform() -> None:
+    offenders = [
+        f"{path}:{line}" for path in PLATFORM_BLIND for line in platform_names((ROOT / path).read_text(encoding="utf-8"))
+    ]
+    assert not offenders, "these iterate PLATFORMS and must name no platform:\n  " + "\n  ".join(offenders)
+
+
+def test_the_platform_name_check_sees_code_strings_and_comments() -> None:
+    source = 'import x\nif settings.slack_bot_token:\n    pass\nlog("no DISCORD_TOKEN")\n# Slack only\nok = 1\n'
+    assert [line.split(":")[0] for line in platform_names(source)] == ["2", "4", "5"]
