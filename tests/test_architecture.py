@@ -164,6 +164,25 @@ def test_the_top_level_migrations_package_is_data_that_only_the_store_reads() ->
     assert 'files("migrations")' in (ROOT / "core" / "store" / "migrations.py").read_text(encoding="utf-8")
 
 
+def test_the_maps_event_table_lists_every_event_of_the_union() -> None:
+    """docs/ARCHITECTURE.md's event contract names each event of core/events.py: the union's members and the
+    events core/events.py derives from them (Stopped is a Failed)."""
+    import inspect
+    import re
+    import typing
+
+    from core import events
+
+    members = set(typing.get_args(events.Event))
+    derived = {cls for _, cls in inspect.getmembers(events, inspect.isclass)
+               if cls.__module__ == events.__name__ and any(issubclass(cls, m) and cls is not m for m in members)}
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    contract = text.split("## The event contract", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)\(", contract, re.MULTILINE))
+    missing = sorted(cls.__name__ for cls in members | derived if cls.__name__ not in listed)
+    assert not missing, f"events missing from the map's event table: {missing}"
+
+
 def test_project_modules_have_no_import_cycles() -> None:
     cycles = import_cycles(import_graph())
     assert not cycles, "import cycles among project modules:\n  " + "\n  ".join(cycles)

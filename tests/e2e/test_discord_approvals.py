@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
+import discord
 import pytest
 
 from adapters import wording as shared_wording
-from adapters.discord.surface import DiscordSurface
+from adapters.discord.buttons import DecisionButton
 from bot.jobs import expire_approvals
 from core.store.db import Database
 from tests.adapters.discord.harness import (
@@ -22,7 +24,7 @@ from tests.adapters.discord.harness import (
 )
 from tests.emulators.discord import DiscordEmulator, StoredMessage
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
-from tests.support.click_path import MAX_CLICK_PATH_MODULES, StackRecorder
+from tests.support.click_path import MAX_CLICK_PATH_MODULES, ClickPath
 
 DEPLOY = ToolCalls([Call("deploy", '{"env": "prod"}')])
 
@@ -185,28 +187,45 @@ async def test_expiry_edits_the_message_and_a_late_click_is_told(
     assert tool.runs == []
 
 
-async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modules(
+DISCORD_MESSAGE_WRITES = frozenset({
+    ("POST", "/channels/{channel_id}/messages"), ("PATCH", "/channels/{channel_id}/messages/{message_id}"),
+})
+
+
+async def test_a_click_reaches_the_resumed_runs_first_answer_write_through_no_more_modules_than_measured(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dc, tool = discord_emulator, DeployTool()
     w = make_world(dc)
-    recorder = StackRecorder()
-    monkeypatch.setattr(DiscordSurface, "show_working", recorder.wrap(DiscordSurface.show_working))
-    openai_emulator.script(DEPLOY, Text("Deployed along a short path."))
+    # From the button discord.py builds for the click to the resumed run's first write of its answer, a post or an
+    # edit (the approval's own redraw goes through the interaction's webhook, outside a run).
+    path = ClickPath(DecisionButton.from_custom_id)
+    request = discord.http.HTTPClient.request
+
+    async def noting_writes(http: discord.http.HTTPClient, route: discord.http.Route, **arguments: Any) -> Any:
+        if (route.method, route.path) in DISCORD_MESSAGE_WRITES:
+            path.written()
+        return await request(http, route, **arguments)
+
+    monkeypatch.setattr(discord.http.HTTPClient, "request", noting_writes)
+    openai_emulator.script(DEPLOY, Text("Deployed along a measured path."))
     async with running_bot(dc, db, openai_emulator, registry=tool.registry()):
         thread_id = await ask_in_thread(dc, w)
         approval = await wait_approval(dc, thread_id)
-        asked = len(recorder.stacks)
-        await dc.click_button(approval.id, button_ids(approval)[0], w.alice)
-        await dc.wait_for(
-            lambda: any(m.content == "Deployed along a short path." for m in bot_messages(dc, thread_id)), what="resumed"
-        )
-    [path] = recorder.stacks[asked:]
-    # The button hands the click to the click handler, which asks core/approvals.py once and gives the run to the runner.
-    assert path == [
-        "adapters/discord/buttons.py", "adapters/discord/clicks.py", "adapters/answers.py", "adapters/discord/surface.py"
-    ]
-    assert len(path) <= MAX_CLICK_PATH_MODULES
+        path.arm()
+        try:
+            await dc.click_button(approval.id, button_ids(approval)[0], w.alice)
+            await dc.wait_for(
+                lambda: any(m.content == "Deployed along a measured path." for m in bot_messages(dc, thread_id)),
+                what="resumed",
+            )
+        finally:
+            path.disarm()
+    assert tool.runs == [{"env": "prod"}]
+    assert path.path is not None, "the resumed run wrote no message"
+    assert path.path[0] == "adapters/discord/buttons.py" and "adapters/discord/clicks.py" in path.path
+    assert "core/approvals.py" in path.path and "adapters/answers.py" in path.path
+    assert len(path.path) <= MAX_CLICK_PATH_MODULES["discord"], path.report()
 
 
 def approval_messages(dc: DiscordEmulator, channel_id: int) -> list[StoredMessage]:

@@ -8,14 +8,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.surface import SlackSurface
+from adapters.slack import SlackAdapter
 from bot.jobs import expire_approvals
 from core.store.db import Database
 from core.tools import ToolRegistry
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator
-from tests.support.click_path import MAX_CLICK_PATH_MODULES, StackRecorder
+from tests.support.click_path import MAX_CLICK_PATH_MODULES, ClickPath
 from tests.e2e.slack_harness import ALICE, BOB, CAROL, SlackBot, bot_replies, deploy_registry, eventually, mention, start_bot
 
 pytestmark = pytest.mark.timeout(60)
@@ -181,22 +182,40 @@ async def test_a_failed_edit_of_the_approval_message_still_resumes_the_run(
     assert not any("couldn't record" in e.text for e in slack.ephemerals), "the click was recorded"
 
 
-async def test_a_click_reaches_the_resumed_run_through_at_most_four_project_modules(
+SLACK_MESSAGE_WRITES = frozenset({"chat.postMessage", "chat.update", "chat.startStream", "chat.appendStream"})
+
+
+async def test_a_click_reaches_the_resumed_runs_first_answer_write_through_no_more_modules_than_measured(
     bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator, deploys: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slack = slack_emulator
-    recorder = StackRecorder()
-    monkeypatch.setattr(SlackSurface, "show_working", recorder.wrap(SlackSurface.show_working))
-    script_deploy(openai_emulator, "prod", answer="Deployed along a short path.")
+    # From the click's HTTP request to the resumed run's first write of its answer, a post or an edit (the
+    # approval's own redraw is no run's: it comes first, outside one).
+    path = ClickPath(SlackAdapter._handle_http)
+    api_call = AsyncWebClient.api_call
+
+    async def noting_writes(client: AsyncWebClient, api_method: str, **arguments: Any) -> Any:
+        if api_method in SLACK_MESSAGE_WRITES:
+            path.written()
+        return await api_call(client, api_method, **arguments)
+
+    monkeypatch.setattr(AsyncWebClient, "api_call", noting_writes)
+    script_deploy(openai_emulator, "prod", answer="Deployed along a measured path.")
     thread, approval = await ask_for_deploy(slack, bot)
-    asked = len(recorder.stacks)
-    await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))
-    assert await eventually(lambda: any(m.text == "Deployed along a short path." for m in bot_replies(slack, CHANNEL, thread)))
-    [path] = recorder.stacks[asked:]
-    # Bolt calls the click handler, which asks core/approvals.py once and hands the run to the runner.
-    assert path == ["adapters/slack/clicks.py", "adapters/answers.py", "adapters/slack/surface.py"]
-    assert len(path) <= MAX_CLICK_PATH_MODULES
+    path.arm()
+    try:
+        await slack.deliver_interaction(bot.url, click(slack, approval, "relaybot_approve", ALICE))
+        assert await eventually(
+            lambda: any(m.text == "Deployed along a measured path." for m in bot_replies(slack, CHANNEL, thread))
+        )
+    finally:
+        path.disarm()
+    assert deploys == ["prod"]
+    assert path.path is not None, "the resumed run wrote no message"
+    assert path.path[0] == "adapters/slack/adapter.py" and "adapters/slack/clicks.py" in path.path
+    assert "core/approvals.py" in path.path and "adapters/answers.py" in path.path
+    assert len(path.path) <= MAX_CLICK_PATH_MODULES["slack"], path.report()
 
 
 EXTERNAL_TEAM = "T0000EXTRN"
