@@ -57,8 +57,11 @@ class Gate:
         return "new" if new else "taken"
 
     def hand_on(self, event_id: str, admission: Admission) -> None:
-        """What the listener of this event will be told by first_time (bounded: events no listener takes)."""
-        self._admitted[event_id] = admission
+        """What the listener of this event will be told by first_time (bounded: events no listener takes).
+        Two deliveries of one event at once (a retry beside the first) are told apart by their writes: one "new",
+        one "taken", in either order; the "new" is kept, so one listener takes it and the other asks again."""
+        if self._admitted.get(event_id) != "new":
+            self._admitted[event_id] = admission
         while len(self._admitted) > ADMITTED_MAX:
             self._admitted.popitem(last=False)
 

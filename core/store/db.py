@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -18,6 +20,8 @@ from core.store.migrations import apply_migrations
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 POOL_TIMEOUT_S = 30.0
+# Seconds to open the intake lane's connection (libpq counts whole seconds, at least 2).
+INTAKE_CONNECT_TIMEOUT_S = 2
 
 
 class DatabaseError(Exception):
@@ -63,6 +67,9 @@ class Database:
         self._embedded = None if url else EmbeddedPostgres(data_dir / "pgdata")
         self._max_size = max_size
         self._pool: AsyncConnectionPool | None = None
+        # The intake lane: one connection of its own, opened on first use and again after it broke.
+        self._intake: psycopg.AsyncConnection | None = None
+        self._intake_lock = asyncio.Lock()
         self.url: str | None = url
 
     @property
@@ -120,6 +127,7 @@ class Database:
 
     async def close(self) -> None:
         """Close the pool, then stop the embedded server if this process started it."""
+        await self._drop_intake()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
@@ -131,6 +139,45 @@ class Database:
         """A pooled connection; the block runs in one transaction, committed on success."""
         async with self.pool.connection() as conn:
             yield conn
+
+    async def intake_fetch(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        """One statement (committed) on the intake lane, apart from the pool every other query shares: an event's
+        record is written before its ack (Slack waits 3 s), so it never waits for a connection a running answer
+        holds. Callers send one statement at a time (core.store.processed_events batches a burst into one)."""
+        if self._pool is None:
+            raise DatabaseError("The database is not open yet.")
+        async with self._intake_lock:
+            reused = self._intake is not None
+            try:
+                return await self._intake_run(query, params)
+            except psycopg.OperationalError:
+                await self._drop_intake()
+                if not reused:
+                    raise
+            except BaseException:
+                await self._drop_intake()  # cut off mid-statement (a timeout): its state is unknown
+                raise
+            # The connection had died while idle (a restarted server): once more on a new one.
+            try:
+                return await self._intake_run(query, params)
+            except BaseException:
+                await self._drop_intake()
+                raise
+
+    async def _intake_run(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        if self._intake is None:
+            assert self.url is not None
+            self._intake = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=INTAKE_CONNECT_TIMEOUT_S
+            )
+        cursor = await self._intake.execute(query, params)
+        return await cursor.fetchall() if cursor.description else []
+
+    async def _drop_intake(self) -> None:
+        conn, self._intake = self._intake, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
     async def __aenter__(self) -> "Database":
         await self.open()
