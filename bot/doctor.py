@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Awaitable, Callable
 
 from adapters.platform import Platform
@@ -87,12 +88,11 @@ CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("llm", check_llm),
     ("embeddings", check_embeddings),
-    *((platform.name, platform_check(platform)) for platform in PLATFORMS),
 ]
 
 
-async def run_checks(settings: Settings) -> int:
-    """Print one line per check; 0 when every part is healthy, 1 otherwise."""
+async def run_checks(settings: Settings, *, platforms: Sequence[Platform] = PLATFORMS) -> int:
+    """Print one line per check, then one per platform; 0 when every part is healthy, 1 otherwise."""
     secrets = settings.secret_values()
 
     def show(line: str) -> None:
@@ -101,7 +101,7 @@ async def run_checks(settings: Settings) -> int:
 
     show(f"settings: model {settings.llm_model}, agent type {settings.agent_type}, data dir {settings.data_dir}")
     healthy = True
-    for name, check in CHECKS:
+    for name, check in [*CHECKS, *((platform.name, platform_check(platform)) for platform in platforms)]:
         try:
             ok, line = await check(settings)
         except Exception as error:  # a doctor reports every failure as a line, never a traceback
