@@ -79,3 +79,30 @@ async def test_a_third_platform_answers_streams_and_resumes_on_a_click_through_t
         assert toychat.whispers == []
     finally:
         await runtime.stop()
+
+
+async def test_the_http_api_starts_and_stops_in_the_platforms_lifecycle(
+    database_url: str, openai_emulator: OpenAIEmulator, toychat: ToyChatServer, tmp_path: Path
+) -> None:
+    """The API is one more service of the runtime's lifecycle: started after the HTTP server with the platform
+    adapters, and refusing new requests when they stop taking events (the first step of a shutdown)."""
+    import aiohttp
+
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0, toychat_url=toychat.url,
+        api_enabled=True,
+    )
+    runtime = Runtime(settings, platforms=(*PLATFORMS, TOYCHAT))
+    try:
+        await runtime.start()
+        assert runtime.services[: len(runtime.adapters)] == runtime.adapters and len(runtime.services) == 2
+        url = f"http://127.0.0.1:{runtime.http.port}/api/answer"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json={"question": "hi"}) as response:
+                assert response.status == 401  # serving: a request without a key is refused for that
+            for service in runtime.services:
+                await service.stop_accepting()
+            async with session.post(url, json={"question": "hi"}) as response:
+                assert response.status == 503 and "shutting down" in (await response.json())["error"]["message"]
+    finally:
+        await runtime.stop()
