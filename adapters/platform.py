@@ -6,7 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from core.config import PlatformSettings, Settings
+from core.config import Settings
+from core.platform_settings import PlatformSettings
 
 if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter

@@ -7,7 +7,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from core.config import PlatformDefaults, Settings
+from core.config import Settings
+from core.platform_settings import PlatformDefaults
 from core.requests import ConversationKey
 from core.retrieval.retriever import SourceScope
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule

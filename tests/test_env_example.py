@@ -11,7 +11,8 @@ import pytest
 from pydantic.fields import FieldInfo
 
 from bot.platforms import PLATFORMS
-from core.config import PlatformSettings, Settings
+from core.config import Settings
+from core.platform_settings import PlatformSettings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / ".env.example"
 SETTING = re.compile(r"^# ([A-Z][A-Z0-9_]*)=(.*)$")

@@ -7,15 +7,8 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from core.config import (
-    HTTP_SCHEMES,
-    WEBSOCKET_SCHEMES,
-    CommaList,
-    PlatformDefaults,
-    PlatformSettings,
-    optional_url,
-    split_commas,
-)
+from core.config import HTTP_SCHEMES, WEBSOCKET_SCHEMES, CommaList, optional_url, split_commas
+from core.platform_settings import PlatformDefaults, PlatformSettings
 
 
 class DiscordSettings(PlatformSettings):

@@ -9,7 +9,8 @@ from pydantic_settings import SettingsConfigDict
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
 from adapters.platform import Platform
-from core.config import PlatformDefaults, PlatformSettings, Settings
+from core.config import Settings
+from core.platform_settings import PlatformDefaults, PlatformSettings
 from core.engine import Engine
 
 NAME = "toychat"
