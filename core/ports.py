@@ -98,6 +98,8 @@ class AppState(Protocol):
 
     async def put(self, key: str, value: str) -> None: ...
 
+    async def forget(self, prefix: str, *, older_than_s: float) -> int: ...
+
 
 class EventDedup(Protocol):
     """One atomic "first time?" per platform event, across processes (core.store.processed_events)."""

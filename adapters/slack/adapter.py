@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -170,6 +171,10 @@ class SlackAdapter:
     async def start(self) -> None:
         """Asks auth.test once for the whole process, repairs answers a crash left unfinished, then takes events."""
         await self.inbound.open()
+        # One session for every Web API call (Bolt's per-event clients copy it): without one, slack_sdk opens a
+        # session and a connection (a TLS handshake, against slack.com) per call and closes them after. No limit:
+        # a connector's cap would be a queue no deadline lane or budget knows of.
+        self.client.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         auth = await self._check_auth()
         if auth is not None:
             _seed_authorization(self.app, auth)
@@ -192,6 +197,7 @@ class SlackAdapter:
             await self.runner.repair_leftovers(SlackShownMessages(self.surfaces))
             delivery = SlackFinalDelivery(self.surfaces)
             await self.runner.deliver_pending(delivery, finder=delivery)
+            await self.native.streams.prune()
         due = self._auth_checked_at is None or time.monotonic() - self._auth_checked_at >= AUTH_CHECK_INTERVAL_S
         if not self._settings.slack_app_token and due:
             await self._check_auth()
@@ -244,6 +250,9 @@ class SlackAdapter:
             handler, self._socket_handler = self._socket_handler, None
             await close_socket(handler.client)
         await self.inbound.close()
+        session, self.client.session = self.client.session, None
+        if session is not None:
+            await session.close()
 
     @property
     def inflight_answers(self) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,10 @@ STOP_LABEL = "⏹ Stop"
 STOP_SHORTCUT = "relaybot_stop_answer"
 # AppState key of a native stream's run: the one thing a shortcut on a streaming message cannot read from it.
 STREAM_RUN_KEY = "slack:stream-run:{channel}:{ts}"
+# How long a native stream's run is remembered (a shortcut on an older message is told it is no answer being
+# written, which it is not), and how often the older ones are removed (real seconds).
+STREAM_RUN_KEEP_S = 7 * 24 * 3600.0
+STREAM_RUN_PRUNE_EVERY_S = 3600.0
 
 
 def stop_blocks(run_id: str) -> list[dict[str, Any]]:
@@ -120,6 +125,7 @@ class StreamRuns:
         self._state = state
         self._local: dict[tuple[str, str], str] = {}
         self._writes: set[asyncio.Task[None]] = set()
+        self._next_prune = float("-inf")
 
     def started(self, channel: str, ts: str, run_id: str) -> None:
         if self._local.get((channel, ts)) == run_id:
@@ -130,6 +136,17 @@ class StreamRuns:
             task = asyncio.get_running_loop().create_task(self._write(channel, ts, run_id))
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
+
+    async def prune(self) -> None:
+        """At most once every STREAM_RUN_PRUNE_EVERY_S: forget the runs of streams older than STREAM_RUN_KEEP_S."""
+        now = time.monotonic()
+        if self._state is None or now < self._next_prune:
+            return
+        self._next_prune = now + STREAM_RUN_PRUNE_EVERY_S
+        try:
+            await self._state.forget(STREAM_RUN_KEY.split("{", 1)[0], older_than_s=STREAM_RUN_KEEP_S)
+        except Exception as exc:
+            logger.warning("could not forget the runs of old native streams: %s", exc)
 
     def ended(self, channel: str, ts: str) -> None:
         self._local.pop((channel, ts), None)

@@ -24,3 +24,12 @@ class AppStateStore:
                 " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
                 (key, value),
             )
+
+    async def forget(self, prefix: str, *, older_than_s: float) -> int:
+        """Removes the rows whose key starts with `prefix` last written over `older_than_s` ago; how many."""
+        async with self._db.connection() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM app_state WHERE starts_with(key, %s) AND updated_at < now() - make_interval(secs => %s)",
+                (prefix, older_than_s),
+            )
+            return cursor.rowcount
