@@ -91,11 +91,18 @@ class Bench:
         probe.model_started_at = time.monotonic()
         return Text(probe.answer, chunk_chars=ANSWER_CHUNK_CHARS, delay_s=probe.chunk_delay_s)
 
-    async def ask(self, channel: str) -> float:
+    def prepare(self, channel: str) -> Probe:
+        """A question's probe, its answer written out (token counting is the bench's CPU: done before a burst)."""
         tag = f"{channel}-{len(self.probes)}"
         answer = answer_for(tag)
         probe = self.probes[tag] = Probe(channel=channel, answer=answer, chunk_delay_s=chunk_delay_s(answer),
                                          chunks=math.ceil(len(answer) / ANSWER_CHUNK_CHARS))
+        probe.tag = tag
+        return probe
+
+    async def ask(self, channel: str | Probe) -> float:
+        probe = self.prepare(channel) if isinstance(channel, str) else channel
+        tag, channel = probe.tag, probe.channel
         text = f"<@{self.slack.bot_user_id}> benchmark question #{tag}"
         ts = self.slack.add_user_message(channel, text, USER)
         probe.question_ts = ts
@@ -187,7 +194,8 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
         before = set(bench.probes)
         budget = adapter.surfaces.budgets.workspace_posts(slack.team_id)
         own_limit = Limit(burst=budget.capacity, per_slack_s=budget.refill_per_s)
-        burst_acks = await asyncio.gather(*(bench.ask(f"C{prefix}MANY{n:04d}") for n in range(CONCURRENT_ANSWERS)))
+        prepared = [bench.prepare(f"C{prefix}MANY{n:04d}") for n in range(CONCURRENT_ANSWERS)]
+        burst_acks = await asyncio.gather(*(bench.ask(probe) for probe in prepared))
         many = [bench.probes[tag] for tag in bench.probes if tag not in before]
         await wait_until(lambda: all(read.delivered(p) for p in many), WAIT_LIMIT_S)
         await asyncio.sleep(SETTLE_S)
@@ -201,7 +209,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
         await asyncio.sleep(60 * TIME_SCALE)
         steady_tasks = []
         for n in range(STEADY_EVENTS):
-            steady_tasks.append(asyncio.create_task(bench.ask(f"C{prefix}STEADY{n:03d}")))
+            steady_tasks.append(asyncio.create_task(bench.ask(bench.prepare(f"C{prefix}STEADY{n:03d}"))))
             await asyncio.sleep(1 / STEADY_RATE_PER_S)
         steady_acks = list(await asyncio.gather(*steady_tasks))
         await bench.wait_all(list(bench.probes.values()), inflight)

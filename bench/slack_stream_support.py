@@ -22,6 +22,7 @@ class Probe:
     answer: str
     chunk_delay_s: float
     chunks: int
+    tag: str = ""
     sent_at: float = 0.0
     question_ts: str = ""
     model_started_at: float = 0.0
