@@ -430,6 +430,7 @@ class SlackEmulator:
         self._store.calls.append(CallRecord(
             method=method, at_s=time.monotonic(), team_id=team.team_id if team else None,
             params=params, status=status, error=None if body.get("ok") else str(body.get("error")),
+            connection=_peer(request),
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
@@ -816,3 +817,9 @@ def _clicked_element(blocks: list[JsonDict], action_id: str, value: str) -> tupl
                 return block.get("block_id"), "feedback_buttons", (side or {}).get("text")
             return block.get("block_id"), str(element.get("type") or "button"), element.get("text")
     return None
+
+
+def _peer(request: web.Request) -> str:
+    """The client's end of the request's TCP connection."""
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""

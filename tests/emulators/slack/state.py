@@ -179,6 +179,7 @@ class CallRecord:
     params: JsonDict
     status: int
     error: str | None
+    connection: str = ""  # the client's end of the TCP connection ("127.0.0.1:53124"): a new one per call, or reused
 
 
 @dataclass(frozen=True, kw_only=True)
