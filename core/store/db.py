@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,15 +12,20 @@ from typing import AsyncIterator
 
 import psycopg
 from pgvector.psycopg import register_vector_async
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from core.redact import error_reason, redact_url
 from core.store.embedded_postgres import prune_dead_handles, stop_server
 from core.store.migrations import apply_migrations
 
+log = logging.getLogger(__name__)
+
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 POOL_TIMEOUT_S = 30.0
+# A wait this long for a pooled connection is logged with what holds them all (then it waits out POOL_TIMEOUT_S).
+POOL_SLOW_S = 5.0
+HOLDERS_LOGGED = 12
 # Seconds to open the intake lane's connection (libpq counts whole seconds, at least 2).
 INTAKE_CONNECT_TIMEOUT_S = 2
 
@@ -70,6 +76,7 @@ class Database:
         # The intake lane: one connection of its own, opened on first use and again after it broke.
         self._intake: psycopg.AsyncConnection | None = None
         self._intake_lock = asyncio.Lock()
+        self._holders: dict[int, asyncio.Task[object] | None] = {}  # pooled connection → the task holding it
         self.url: str | None = url
 
     @property
@@ -136,9 +143,29 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """A pooled connection; the block runs in one transaction, committed on success."""
-        async with self.pool.connection() as conn:
-            yield conn
+        """A pooled connection; the block runs in one transaction, committed on success. A wait past POOL_SLOW_S
+        is logged with where each holder is (an exhausted pool names its cause instead of only timing out)."""
+        task = asyncio.current_task()
+        for timeout_s in (POOL_SLOW_S, POOL_TIMEOUT_S - POOL_SLOW_S):
+            acquired = False
+            try:
+                async with self.pool.connection(timeout=timeout_s) as conn:
+                    acquired = True
+                    self._holders[id(conn)] = task
+                    try:
+                        yield conn
+                    finally:
+                        self._holders.pop(id(conn), None)
+                return
+            except PoolTimeout:
+                if acquired or timeout_s != POOL_SLOW_S:
+                    raise
+                self._log_holders()
+
+    def _log_holders(self) -> None:
+        places = [_where(task) for task in list(self._holders.values())[:HOLDERS_LOGGED]]
+        log.warning("no pooled database connection free for %.0f s (%d held); held by: %s", POOL_SLOW_S,
+                    len(self._holders), "; ".join(places) or "nothing this process tracks")
 
     async def intake_fetch(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         """One statement (committed) on the intake lane, apart from the pool every other query shares: an event's
@@ -185,3 +212,13 @@ class Database:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _where(task: asyncio.Task[object] | None) -> str:
+    """A holder's task and the innermost project frames it waits in."""
+    if task is None:
+        return "(no task)"
+    frames = [frame for frame in task.get_stack() if "site-packages" not in frame.f_code.co_filename]
+    place = " < ".join(f"{frame.f_code.co_name} ({'/'.join(frame.f_code.co_filename.rsplit('/', 2)[-2:])}:{frame.f_lineno})"
+                       for frame in reversed(frames[-4:]))
+    return f"{task.get_name()} in {place or 'library code'}"
