@@ -106,6 +106,24 @@ class ToolExecutor:
         `offered` limits the call to the tools this run handed the model: a model that calls a
         registered tool it was not offered gets the same answer as for an unknown one.
         """
+        spec = self._offered_spec(call, offered)
+        if isinstance(spec, ToolResult):
+            return spec
+        arguments = self._arguments_object(call, spec)
+        if isinstance(arguments, ToolResult):
+            return arguments
+        problem = schemas.arguments_problem(spec.validator, arguments)
+        if problem:
+            return self._error(
+                call,
+                arguments,
+                f"Error: arguments for {spec.name} {_short(problem)}. "
+                "Call the tool again with arguments that match the schema.",
+            )
+        return ParsedCall(call=call, spec=spec, arguments=arguments)
+
+    def _offered_spec(self, call: ToolCallRequest, offered: Collection[str] | None) -> ToolSpec | ToolResult:
+        """The called tool's spec, when it exists and this run offered it; else the error the model reads."""
         spec = self._registry.get(call.name)
         if spec is None and offered is not None and call.name in offered:
             # Offered earlier in this run (or before its pause), gone since: an MCP server went down.
@@ -123,7 +141,10 @@ class ToolExecutor:
                 {},
                 f"Error: there is no tool named {_short(call.name)!r}. Available tools: {listing}.",
             )
+        return spec
 
+    def _arguments_object(self, call: ToolCallRequest, spec: ToolSpec) -> dict[str, Any] | ToolResult:
+        """The call's arguments as a JSON object within the size and depth limits; else the error the model reads."""
         raw = call.arguments.strip()
         if len(raw) > schemas.MAX_ARGUMENT_CHARS:
             return self._error(
@@ -161,16 +182,7 @@ class ToolExecutor:
                 f"Error: arguments for {spec.name} are nested deeper than {schemas.MAX_ARGUMENT_DEPTH} levels. "
                 "Call the tool again with flatter arguments.",
             )
-
-        problem = schemas.arguments_problem(spec.validator, arguments)
-        if problem:
-            return self._error(
-                call,
-                arguments,
-                f"Error: arguments for {spec.name} {_short(problem)}. "
-                "Call the tool again with arguments that match the schema.",
-            )
-        return ParsedCall(call=call, spec=spec, arguments=arguments)
+        return arguments
 
     @property
     def approvals(self) -> ToolApprovals:

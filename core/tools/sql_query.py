@@ -188,6 +188,15 @@ async def fetch_result(conn: AsyncConnection[Any], verdict: Allowed, *, config: 
         sql = capped_statement(verdict.sql, columns=len(columns), value_bytes=value_bytes)
     except WrapError:
         raise ToolError("refused, nothing was run: the statement could not be wrapped to cap its values.") from None
+    return await _fetch_capped(conn, sql, columns=columns, value_bytes=value_bytes, config=config)
+
+
+async def _fetch_capped(
+    conn: AsyncConnection[Any], sql: str, *, columns: tuple[str, ...], value_bytes: int, config: SqlQueryConfig
+) -> QueryResult:
+    """The capped statement's rows through a server-side cursor: the database produces only the rows fetched,
+    never the whole result; each batch is as many rows as the bytes left could hold at their largest."""
+    cap = config.max_rows
     row_bytes = value_bytes * len(columns)
     rows: list[tuple[str | None, ...]] = []
     cut: set[int] = set()
@@ -195,8 +204,6 @@ async def fetch_result(conn: AsyncConnection[Any], verdict: Allowed, *, config: 
     stopped_at_bytes = more = False
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.timeout_s
-    # A server-side cursor: the database produces only the rows fetched, never the whole result; each batch is
-    # as many rows as the bytes left could hold at their largest.
     async with conn.cursor(name=CURSOR_NAME) as cursor:
         await cursor.execute(sql)
         while True:
