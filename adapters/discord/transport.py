@@ -12,7 +12,7 @@ from typing import TypeVar
 import discord
 
 from adapters.streaming import Clock, Priority, RateBudget
-from adapters.streaming.rate_budget import BudgetMap
+from adapters.streaming.budget_map import BudgetMap
 from adapters.streaming.send import send_paced
 
 from .transport_http import guarded, watch_global_lock

@@ -13,7 +13,7 @@ from slack_sdk.errors import SlackApiError
 
 from adapters.answers import Pacing
 from adapters.streaming import Clock, Priority, RateBudget, RateLimited, TransientSendError
-from adapters.streaming.rate_budget import BudgetMap
+from adapters.streaming.budget_map import BudgetMap
 from adapters.streaming.transport import LiveText
 
 from .controls import StreamRuns

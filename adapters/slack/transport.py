@@ -17,9 +17,9 @@ from adapters.streaming import (
     parse_retry_after,
 )
 from adapters.streaming.transport import PermanentSendError
-from adapters.streaming.rate_budget import (
-    BURST_SHARE_OF_MINUTE, LEARNED_RATE_FLOOR_PER_S, PLATFORM_BURST_RESERVE_CALLS, BudgetMap,
-)
+from adapters.streaming.budget_map import BudgetMap
+from adapters.streaming.learned_rate import LEARNED_RATE_FLOOR_PER_S
+from adapters.streaming.rate_budget import BURST_SHARE_OF_MINUTE, PLATFORM_BURST_RESERVE_CALLS
 from adapters.streaming.send import send_paced as paced
 
 from .render import markdown_text

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .rate_budget import Priority, RateBudget
+from .fair_queue import Priority
+from .rate_budget import RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import SplitPart, split_for_limit, split_parts

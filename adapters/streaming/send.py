@@ -6,7 +6,8 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
-from adapters.streaming.rate_budget import Priority, RateBudget
+from adapters.streaming.fair_queue import Priority
+from adapters.streaming.rate_budget import RateBudget
 from adapters.streaming.clock import Clock
 from adapters.streaming.transport import RateLimited, TransientSendError
 from core import metrics, observe

@@ -13,7 +13,9 @@ from typing import Literal, TypeVar
 
 from core import metrics, observe
 
-from .rate_budget import Priority, QueueWait, RateBudget, answer_context, queued_from
+from .answer_place import QueueWait, answer_context, queued_from
+from .fair_queue import Priority
+from .rate_budget import RateBudget
 from .clock import Clock, MonotonicClock
 from .limits import StreamLimits
 from .splitter import close_open_fence, fence_closer, fence_reopener, open_fence, split_parts

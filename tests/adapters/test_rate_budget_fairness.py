@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from adapters.streaming import MessageStreamer, Priority, RateBudget, RateLimited, StreamLimits
-from adapters.streaming.rate_budget import answer_context
+from adapters.streaming.answer_place import answer_context
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 pytestmark = pytest.mark.timeout(60)

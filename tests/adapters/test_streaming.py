@@ -19,9 +19,9 @@ from adapters.streaming import (
     split_parts,
 )
 from adapters.streaming.transport import PermanentSendError
-from adapters.streaming.rate_budget import (
-    LEARNED_RATE_UNDER_MEASURED, PLATFORM_BURST_RESERVE_CALLS, SHOWN_TEXT_FINAL_DEFER_S,
-)
+from adapters.streaming.fair_queue import SHOWN_TEXT_FINAL_DEFER_S
+from adapters.streaming.learned_rate import LEARNED_RATE_UNDER_MEASURED
+from adapters.streaming.rate_budget import PLATFORM_BURST_RESERVE_CALLS
 from tests.adapters.streaming_fakes import FakeClock, MemoryTransport
 
 pytestmark = pytest.mark.timeout(30)
