@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
-from core.ports import AppState, EventDedup, FinalOutbox, KnownConversations, LiveAnswerLog
+from core.ports import AppState, EventDedup, FeedbackVotes, FinalOutbox, KnownConversations, LiveAnswerLog
 from core.tools.context import ConversationReader
 
 
@@ -19,6 +19,7 @@ class AdapterPorts:
     conversations: KnownConversations
     outbox: FinalOutbox
     state: AppState
+    feedback: FeedbackVotes  # 👍/👎 clicks and 👎 reasons
 
 
 class PlatformAdapter(Protocol):

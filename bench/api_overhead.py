@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adapters.http.api import sse  # noqa: E402
 from adapters.http.api.adapter import ApiAdapter  # noqa: E402
 from adapters.http.server import HttpServer  # noqa: E402
+from bot.engine_parts import build_engine  # noqa: E402
 from core.engine import Engine  # noqa: E402
 from core.llm import LLMClient  # noqa: E402
 from core.store.api_conversations import ApiConversations  # noqa: E402
@@ -102,7 +103,7 @@ async def main(runs: int, client: str) -> None:
             settings = test_settings(emulator.base_url, llm_model="gpt-4o-mini")
             llm = LLMClient(base_url=settings.llm_base_url, api_key=settings.llm_api_key,
                             request_timeout_s=settings.llm_request_timeout_s, idle_timeout_s=settings.llm_idle_timeout_s)
-            engine = Engine(settings=settings, db=db, llm=llm, registry=builtin_registry())
+            engine = build_engine(settings=settings, db=db, llm=llm, registry=builtin_registry())
             keys = ApiKeyStore(db)
             _, secret = await keys.create(f"bench-{uuid.uuid4().hex[:8]}")
             server = HttpServer(host="127.0.0.1", port=0)

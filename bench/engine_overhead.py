@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.agents.token_budget import HistoryTurn, build_messages  # noqa: E402
+from bot.engine_parts import build_engine  # noqa: E402
 from core.engine import Engine, load_system_prompt  # noqa: E402
 from core.history import TurnHistory  # noqa: E402
 from core.llm import LLMClient, TextPiece  # noqa: E402
@@ -137,7 +138,7 @@ async def main(runs: int) -> None:
                 request_timeout_s=settings.llm_request_timeout_s,
                 idle_timeout_s=settings.llm_idle_timeout_s,
             )
-            engine = Engine(settings=settings, db=db, llm=llm, registry=builtin_registry())
+            engine = build_engine(settings=settings, db=db, llm=llm, registry=builtin_registry())
             stream = await stream_overhead(engine, llm, emulator, runs)
             build_ms, kept = build_time_ms(engine, runs)
             rows_ms, turns_ms, loaded = await load_time_ms(engine, runs)

@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
 from adapters.platform import Lifecycle, Platform
+from bot.engine_parts import build_engine
 from bot.jobs import expire_approvals, sync_sources
 from bot.platforms import PLATFORMS, ApiLifecycle
 from core import metrics
@@ -30,6 +31,7 @@ from core.store.api_conversations import ApiConversations
 from core.store.api_keys import ApiKeyStore
 from core.store.app_state import AppStateStore
 from core.store.event_journal import EventJournal
+from core.store.feedback import FeedbackStore
 from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
@@ -148,7 +150,8 @@ class Runtime:
             self.mcp = McpTools.from_settings(self.settings)
             await self.mcp.start(wait_s=MCP_STARTUP_WAIT_S)
             registry.add_provider(self.mcp)
-        self.engine = Engine(
+        # The engine's stores and services are built here (bot/engine_parts.py), not by the engine.
+        self.engine = build_engine(
             settings=self.settings,
             db=self.db,
             llm=self._llm,
@@ -210,7 +213,7 @@ class Runtime:
         ports = AdapterPorts(
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
             conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
-            state=AppStateStore(self.db),
+            state=AppStateStore(self.db), feedback=FeedbackStore(self.db),
         )
         try:
             for platform in self.platforms:

@@ -111,3 +111,12 @@ class KnownConversations(Protocol):
     """Whether the bot has a conversation in a thread, i.e. answers follow-ups there (core.store.conversations)."""
 
     async def exists(self, key: ConversationKey) -> bool: ...
+
+
+class FeedbackVotes(Protocol):
+    """👍/👎 on final answers and a 👎's reason, one vote per person per turn (core.store.feedback); False: no
+    such turn (a run whose answer was never stored)."""
+
+    async def vote(self, turn_id: str, *, user_id: str, user_name: str, platform: str, up: bool) -> bool: ...
+
+    async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str) -> bool: ...

@@ -271,7 +271,7 @@ class DiscordAdapter:
         # Stop clicks (adapters/discord/controls.py), looked up on the client by the StopButton.
         self.client.stops = DiscordStops(runs=engine.runs, gate=self.gate, actor_of=actor_of)
         # 👍/👎 clicks and 👎 reasons (adapters/discord/feedback.py), looked up on the client by the buttons.
-        self.client.feedback = DiscordFeedback(feedback=engine.feedback, gate=self.gate)
+        self.client.feedback = DiscordFeedback(feedback=ports.feedback, gate=self.gate)
         # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
         self.client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)

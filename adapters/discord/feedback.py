@@ -10,6 +10,7 @@ import discord
 
 from adapters import wording
 from adapters.gate import Gate
+from core.ports import FeedbackVotes
 
 from . import transport_calls as calls
 
@@ -73,8 +74,8 @@ class WhyModal(discord.ui.Modal):
 class DiscordFeedback:
     """👍/👎 clicks and 👎 reasons: each answered within Discord's 3 s, then one call to the feedback store."""
 
-    def __init__(self, *, feedback: Any, gate: Gate) -> None:
-        self._feedback = feedback  # the engine's FeedbackStore: vote(...), comment(...)
+    def __init__(self, *, feedback: FeedbackVotes, gate: Gate) -> None:
+        self._feedback = feedback
         self._gate = gate
 
     async def click(self, interaction: discord.Interaction, *, up: bool, run_id: str) -> None:

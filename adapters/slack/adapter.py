@@ -127,7 +127,7 @@ class SlackAdapter:
         # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,
         # so buttons posted before it was turned off still count.
         self.feedback = SlackFeedback(
-            feedback=engine.feedback, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
+            feedback=ports.feedback, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
         )
         self.notifier = SlackNotifier(self.surfaces)
         self.commands = SlackCommands(

@@ -12,12 +12,13 @@ from slack_bolt.async_app import AsyncAck
 
 from adapters import wording as shared_wording
 from adapters.gate import Gate
+from core.ports import FeedbackVotes
 
 from .buttons import read_click
 from .render import sentence
 
 # The answer's messages carry feedback_blocks (controls.py); this module imports neither the surface nor
-# inbound: `surfaces` is a surface.SlackSurfaces, `access` an inbound.SlackAccess, `feedback` the engine's FeedbackStore.
+# inbound: `surfaces` is a surface.SlackSurfaces, `access` an inbound.SlackAccess.
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def why_modal(run_id: str, *, channel: str, thread_ts: str | None) -> dict[str, 
 class SlackFeedback:
     """👍/👎 clicks and the 👎 modal's submission: acked at once, then one call to the feedback store each."""
 
-    def __init__(self, *, feedback: Any, surfaces: Any, gate: Gate, access: Any) -> None:
+    def __init__(self, *, feedback: FeedbackVotes, surfaces: Any, gate: Gate, access: Any) -> None:
         self._feedback = feedback
         self._surfaces = surfaces
         self._gate = gate

@@ -18,6 +18,7 @@ from bot.feedback_cli import render
 from core.retrieval.ingest import ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
+from core.store.feedback import FeedbackStore
 from tests.adapters.discord.harness import bot_messages, button_ids, make_world, running_bot
 from tests.e2e.slack_harness import ALICE, BOB, bot_replies, eventually, mention, start_bot
 from tests.emulators.discord import DiscordEmulator
@@ -98,7 +99,7 @@ async def test_slack_votes_a_reason_in_a_modal_and_a_changed_vote_are_stored_and
         status, _ = await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL, buttons.ts, user=ALICE, positive=True))
         assert status == 200
         assert await eventually(lambda: any(e.user == ALICE and "Thanks for the 👍" in e.text for e in slack.ephemerals))
-        assert [(r.user_id, r.vote) for r in await bot.engine.feedback.export()] == [(ALICE, 1)]
+        assert [(r.user_id, r.vote) for r in await FeedbackStore(db).export()] == [(ALICE, 1)]
 
         status, _ = await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL, buttons.ts, user=BOB, positive=False))
         assert status == 200
@@ -112,8 +113,8 @@ async def test_slack_votes_a_reason_in_a_modal_and_a_changed_vote_are_stored_and
         # Alice changes her vote, then closes the modal without a word: her 👎 stands, one row still.
         await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL, buttons.ts, user=ALICE, positive=False))
         assert await eventually(lambda: any(v.user_id == ALICE for v in slack.opened_views))
-        await votes_become(bot.engine.feedback, {(ALICE, -1), (BOB, -1)})
-        check_export(exported(await bot.engine.feedback.export(), "slack"), alice="u0000alice", bob="u0000bob")
+        await votes_become(FeedbackStore(db), {(ALICE, -1), (BOB, -1)})
+        check_export(exported(await FeedbackStore(db).export(), "slack"), alice="u0000alice", bob="u0000bob")
     finally:
         await bot.stop()
 
@@ -157,8 +158,8 @@ async def test_discord_votes_a_reason_in_a_modal_and_a_changed_vote_are_stored_a
         await dc.wait_for(lambda: dc.interaction(changed).modal, what="second modal")
 
         async def both_down() -> bool:
-            return {r.user_name: r.vote for r in await engine.feedback.export() if r.platform == "discord"} == {
+            return {r.user_name: r.vote for r in await FeedbackStore(db).export() if r.platform == "discord"} == {
                 "alice": -1, "bob": -1}
 
         await dc.wait_for(both_down, what="alice's changed vote")
-        check_export(exported(await engine.feedback.export(), "discord"), alice="alice", bob="bob")
+        check_export(exported(await FeedbackStore(db).export(), "discord"), alice="alice", bob="bob")

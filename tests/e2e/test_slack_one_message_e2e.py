@@ -13,6 +13,7 @@ import pytest
 from adapters import wording
 from adapters.slack.working import LOADING_MESSAGES, REACTION
 from core.store.db import Database
+from core.store.feedback import FeedbackStore
 from tests.e2e.slack_harness import ALICE, BOB, bot_replies, dm, eventually, mention, start_bot
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
@@ -174,10 +175,10 @@ async def test_feedback_rides_the_final_message_and_votes_land_after_a_restart(
         await slack.deliver_interaction(restarted.url, slack.feedback_click(CHANNEL, answer.ts, user=ALICE, positive=True))
         assert await eventually(lambda: any(e.user == ALICE and "Thanks for the 👍" in e.text for e in slack.ephemerals))
         for _ in range(200):
-            if [(r.user_id, r.vote) for r in await restarted.engine.feedback.export()] == [(ALICE, 1)]:
+            if [(r.user_id, r.vote) for r in await FeedbackStore(db).export()] == [(ALICE, 1)]:
                 break
             await asyncio.sleep(0.02)
-        assert [(r.user_id, r.vote) for r in await restarted.engine.feedback.export()] == [(ALICE, 1)]
+        assert [(r.user_id, r.vote) for r in await FeedbackStore(db).export()] == [(ALICE, 1)]
     finally:
         await restarted.stop()
 

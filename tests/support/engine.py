@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.config import Settings
+from bot.engine_parts import build_engine
 from core.engine import Engine
 from core.llm import LLMClient
 from core.retrieval.retriever import Retriever
@@ -47,7 +48,7 @@ def make_engine(
         idle_timeout_s=settings.llm_idle_timeout_s,
         retry_backoff_s=0.01,
     )
-    return Engine(
+    return build_engine(
         settings=settings,
         db=db,
         llm=llm,

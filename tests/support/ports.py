@@ -5,6 +5,7 @@ from __future__ import annotations
 from adapters.base import AdapterPorts
 from core.store.app_state import AppStateStore
 from core.store.conversations import ConversationStore
+from core.store.feedback import FeedbackStore
 from core.store.db import Database
 from core.store.heartbeats import process_identity
 from core.store.live_messages import LiveMessages
@@ -17,5 +18,5 @@ def ports_for(db: Database) -> AdapterPorts:
     owner = process_identity()
     return AdapterPorts(
         live=LiveMessages(db, owner=owner), dedup=ProcessedEvents(db), conversations=ConversationStore(db),
-        outbox=PendingFinals(db, owner=owner), state=AppStateStore(db),
+        outbox=PendingFinals(db, owner=owner), state=AppStateStore(db), feedback=FeedbackStore(db),
     )
