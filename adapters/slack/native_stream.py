@@ -20,7 +20,8 @@ from .controls import StreamRuns
 from .feedback import feedback_blocks
 from .render import markdown_text, safe_markdown
 from .surface import ReplyTarget, SlackSurface, SlackSurfaces
-from .transport import IDLE_BUDGET_S, part_metadata
+from .budgets import IDLE_BUDGET_S
+from .metadata import part_metadata
 from .working import WorkingSign
 
 logger = logging.getLogger(__name__)

@@ -38,8 +38,9 @@ from adapters.discord.transport import watch_global_lock
 from adapters.slack.adapter import RateLimitCounter
 from adapters.slack.native_stream import NativeSlackSurfaces, NativeStreaming
 from adapters.slack.render import markdown_text
+from adapters.slack.settings import SlackSettings
 from adapters.slack.surface import STREAM_MAX_CHARS, ReplyTarget, SlackFinalDelivery, SlackShownMessages
-from adapters.slack.transport import ScaledClock, SlackBudgets
+from adapters.slack.budgets import ScaledClock, SlackBudgets
 from adapters.streaming import MonotonicClock
 from core.engine import Engine
 from core.events import AnswerDelta, Done, Event
@@ -517,15 +518,16 @@ async def slack_process(world: World, engine: Engine, slack: SlackEmulator, name
     db = await world.process_db(name)
     ports = ports_for(db)
     settings = engine.settings
+    slack = settings.platform_settings(SlackSettings)
     clock = ScaledClock(SLACK_TIME_SCALE)
-    client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url,
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url,
                             retry_handlers=[RateLimitCounter()])
     surfaces = NativeSlackSurfaces(
-        native=NativeStreaming(setting=settings.slack_native_streaming, clock=clock, share=settings.slack_rate_share),
+        native=NativeStreaming(setting=slack.native_streaming, clock=clock, share=slack.rate_share),
         client=client, clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
-        budgets=SlackBudgets(clock=clock, share=settings.slack_rate_share,
-                             workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
-                             history_tier=settings.slack_history_tier),
+        budgets=SlackBudgets(clock=clock, share=slack.rate_share,
+                             workspace_posts_per_minute=slack.workspace_posts_per_minute,
+                             history_tier=slack.history_tier),
     )
     runner = AnswerRunner(platform="slack", approvals=engine.approvals, live=ports.live, outbox=ports.outbox,  # type: ignore[arg-type]
                           outbox_max_age_s=settings.outbox_max_age_s)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adapters.slack.transport import ANSWER_PART_EVENT
+from adapters.slack.metadata import ANSWER_PART_EVENT
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
 from tests.emulators.slack.limits import CallFault

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from adapters.slack.inbound import BotIdentity, SlackAccess, asker_teams
-from adapters.slack.transport import IDLE_BUDGET_S, SlackBudgets
+from adapters.slack.budgets import IDLE_BUDGET_S, SlackBudgets
 from adapters.streaming import Priority, RateBudget
 from tests.adapters.streaming_fakes import FakeClock
 

@@ -12,7 +12,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from adapters.slack.transport import ScaledClock, SlackBudgets, SlackPermanentError, SlackWeb, translate_error
+from adapters.slack.budgets import ScaledClock, SlackBudgets
+from adapters.slack.failures import SlackPermanentError, translate_error
+from adapters.slack.transport import SlackWeb
 from adapters.streaming import RateLimited, TransientSendError
 from adapters.streaming.transport import is_permanent
 from tests.emulators.slack import SlackEmulator

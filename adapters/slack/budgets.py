@@ -1,0 +1,138 @@
+"""Slack's rate limits as the bot's rate budgets (one per limit Slack counts, per process), on Slack time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from adapters.streaming import Clock, RateBudget
+from adapters.streaming.budget_map import BudgetMap
+from adapters.streaming.learned_rate import LEARNED_RATE_FLOOR_PER_S
+from adapters.streaming.rate_budget import BURST_SHARE_OF_MINUTE, PLATFORM_BURST_RESERVE_CALLS
+
+# Tier 3: about 50 chat.update calls a minute for the whole workspace; Slack tolerates short
+# bursts over a tier's rate (counted like a token bucket of about this many calls).
+EDIT_CALLS_PER_MINUTE = 50.0
+EDIT_BURST_CALLS = 10.0
+# chat.postMessage: about one a second per channel, with a small burst.
+POST_CALLS_PER_S = 1.0
+POST_BURST_CALLS = 2.0
+# conversations.replies and conversations.history (reading a thread or channel), per workspace, by
+# SLACK_HISTORY_TIER: `internal` (Tier 3, about 50 calls a minute, up to 1,000 messages a page) or `limited`
+# (commercially distributed apps outside the Marketplace: 1 call a minute, 15 messages a page).
+HistoryTier = Literal["internal", "limited"]
+READ_CALLS_PER_MINUTE: dict[HistoryTier, float] = {"internal": 50.0, "limited": 1.0}
+READ_PAGE_MESSAGES: dict[HistoryTier, int] = {"internal": 200, "limited": 15}
+# Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset (Slack gives no number); 429s
+# teach it the real limit. Five posts a second is far more than a team's answers need, and close
+# enough to a low limit that two overloads find it.
+UNKNOWN_WORKSPACE_POSTS_PER_MINUTE = 300
+# An unknown limit is probed with a small burst: a burst of answers then costs a few 429s, not dozens
+# sent together before the first one comes back.
+UNKNOWN_WORKSPACE_POSTS_BURST = 10.0
+# A budget not handed out for this long (Slack seconds) is full again, so a fresh one is the same:
+# it is dropped, and the maps stay as small as the channels in use.
+IDLE_BUDGET_S = 600.0
+
+
+class ScaledClock:
+    """Slack time: `time_scale` 1.0 is real time; 0.05 makes a Slack minute last 3 real seconds.
+
+    Matching an emulator's time scale keeps the bot's budgets and pacing in step with it.
+    """
+
+    def __init__(self, time_scale: float = 1.0) -> None:
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        self.time_scale = time_scale
+
+    def now(self) -> float:
+        return time.monotonic() / self.time_scale
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) * self.time_scale)
+
+
+class SlackBudgets:
+    """One budget per limit Slack counts; per process, each taking `share` of Slack's rate."""
+
+    def __init__(
+        self, *, clock: Clock, share: float, workspace_posts_per_minute: int | None = None,
+        history_tier: HistoryTier = "internal",
+    ) -> None:
+        self._clock = clock
+        self._share = share
+        self.history_tier: HistoryTier = history_tier
+        self._workspace_posts_per_minute = workspace_posts_per_minute
+        self._edits: BudgetMap[str] = BudgetMap(self._new_edit, keep_idle_s=IDLE_BUDGET_S)
+        self._posts: BudgetMap[tuple[str, str]] = BudgetMap(self._new_post, keep_idle_s=IDLE_BUDGET_S)
+        self._workspace_posts: BudgetMap[str] = BudgetMap(self._new_workspace_posts, keep_idle_s=IDLE_BUDGET_S)
+        self._reads: BudgetMap[tuple[str, str]] = BudgetMap(self._new_read, keep_idle_s=IDLE_BUDGET_S)
+
+    def edit(self, team_id: str) -> RateBudget:
+        return self._edits(team_id)
+
+    def post(self, team_id: str, channel: str) -> RateBudget:
+        """chat.postMessage in one channel, counted against the workspace's chat.postMessage budget too."""
+        return self._posts((team_id, channel))
+
+    def workspace_posts(self, team_id: str) -> RateBudget:
+        """The workspace-wide chat.postMessage limit: configured when known, and learnt from 429s either way."""
+        return self._workspace_posts(team_id)
+
+    def read(self, team_id: str, method: str) -> RateBudget:
+        """A reading method (conversations.replies, conversations.history) in one workspace."""
+        return self._reads((team_id, method))
+
+    def delete(self, team_id: str) -> RateBudget:
+        """chat.delete in one workspace: Tier 3 like the reads, and never held up by chat.update's 429s."""
+        return self._reads((team_id, "chat.delete"))
+
+    def other(self, team_id: str, method: str) -> RateBudget:
+        """Any other method (users.info, views.publish …): Tier 3 at least, on a budget of its own."""
+        return self._reads((team_id, method))
+
+    @property
+    def page_messages(self) -> int:
+        """Messages asked for in one page of conversations.replies / history (the tier's most)."""
+        return READ_PAGE_MESSAGES[self.history_tier]
+
+    def _new_read(self, key: tuple[str, str]) -> RateBudget:
+        history = key[1] in ("conversations.replies", "conversations.history")
+        calls = READ_CALLS_PER_MINUTE[self.history_tier] if history else READ_CALLS_PER_MINUTE["internal"]
+        return RateBudget.per_minute(calls, share=self._share, clock=self._clock)
+
+    def _new_edit(self, team_id: str) -> RateBudget:
+        return RateBudget.per_minute(
+            EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+        )
+
+    def _new_post(self, key: tuple[str, str]) -> RateBudget:
+        return RateBudget(
+            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock,
+            parent=self.workspace_posts(key[0]),
+        )
+
+    def _new_workspace_posts(self, team_id: str) -> RateBudget:
+        told = self._workspace_posts_per_minute
+        if told:
+            # The burst keeps a few calls back: one sent while the process is busy with many answers
+            # reaches Slack bunched with the calls after it. Window-safe still (the refill gains them).
+            burst = max(1.0, told * self._share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
+            sized = RateBudget.per_minute(told, share=self._share, clock=self._clock, burst=burst)
+            # Trusted at least half-way: 429s of other causes (a busy Slack) never talk it down to a trickle.
+            return RateBudget(
+                capacity=sized.capacity, refill_per_s=sized.refill_per_s, clock=self._clock, learns=True,
+                learned_floor_per_s=sized.refill_per_s / 2, known_limit=True,
+            )
+        guess = RateBudget.per_minute(UNKNOWN_WORKSPACE_POSTS_PER_MINUTE, share=self._share, clock=self._clock)
+        return RateBudget(
+            capacity=min(guess.capacity, UNKNOWN_WORKSPACE_POSTS_BURST), refill_per_s=guess.refill_per_s,
+            clock=self._clock, learns=True, learned_floor_per_s=LEARNED_RATE_FLOOR_PER_S, known_limit=False,
+        )
+
+    @property
+    def kept(self) -> int:
+        """How many budgets are kept now (posts and edits)."""
+        return len(self._posts) + len(self._edits)
