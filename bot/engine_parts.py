@@ -14,7 +14,7 @@ from core.history import TurnHistory
 from core.llm import LLMClient, resolve_model
 from core.quota import TokenQuota
 from core.retrieval.retriever import Retriever
-from core.runs import Runs
+from core.runs import RunNeeds, Runs
 from core.stops import RunStops
 from core.store.api_keys import ApiKeyStore
 from core.store.channel_config import ChannelConfigStore
@@ -123,7 +123,7 @@ def build_runs(
     settings: Settings, db: Database, *, deps: AgentDeps, registry: ToolRegistry,
     conversations: ConversationStore, continuations: ContinuationStore, channels: ChannelResolver,
 ) -> Runs:
-    return Runs(
+    return Runs(RunNeeds(
         settings=settings,
         deps=deps,
         system_prompt=load_system_prompt(settings),
@@ -138,4 +138,4 @@ def build_runs(
         stops=RunStops(
             store=RunStopStore(db), channels=channels, listen_url=lambda: db.url, policy=approval_policy(settings),
         ),
-    )
+    ))

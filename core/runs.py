@@ -1,4 +1,4 @@
-"""Agent runs under the conversation lease: built from a request or a claimed pause, their ending stored as data."""
+"""Agent runs under the conversation lease: built from a request or a claimed pause, played to their ending."""
 
 from __future__ import annotations
 
@@ -6,93 +6,86 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, assert_never
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from core import metrics, observe, wording
-from core.agents import AgentConfig, AgentDeps, AgentOutput, BaseAgent, Finished, Paused, RunContext, UnknownAgentType, agent_class
+from core import observe, wording
+from core.agents import AgentConfig, AgentDeps, AgentOutput, Finished, Paused, RunContext, UnknownAgentType, agent_class
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
 from core.channels import ChannelConfig, ChannelResolver
-from core.citations import cite
 from core.config import Settings
-from core.events import (
-    AnswerDelta, ApprovalRequired, Done, Event, Failed, RunStarted, SourceItem, Sources, Stopped, ToolCallFinished,
-    ToolCallStarted, Usage,
-)
+from core.events import AnswerDelta, Event, Failed, RunStarted, ToolCallFinished, ToolCallStarted, Usage
 from core.history import TurnHistory, content_text
 from core.llm import ModelInfo, resolve_model
 from core.observe import RunTrace
 from core.requests import Actor, ClientTool, ConversationKey, Request
-from core.store.continuations import ContinuationRow, ContinuationStore, StoredCall
+from core.run_endings import RunEndings, RunPlan, notice_lead, outcome_of, report_answer, report_unstarted
+from core.store.continuations import ContinuationRow, ContinuationStore
 from core.store.conversations import ConversationStore
 from core.store.locks import ConversationLocks
-from core.store.usage import TurnUsage, UsageLog
+from core.store.usage import UsageLog
 from core.stops import RunStops, StopResult, StopSignal
 from core.tools import ToolExecutor
 from core.tools.client_tools import client_tools_from_json, with_client_tools
 
-log = logging.getLogger(__name__)
+__all__ = ["RunNeeds", "RunPlan", "Runs"]
 
-# A turn whose approved calls ran cannot simply be asked again, so storing it is worth more tries
-# than one: a database blip kills pooled connections, and each try takes another.
-STORE_ATTEMPTS_AFTER_CALLS = 3
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunPlan:
-    """An agent run ready to go: its outputs, and who asked what (for the stored turn)."""
+class RunNeeds:
+    """What runs need from their surroundings: the settings, the agents' dependencies, and the stores a run
+    reads and writes (built once by the composition root)."""
 
-    agent: BaseAgent
-    outputs: AsyncIterator[AgentOutput]
-    author: str
-    question: str
-    # Tokens the turn had used before this run (a resumed run's state carries the paused part's).
-    baseline: Usage = Usage()
-    # The sentence the answer opens with when an attached file was left out (core.attachments), else "".
-    notice: str = ""
+    settings: Settings
+    deps: AgentDeps
+    system_prompt: str
+    # Read at the start of each run: MCP tools come and go with their servers.
+    base_tools: Callable[[], tuple[str, ...]]
+    conversations: ConversationStore
+    continuations: ContinuationStore
+    history: TurnHistory
+    locks: ConversationLocks
+    usage: UsageLog | None = None
+    # Each run reads its channel's settings afresh (core/channels.py); without a resolver, the settings alone.
+    channels: ChannelResolver | None = None
+    # Stop buttons: each run is registered while it goes and cancelled when someone asks (core/stops.py).
+    stops: RunStops | None = None
+
+
+@dataclass(kw_only=True)
+class _Played:
+    """One run as it goes under the lease: what the answer line reports, and the events that end it."""
+
+    started: float
+    plan: RunPlan | None = None
+    trace: RunTrace | None = None
+    outcome: str = "cancelled"  # unless it ends otherwise
+    usage: Usage | None = None
+    ending: list[Event] = field(default_factory=list)
 
 
 class Runs:
-    """Starts agent runs and stores how each ended: a finished turn, a saved pause, the question alone
-    after a failure — or, once an approved call started, the turn so far, whatever stopped it."""
+    """Starts agent runs, one at a time per conversation, and plays each to its ending (stored by RunEndings)."""
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        deps: AgentDeps,
-        system_prompt: str,
-        base_tools: Callable[[], tuple[str, ...]],
-        conversations: ConversationStore,
-        continuations: ContinuationStore,
-        history: TurnHistory,
-        locks: ConversationLocks,
-        usage: UsageLog | None = None,
-        channels: ChannelResolver | None = None,
-        stops: RunStops | None = None,
-    ) -> None:
+    def __init__(self, needs: RunNeeds) -> None:
+        settings, deps = needs.settings, needs.deps
         self._settings = settings
-        # Each run reads its channel's settings afresh (core/channels.py); without a resolver, the settings alone.
-        self._channels = channels or ChannelResolver(settings=settings, source=None)
+        self._channels = needs.channels or ChannelResolver(settings=settings, source=None)
         self._models: dict[str, ModelInfo] = {deps.model.name: deps.model}
         self._deps = deps
-        self._system_prompt = system_prompt
-        # Read at the start of each run: MCP tools come and go with their servers.
-        self._base_tools = base_tools
-        self._conversations = conversations
-        self._continuations = continuations
-        self._history = history
-        self._locks = locks
-        self._usage = usage
-        # Stop buttons: each run is registered while it goes and cancelled when someone asks (core/stops.py).
-        self.stops = stops
+        self._needs = needs
+        self._endings = RunEndings(
+            history=needs.history, continuations=needs.continuations, approval_expiry_s=settings.approval_expiry_s
+        )
+        self.stops = needs.stops
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -122,7 +115,7 @@ class Runs:
             channel = await self._channels.resolve(request.conversation)
         except (psycopg.Error, PoolTimeout):
             log.exception("could not read the channel's settings")
-            _report_unstarted(request.conversation.platform, "the database is unavailable")
+            report_unstarted(request.conversation.platform, "the database is unavailable")
             yield Failed(message=wording.database_unavailable(), retryable=True)
             return
         try:
@@ -130,22 +123,22 @@ class Runs:
             # The engine's tools plus the client's own for this run (a name taken or malformed refuses it).
             executor = with_client_tools(self._deps.executor, request.client_tools)
         except (UnknownAgentType, ValueError) as error:
-            _report_unstarted(request.conversation.platform, str(error))
+            report_unstarted(request.conversation.platform, str(error))
             yield Failed(message=str(error), retryable=False)
             return
         with self._tracking():
             try:
-                conversation_id = await self._conversations.get_or_create(request.conversation)
+                conversation_id = await self._needs.conversations.get_or_create(request.conversation)
             except (psycopg.Error, PoolTimeout):
                 log.exception("could not open the conversation")
-                _report_unstarted(request.conversation.platform, "the database is unavailable")
+                report_unstarted(request.conversation.platform, "the database is unavailable")
                 yield Failed(message=wording.database_unavailable(), retryable=True)
                 return
             turn_id = str(uuid.uuid4())
 
             async def prepare() -> RunPlan:
                 # Under the lease: the previous run in this conversation has stored its turn.
-                history = await self._history.load(conversation_id, thread_context=request.thread_context)
+                history = await self._needs.history.load(conversation_id, thread_context=request.thread_context)
                 attachments = prepare_attachments(request.attachments, model=self._deps.model)
                 query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
                 context = RunContext(
@@ -180,16 +173,13 @@ class Runs:
                 executor = with_client_tools(self._deps.executor, client_tools)
             except (RunStateError, UnknownAgentType, ValueError, KeyError) as error:
                 log.error("cannot resume %s: %s", row.id, error)
-                _report_unstarted(row.platform, str(error))
+                report_unstarted(row.platform, str(error))
                 yield Failed(message=str(error), retryable=False)
                 return
             observe.name_conversation(_label(state.conversation))
             context = RunContext(
-                conversation_id=state.conversation_id,
-                conversation=state.conversation,
-                user=Actor(id=state.user_id, name=state.user_name),
-                turn_id=state.turn_id,
-                question=state.question,
+                conversation_id=state.conversation_id, conversation=state.conversation, turn_id=state.turn_id,
+                user=Actor(id=state.user_id, name=state.user_name), question=state.question,
             )
             # The channel's settings as they are now (scope, tools, rules); the model the run began with.
             channel = await self._channels.resolve(state.conversation)
@@ -201,7 +191,7 @@ class Runs:
             agent = cls(deps=self._deps_for(state.model, executor), config=config, context=context)
 
             async def mark_started(call_id: str) -> bool:
-                return await self._continuations.mark_started(row.id, call_id)
+                return await self._needs.continuations.mark_started(row.id, call_id)
 
             plan = RunPlan(
                 agent=agent,
@@ -235,13 +225,13 @@ class Runs:
             scope = replace(scope, only=only)
         return AgentConfig(
             agent_type=agent_type,
-            system_prompt=self._system_prompt + (f"\n\n{channel.system_prompt}" if channel and channel.system_prompt else ""),
+            system_prompt=self._needs.system_prompt + (f"\n\n{channel.system_prompt}" if channel and channel.system_prompt else ""),
             loop_limit=settings.agent_loop_limit,
             retrieval_chunks=settings.retrieval_chunks,
             retrieval_doc_tokens=settings.retrieval_doc_tokens,
             temperature=temperature,
             max_tokens=max_tokens if max_tokens and max_tokens > 0 else None,
-            base_tools=tuple(name for name in self._base_tools() if channel is None or channel.allows_tool(name)),
+            base_tools=tuple(name for name in self._needs.base_tools() if channel is None or channel.allows_tool(name)),
             source_scope=scope,
             tool_rules=channel.tool_rules if channel is not None else {},
             client_tools=client_tools,
@@ -262,8 +252,17 @@ class Runs:
 
     # ----- internals ------------------------------------------------------------------------------
 
-    def _tracking(self) -> _RunTracker:
-        return _RunTracker(self)
+    @contextmanager
+    def _tracking(self) -> Iterator[None]:
+        """Counts running answers so shutdown can wait for them."""
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
 
     async def _guard_database(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """A database that blips mid-run ends the run with a sentence, never an exception in the adapter."""
@@ -283,70 +282,73 @@ class Runs:
         However long a platform takes to show the end, the next question in the conversation
         (whose history is already stored) need not wait for it.
         """
-        ending: list[Event] = []
-        started = time.monotonic()
-        plan: RunPlan | None = None
-        trace: RunTrace | None = None
-        outcome = "cancelled"  # unless it ends otherwise
-        usage: Usage | None = None
+        run = _Played(started=time.monotonic())
         try:
-            async with self._locks.hold(conversation_id):
-                plan = await prepare()
-                trace = RunTrace(
+            async with self._needs.locks.hold(conversation_id):
+                plan = run.plan = await prepare()
+                run.trace = RunTrace(
                     platform=plan.agent.context.conversation.platform, agent=plan.agent.config.agent_type,
-                    model=plan.agent.deps.model.name, started=started,
+                    model=plan.agent.deps.model.name, started=run.started,
                 )
-                ended = False
-                try:
-                    async with self._registered(plan) as signal, aclosing(plan.outputs) as outputs:
-                        if signal is not None:
-                            context = plan.agent.context
-                            yield RunStarted(run_id=context.turn_id, asked_by=context.user.id)
-                        if plan.notice:
-                            # Said by the engine itself, first: whatever the model writes, the asker knows.
-                            yield AnswerDelta(text=_notice_lead(plan.notice))
-                        # The text shown since the last tool call: what a stopped run's stored turn keeps
-                        # (the text of earlier rounds is already in their assistant messages).
-                        since_tools: list[str] = []
-                        while (output := await _next_or_stop(outputs, signal)) is not _ENDED:
-                            match output:
-                                case None:
-                                    assert signal is not None
-                                    ended = True
-                                    ending.extend(await asyncio.shield(self._end_stopped(plan, "".join(since_tools), signal.by)))
-                                    outcome = "stopped"
-                                    break
-                                case Finished() | Paused() | Failed():
-                                    ended = True
-                                    if signal is not None:
-                                        signal.finish()  # a Stop from now on is too late: the answer is whole
-                                    usage = output.usage if isinstance(output, Finished) else (
-                                        output.state.usage if isinstance(output, Paused) else None
-                                    )
-                                    # Shielded: a shutdown arriving now must not cut the turn's storing short.
-                                    ending.extend(await asyncio.shield(self._end(plan, output)))
-                                    outcome = _outcome(ending)
-                                    if signal is not None:
-                                        signal.outcome = outcome
-                                case _:
-                                    if isinstance(output, AnswerDelta):
-                                        since_tools.append(output.text)
-                                    elif isinstance(output, (ToolCallStarted, ToolCallFinished)):
-                                        since_tools.clear()
-                                    trace.see(output)
-                                    yield output
-                finally:
-                    if not ended:
-                        # Cancelled at shutdown or dropped by its consumer mid-run: calls that ran stay on record.
-                        await asyncio.shield(self._keep_progress(plan))
+                async with aclosing(self._play(run, plan, run.trace)) as events:
+                    async for event in events:
+                        yield event
         except Exception:
-            outcome = "failed"
+            run.outcome = "failed"
             raise
         finally:
-            if plan is not None and trace is not None:
-                await asyncio.shield(self._report(plan, trace, outcome, usage))
-        for event in ending:
+            if run.plan is not None and run.trace is not None:
+                await asyncio.shield(report_answer(run.plan, run.trace, run.outcome, run.usage, usage_log=self._needs.usage))
+        for event in run.ending:
             yield event
+
+    async def _play(self, run: _Played, plan: RunPlan, trace: RunTrace) -> AsyncIterator[Event]:
+        """The run's events until it ends (kept in `run.ending`), is stopped, or is dropped mid-run."""
+        ended = False
+        try:
+            async with self._registered(plan) as signal, aclosing(plan.outputs) as outputs:
+                if signal is not None:
+                    context = plan.agent.context
+                    yield RunStarted(run_id=context.turn_id, asked_by=context.user.id)
+                if plan.notice:
+                    # Said by the engine itself, first: whatever the model writes, the asker knows.
+                    yield AnswerDelta(text=notice_lead(plan.notice))
+                # The text shown since the last tool call: what a stopped run's stored turn keeps
+                # (the text of earlier rounds is already in their assistant messages).
+                since_tools: list[str] = []
+                while (output := await _next_or_stop(outputs, signal)) is not _ENDED:
+                    if output is None:
+                        assert signal is not None
+                        ended = True
+                        run.ending.extend(await asyncio.shield(self._endings.end_stopped(plan, "".join(since_tools), signal.by)))
+                        run.outcome = "stopped"
+                        break
+                    if isinstance(output, (Finished, Paused, Failed)):
+                        ended = True
+                        await self._end(run, plan, output, signal)
+                        continue
+                    if isinstance(output, AnswerDelta):
+                        since_tools.append(output.text)
+                    elif isinstance(output, (ToolCallStarted, ToolCallFinished)):
+                        since_tools.clear()
+                    trace.see(output)
+                    yield output
+        finally:
+            if not ended:
+                # Cancelled at shutdown or dropped by its consumer mid-run: calls that ran stay on record.
+                await asyncio.shield(self._endings.keep_progress(plan))
+
+    async def _end(self, run: _Played, plan: RunPlan, output: Finished | Paused | Failed, signal: StopSignal | None) -> None:
+        if signal is not None:
+            signal.finish()  # a Stop from now on is too late: the answer is whole
+        run.usage = output.usage if isinstance(output, Finished) else (
+            output.state.usage if isinstance(output, Paused) else None
+        )
+        # Shielded: a shutdown arriving now must not cut the turn's storing short.
+        run.ending.extend(await asyncio.shield(self._endings.end(plan, output)))
+        run.outcome = outcome_of(run.ending)
+        if signal is not None:
+            signal.outcome = run.outcome
 
     async def stop(self, run_id: str, *, actor: Actor, mention: Callable[[str], str] = str, admins: bool = True) -> StopResult:
         """A Stop click on run `run_id` (its turn id), from any process: the asker, an approver or an admin."""
@@ -373,164 +375,6 @@ class Runs:
         finally:
             await registration.__aexit__(None, None, None)
 
-    async def _end_stopped(self, plan: RunPlan, shown: str, by: str) -> list[Event]:
-        """A run someone stopped: its turn as far as it went (every tool round complete, calls not started marked
-        so), then the text shown since the last tool call with the stop sentence — the assistant's last message,
-        marked stopped by that sentence. Its row in run_stops says `stopped` and by whom."""
-        progress = plan.agent.progress()
-        note = wording.stopped_by(by)
-        messages = list(progress.turn_messages) or [{"role": "user", "content": plan.question}]
-        text = shown.strip()
-        messages.append({"role": "assistant", "content": f"{text}\n\n{note}" if text else note})
-        try:
-            await self._store(plan, messages, sources=progress.sources)
-        except (psycopg.Error, PoolTimeout):
-            log.exception("could not store stopped turn %s", plan.agent.context.turn_id)
-        message = wording.stopped_after_tools_ran(progress.ran, by) if progress.ran else note
-        return [Stopped(message=message, by=by)]
-
-    async def _report(self, plan: RunPlan, trace: RunTrace, outcome: str, usage: Usage | None) -> None:
-        """The answer line, the answer metrics, and the turn's tokens in the usage table."""
-        used = usage if usage is not None else _usage_so_far(plan.agent)
-        tokens_in = max(0, used.prompt_tokens - plan.baseline.prompt_tokens)
-        tokens_out = max(0, used.completion_tokens - plan.baseline.completion_tokens)
-        total_s = trace.elapsed_s()
-        first_token_s = trace.first_token_s
-        log.info(
-            "answer %s on %s: agent %s, model %s, first text after %s, total %.2f s, tokens in %d / out %d, tools: %s",
-            outcome, trace.platform, trace.agent, trace.model,
-            "-" if first_token_s is None else f"{first_token_s:.2f} s", total_s, tokens_in, tokens_out,
-            ", ".join(trace.tools) or "none",
-            extra={
-                "event": "answer", "platform": trace.platform, "agent": trace.agent, "model": trace.model,
-                "outcome": outcome, "first_token_s": None if first_token_s is None else round(first_token_s, 3),
-                "total_s": round(total_s, 3), "tokens_in": tokens_in, "tokens_out": tokens_out, "tools": trace.tools,
-            },
-        )
-        metrics.record_answer(
-            platform=trace.platform, outcome=outcome, model=trace.model, first_token_s=first_token_s, total_s=total_s,
-            tokens_in=tokens_in, tokens_out=tokens_out,
-        )
-        if self._usage is None or not (tokens_in or tokens_out):
-            return
-        context = plan.agent.context
-        try:
-            await self._usage.add(TurnUsage(
-                turn_id=context.turn_id, platform=context.conversation.platform, workspace=context.conversation.workspace,
-                channel=context.conversation.channel, user=context.user.id, model=trace.model,
-                prompt_tokens=tokens_in, completion_tokens=tokens_out,
-            ))
-        except (psycopg.Error, PoolTimeout):
-            # The answer is what matters; its tokens are still counted in the metrics and the log line.
-            log.warning("could not store the token usage of turn %s", context.turn_id, exc_info=True)
-
-    async def _end(self, plan: RunPlan, output: Finished | Paused | Failed) -> list[Event]:
-        """Store how the run ended; once approved calls ran, even a database failure says so."""
-        try:
-            match output:
-                case Finished():
-                    return await self._store_finished(plan, output)
-                case Paused():
-                    return [await self._save_pause(plan, output)]
-                case Failed():
-                    return [await self._store_failed(plan, output)]
-                case _:
-                    assert_never(output)
-        except (psycopg.Error, PoolTimeout):
-            ran = plan.agent.ran
-            if not ran:
-                raise
-            log.exception("database failure while ending a run whose approved calls ran")
-            message = wording.stopped_after_tools(ran, wording.database_unavailable())
-            if isinstance(output, Paused):
-                await self._keep_progress(plan, shown=message)
-            return [Failed(message=message, retryable=False)]
-
-    async def _store_finished(self, plan: RunPlan, finished: Finished) -> list[Event]:
-        # A citation that names no source is dropped from what is stored and from Done; the surfaces
-        # clean what they streamed with the same function, so every copy of the answer agrees.
-        cited = cite(finished.answer, finished.sources)
-        if cited.removed:
-            log.info(
-                "removed citations of no source from the answer: %s (%d sources)",
-                ", ".join(f"[{n}]" for n in cited.removed), len(finished.sources),
-                extra={"event": "citations_removed", "removed": list(cited.removed), "sources": len(finished.sources)},
-            )
-        turn_messages = [_cleaned(message, finished.sources) for message in finished.turn_messages]
-        await self._store(plan, turn_messages, sources=finished.sources)
-        sources: list[Event] = [Sources(items=tuple(finished.sources))] if finished.sources else []
-        answer = _notice_lead(plan.notice) + cited.text if plan.notice else cited.text
-        return [*sources, Done(answer=answer, usage=finished.usage)]
-
-    async def _store_failed(self, plan: RunPlan, failed: Failed) -> Failed:
-        """The question alone when nothing was approved and run; otherwise the turn so far, and a
-        sentence saying what ran (asking again would ask to run it again)."""
-        ran = plan.agent.ran
-        if not ran:
-            await self._store_question(plan)
-            return failed
-        message = wording.stopped_after_tools(ran, failed.message)
-        await self._keep_progress(plan, shown=message)
-        return Failed(message=message, retryable=False)
-
-    async def _keep_progress(self, plan: RunPlan, *, shown: str | None = None) -> None:
-        """Store the turn so far once an approved call started; `shown` is what the user was told."""
-        progress = plan.agent.progress()
-        if not progress.ran:
-            return
-        messages = [*progress.turn_messages, *([{"role": "assistant", "content": shown}] if shown else [])]
-        try:
-            await self._store(plan, messages, sources=progress.sources)
-        except (psycopg.Error, PoolTimeout):
-            log.exception("could not store turn %s, whose approved calls ran", plan.agent.context.turn_id)
-
-    async def _store(self, plan: RunPlan, turn_messages: Sequence[dict[str, Any]], *, sources: Sequence[SourceItem]) -> None:
-        context = plan.agent.context
-        if context.conversation_id is None:
-            return
-        attempts = STORE_ATTEMPTS_AFTER_CALLS if plan.agent.ran else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                await self._history.store_turn(
-                    context.conversation_id, context.turn_id, turn_messages, sources=sources, author=plan.author
-                )
-                return
-            except psycopg.OperationalError:
-                if attempt == attempts:
-                    raise
-                log.warning("could not store turn %s (try %d); trying another connection", context.turn_id, attempt)
-
-    async def _store_question(self, plan: RunPlan) -> None:
-        context = plan.agent.context
-        if context.conversation_id is not None:
-            await self._history.store_question(
-                context.conversation_id, context.turn_id, question=plan.question, author=plan.author
-            )
-
-    async def _save_pause(self, plan: RunPlan, paused: Paused) -> ApprovalRequired:
-        """The pause is committed before ApprovalRequired is yielded, so a click always finds it."""
-        state = paused.state
-        descriptions = {call.call_id: call.description for call in paused.calls}
-        client_calls = {call.call_id for call in paused.calls if call.client}
-        expires = datetime.now(timezone.utc).timestamp() + self._settings.approval_expiry_s
-        continuation_id = await self._continuations.save(
-            conversation_id=state.conversation_id,
-            schema_version=state.schema_version,
-            state=state.to_json(),
-            calls=tuple(
-                StoredCall(call_id=call.call_id, tool=call.tool, arguments=call.arguments, description=descriptions.get(call.call_id, ""),
-                           client=call.call_id in client_calls)
-                for call in state.pending
-            ),
-            requested_by=state.user_id,
-            expires_at=datetime.fromtimestamp(expires, timezone.utc),
-            platform=state.conversation.platform,
-        )
-        return ApprovalRequired(
-            continuation_id=str(continuation_id), calls=paused.calls, requested_by=state.user_id, expires_at=expires,
-            usage=state.usage,
-        )
-
 
 _ENDED = object()
 
@@ -553,53 +397,3 @@ async def _next_or_stop(outputs: AsyncIterator[AgentOutput], signal: StopSignal 
 
 def _label(key: ConversationKey) -> str:
     return observe.conversation_label(platform=key.platform, workspace=key.workspace, channel=key.channel, thread=key.thread)
-
-
-def _cleaned(message: dict[str, Any], sources: Sequence[SourceItem]) -> dict[str, Any]:
-    """An assistant message of the turn as stored: without citations that name no source."""
-    content = message.get("content")
-    if message.get("role") != "assistant" or not isinstance(content, str):
-        return message
-    return {**message, "content": cite(content, sources).text}
-
-
-def _notice_lead(notice: str) -> str:
-    return f"{notice}\n\n"
-
-
-def _outcome(ending: Sequence[Event]) -> str:
-    if any(isinstance(event, Stopped) for event in ending):
-        return "stopped"
-    if any(isinstance(event, Failed) for event in ending):
-        return "failed"
-    return "approval" if any(isinstance(event, ApprovalRequired) for event in ending) else "answered"
-
-
-def _usage_so_far(agent: BaseAgent) -> Usage:
-    """What a run that failed or stopped had used: its loop state's count (the agent keeps no other)."""
-    state = getattr(agent, "_state", None)
-    return state.usage if isinstance(state, RunState) else Usage()
-
-
-def _report_unstarted(platform: str, reason: str) -> None:
-    """A run that failed before it started still counts, as a failed answer of no tokens."""
-    log.info("answer failed on %s before it started: %s", platform, reason,
-             extra={"event": "answer", "platform": platform, "outcome": "failed", "tokens_in": 0, "tokens_out": 0})
-    metrics.record_answer(platform=platform, outcome="failed", model="", first_token_s=None, total_s=None,
-                          tokens_in=0, tokens_out=0)
-
-
-class _RunTracker:
-    """Counts running answers so shutdown can wait for them."""
-
-    def __init__(self, runs: Runs) -> None:
-        self._runs = runs
-
-    def __enter__(self) -> None:
-        self._runs._active += 1
-        self._runs._idle.clear()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._runs._active -= 1
-        if self._runs._active == 0:
-            self._runs._idle.set()

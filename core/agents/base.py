@@ -7,131 +7,37 @@ import dataclasses
 import json
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Mapping, Sequence, Union
+from typing import Any, AsyncIterator, ClassVar, Mapping, Sequence
 
 from core import wording
-from core.agents.token_budget import BuiltMessages, HistoryTurn, build_messages, complete_tool_rounds, plan_budget
-from core.sources import SourceCollector, render_numbered
-from core.text_safety import storable
-from core.agents.state import PendingToolCall, RunState
-from core.events import (
-    AnswerDelta,
-    Event,
-    Failed,
-    PendingCall,
-    SourceItem,
-    ToolCallFinished,
-    ToolCallStarted,
-    ToolRun,
-    Usage,
+from core.agents.new_run import INTERNAL_SEARCH, MAX_DOCUMENT_FRACTION, NewRunSteps
+from core.agents.run_values import (
+    AgentConfig, AgentDeps, AgentOutput, Finished, MarkStarted, Paused, Progress, RunContext, RunEnd,
 )
-from core.llm import Completion, LLMClient, LLMError, ModelInfo, TextPiece
-from core.quota import Grant, QuotaExceeded, QuotaFailed, TokenQuota, used_tokens
-from core.requests import Actor, ClientTool, ConversationKey
-from core.retrieval.retriever import Retriever, SourceScope
+from core.agents.state import PendingToolCall, RunState
+from core.agents.token_budget import HistoryTurn, complete_tool_rounds, plan_budget
+from core.events import Event, AnswerDelta, Failed, PendingCall, ToolCallFinished, ToolCallStarted, ToolRun, Usage
+from core.llm import Completion, LLMError, ModelInfo, TextPiece
+from core.quota import Grant, QuotaExceeded, QuotaFailed, used_tokens
+from core.sources import SourceCollector
 from core.store.continuations import Decision
-from core.tokens import TokenCounter
-from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolExecutor, ToolResult, ToolServices, truncate_middle
-from core.tools.approval_policy import PolicyRule
-from core.tools.client_tools import client_tool_json
-from core.tools.internal_search import INTERNAL_SEARCH as INTERNAL_SEARCH_TOOL
+from core.text_safety import storable
+from core.tools import ParsedCall, ToolCallRequest, ToolContext, ToolResult, truncate_middle
+
+# Kept importable from here: the agent types and the engine import these names from core.agents.base.
+__all__ = [
+    "INTERNAL_SEARCH", "MAX_DOCUMENT_FRACTION", "AgentConfig", "AgentDeps", "AgentOutput", "BaseAgent", "Finished",
+    "MarkStarted", "Paused", "Progress", "RunContext", "RunEnd",
+]
 
 log = logging.getLogger(__name__)
 
-INTERNAL_SEARCH = INTERNAL_SEARCH_TOOL.name
 TOOL_OUTPUT_MAX_TOKENS = 2000
 TOOL_OUTPUT_MIN_TOKENS = 64
 PREVIEW_CHARS = 300
-# Prefetched documents leave the question, history and reply room even in a small context.
-MAX_DOCUMENT_FRACTION = 0.4
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """How one run behaves; built by the engine from settings and the request."""
-
-    agent_type: str
-    system_prompt: str
-    loop_limit: int = 8
-    retrieval_chunks: int = 6
-    retrieval_doc_tokens: int = 2000
-    temperature: float | None = None
-    max_tokens: int | None = None
-    base_tools: tuple[str, ...] = ()
-    # From the channel's settings (core/channels.py): the sources its searches may see (None: open ones
-    # only), and its approval rules, which the tools' context carries to the channel's policy layer.
-    source_scope: SourceScope | None = None
-    tool_rules: Mapping[str, PolicyRule] = field(default_factory=dict)
-    # Tools the asker's client runs (an API request's): offered with the others; a call to one pauses the run.
-    client_tools: tuple[ClientTool, ...] = ()
-    response_format: dict[str, Any] | None = None  # the request's structured output, where the model supports it
-    # The request's own narrowing of the sources (an API key's), kept with a pause so a resumed run keeps it.
-    request_sources: tuple[str, ...] | None = None
-
-
-@dataclass(kw_only=True)
-class AgentDeps:
-    """What an agent needs from outside; injected, never looked up."""
-
-    llm: LLMClient
-    model: ModelInfo
-    planner_model: ModelInfo
-    executor: ToolExecutor
-    retriever: Retriever | None
-    counter: TokenCounter
-    tool_services: ToolServices = field(default_factory=ToolServices)
-    # Reserves each model call's tokens against the accounts that pay for it (an API key's day), settles after.
-    quota: TokenQuota | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunContext:
-    """Who asked, where, and which turn this run writes."""
-
-    conversation_id: int | None
-    conversation: ConversationKey
-    user: Actor
-    turn_id: str
-    # The asker's own words this turn, apart from attached files' text (which anyone may have written).
-    question: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finished:
-    """The run ended with an answer; `turn_messages` are this turn's messages to store."""
-
-    answer: str
-    turn_messages: list[dict[str, Any]]
-    sources: list[SourceItem]
-    usage: Usage
-
-
-@dataclass(frozen=True, kw_only=True)
-class Paused:
-    """The run stopped on calls that need a person's decision; `state` is everything needed to resume."""
-
-    state: RunState
-    calls: tuple[PendingCall, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Progress:
-    """What a run that stopped early had done: its turn so far (the question and every tool round,
-    each completed with a result per call), its sources, and the approved calls it started."""
-
-    turn_messages: list[dict[str, Any]]
-    sources: list[SourceItem]
-    ran: tuple[ToolRun, ...]
-
-
-RunEnd = Union[Finished, Paused]
-# What an agent yields: events for the user, then (unless it failed) how the run ended, as data.
-AgentOutput = Union[Event, Finished, Paused]
-MarkStarted = Callable[[str], Awaitable[bool]]
-
-
-class BaseAgent(ABC):
+class BaseAgent(NewRunSteps, ABC):
     """Template: gen() wraps the subclass's _gen_inner() and turns every failure into a Failed event."""
 
     agent_type: ClassVar[str]
@@ -189,6 +95,12 @@ class BaseAgent(ABC):
             yield Failed(message=wording.unexpected_error(), retryable=True)
 
     @property
+    def usage(self) -> Usage:
+        """The tokens this run's loop has counted so far (a resumed run's include its paused part's); none
+        before its loop starts."""
+        return self._state.usage if self._state is not None else Usage()
+
+    @property
     def ran(self) -> tuple[ToolRun, ...]:
         """The approved calls this run started, in order, with their outcome once they returned."""
         return tuple(self._ran.values())
@@ -223,73 +135,7 @@ class BaseAgent(ABC):
             if call["id"] not in answered
         ]
 
-    # ----- building blocks for subclasses -------------------------------------------------------
-
-    def system_prompt(self, documents: Sequence[SourceItem] = ()) -> str:
-        """The configured prompt, plus numbered documents when there are any."""
-        prompt = self.config.system_prompt
-        if documents:
-            # Prefetched text is already within the document token budget: rendered whole.
-            rendered = render_numbered(documents, self.sources.add(documents), max_chars=None)
-            prompt += (
-                "\n\nDocuments from the team's knowledge base (cite them as [n] where you use them):\n\n" + rendered
-            )
-        return prompt
-
-    def offered_tools(self, *, internal_search: bool) -> list[str]:
-        tools = [name for name in self.config.base_tools if name != INTERNAL_SEARCH]
-        if internal_search and self.deps.retriever is not None and INTERNAL_SEARCH in self.deps.executor.registry:
-            tools.append(INTERNAL_SEARCH)
-        return tools + [tool.name for tool in self.config.client_tools]
-
-    def build(self, *, system_prompt: str, query: str, history: Sequence[HistoryTurn], extra_parts: Sequence[dict[str, Any]]) -> BuiltMessages:
-        return build_messages(
-            system_prompt=system_prompt,
-            query=query,
-            history=history,
-            counter=self.deps.counter,
-            context_limit=self.deps.model.context_limit,
-            max_tokens=self.config.max_tokens,
-            extra_parts=extra_parts,
-        )
-
-    @property
-    def document_budget(self) -> int:
-        """Tokens of documents a prompt may carry: the setting, but never most of a small model's context."""
-        return min(self.config.retrieval_doc_tokens, int(self.deps.model.context_limit * MAX_DOCUMENT_FRACTION))
-
-    async def prefetch(self, query: str, *, exposure: str | None, token_budget: int | None = None) -> list[SourceItem]:
-        """Passages for the prompt, within `token_budget` (default: the configured document budget)."""
-        if self.deps.retriever is None or self.config.retrieval_chunks <= 0:
-            return []
-        return await self.deps.retriever.search(
-            query,
-            limit=self.config.retrieval_chunks,
-            token_budget=self.document_budget if token_budget is None else token_budget,
-            exposure=exposure,  # type: ignore[arg-type]
-            scope=self.config.source_scope,
-        )
-
-    def new_state(self, built: BuiltMessages, *, offered_tools: list[str]) -> RunState:
-        return RunState(
-            agent_type=self.agent_type,
-            model=self.deps.model.name,
-            turn_id=self.context.turn_id,
-            conversation_id=self.context.conversation_id,
-            conversation=self.context.conversation,
-            user_id=self.context.user.id,
-            user_name=self.context.user.name,
-            messages=built.messages,
-            turn_start=len(built.messages) - 1,
-            pending=[],
-            offered_tools=offered_tools,
-            temperature=self.config.temperature,
-            max_tokens=self.config.max_tokens,
-            client_tools=[client_tool_json(tool) for tool in self.config.client_tools],
-            response_format=self.config.response_format,
-            request_sources=list(self.config.request_sources) if self.config.request_sources is not None else None,
-            question=self.context.question,
-        )
+    # ----- the model call (the first prompt's building blocks are NewRunSteps') ---------------------
 
     async def llm_gen(
         self,

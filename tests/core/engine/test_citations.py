@@ -29,7 +29,7 @@ async def test_done_and_history_keep_the_cleaned_answer_and_the_log_names_what_w
 ) -> None:
     engine = make_engine(db, openai_emulator.base_url, retriever=six_docs())
     openai_emulator.script(Text(ANSWER, chunk_chars=7), Text("Yes."))
-    with caplog.at_level(logging.INFO, logger="core.runs"):
+    with caplog.at_level(logging.INFO, logger="core.run_endings"):
         events = [event async for event in engine.ask(request("deploy rule?", channel="C-cite"))]
     assert "".join(e.text for e in events if isinstance(e, AnswerDelta)) == ANSWER  # streamed as written
     [sources] = [e for e in events if isinstance(e, Sources)]
