@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import discord
 
@@ -28,13 +28,25 @@ log = logging.getLogger(__name__)
 PLATFORM = "discord"
 
 
+class ButtonedTransport(MessageTransport, Protocol):
+    """An answer's transport (ChannelTransport, InteractionTransport): its first message carries `controls` (the
+    Stop button) while set; an edit after it is unset drops it from the messages in `controlled`."""
+
+    controls: discord.ui.View | None
+    controlled: set[str]
+
+    async def edit(self, message_id: str, text: str | None) -> None: ...
+
+    async def show_view(self, message_id: str, view: discord.ui.View) -> None: ...
+
+
 class DiscordSurface:
     """Implements adapters.answers.Surface for one answer in a channel, thread or DM; every call draws on that channel's budget."""
 
     def __init__(
         self,
         *,
-        transport: MessageTransport,
+        transport: ButtonedTransport,
         channel: discord.abc.Messageable,
         channel_id: int,
         workspace: str,
@@ -81,26 +93,27 @@ class DiscordSurface:
     async def edit(self, message_id: str, text: str) -> None:
         await self._transport.edit(message_id, text)
 
-    # AnswerControls (adapters/answers.py): Stop rides the answer's first message as a component.
+    # AnswerControls (adapters/answer_protocols.py): Stop rides the answer's first message as a component.
     async def show_stop(self, run_id: str) -> None:
-        if hasattr(self._transport, "controls"):
-            self._transport.controls = stop_view(run_id)
+        self._transport.controls = stop_view(run_id)
 
     async def end_stop(self) -> None:
-        if hasattr(self._transport, "controls"):
-            self._transport.controls = None
+        self._transport.controls = None
 
     async def clear_stop(self) -> None:
         """Messages the final edit did not touch (an earlier part of a long answer) lose the button here."""
-        transport: Any = self._transport
-        for message_id in list(getattr(transport, "controlled", ())):
+        transport = self._transport
+        for message_id in list(transport.controlled):
             await send_reliably(self._budget, lambda: transport.edit(message_id, None), clock=self._clock)
+
+    async def will_finish(self, run_id: str) -> None:
+        """Nothing: 👍/👎 come by an edit after the final (show_feedback)."""
 
     async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
         """👍/👎 on the answer's last message (one edit; the Stop button, if it was there, goes)."""
-        show = getattr(self._transport, "show_view", None)
-        if not self._feedback or not answer_ids or show is None:
+        if not self._feedback or not answer_ids:
             return
+        show = self._transport.show_view
         await send_reliably(self._budget, lambda: show(answer_ids[-1], feedback_view(run_id)), clock=self._clock)
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
@@ -212,7 +225,7 @@ class DiscordSurfaces:
         )
 
     def _surface(
-        self, transport: MessageTransport, channel: discord.abc.Messageable, *, channel_id: int, workspace: str,
+        self, transport: ButtonedTransport, channel: discord.abc.Messageable, *, channel_id: int, workspace: str,
         thread: str, show_typing: bool,
     ) -> DiscordSurface:
         return DiscordSurface(

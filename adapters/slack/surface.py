@@ -148,8 +148,8 @@ class SlackSurface:
     async def post(self, text: str, *, key: str | None = None) -> str:
         return await self._transport.post(text, key=key)
 
-    # AnswerControls (adapters/answers.py): the buttons ride the answer's own messages (controls.py), so they
-    # cost no call of their own: Stop on each live update, 👍/👎 on the final text of the last message.
+    # AnswerControls (adapters/answer_protocols.py): the buttons ride the answer's own messages (controls.py), so
+    # they cost no call of their own: Stop on each live update, 👍/👎 on the final text of the last message.
     async def show_stop(self, run_id: str) -> None:
         self._buttons.stop = run_id
 

@@ -55,6 +55,19 @@ class SlowControlsSurface:
     async def show_notice(self, text: str) -> None:
         pass
 
+    # AnswerControls: only its 👍/👎 does anything.
+    async def show_stop(self, run_id: str) -> None:
+        pass
+
+    async def end_stop(self) -> None:
+        pass
+
+    async def clear_stop(self) -> None:
+        pass
+
+    async def will_finish(self, run_id: str) -> None:
+        pass
+
     async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
         self.feedback_asked.set()
         await self.feedback_released.wait()

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters import answers, wording
-from adapters.answers import AnswerRunner
+from adapters import live_records, wording
+from adapters.answers import AnswerPlace, AnswerRunner
 from adapters.streaming import MonotonicClock
 from core.events import AnswerDelta, Done, Event
 from core.ports import FinalPart, LiveMessage, PendingFinal
@@ -63,7 +63,7 @@ async def _events(*events: Event) -> AsyncIterator[Event]:
 
 def surface_in(channel: str) -> RecordingSurface:
     surface = RecordingSurface(MonotonicClock())  # type: ignore[arg-type]
-    surface.place = answers.AnswerPlace(platform="test", workspace="W", channel=channel)
+    surface.place = AnswerPlace(platform="test", workspace="W", channel=channel)
     return surface
 
 
@@ -84,7 +84,7 @@ async def test_a_delivered_answers_record_whose_delete_meets_a_blip_is_still_dro
 async def test_a_delete_failing_past_its_retries_is_done_on_the_next_round(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(answers, "LIVE_WRITE_RETRY_S", (0.01,))
+    monkeypatch.setattr(live_records, "LIVE_WRITE_RETRY_S", (0.01,))
     surface = surface_in("C-later")
     runner = AnswerRunner(platform="test", approvals=Approvals(), live=LiveMessages(db, owner="slow"))
     await blip(db, "DELETE", 60)
@@ -100,7 +100,7 @@ async def test_a_repaired_message_whose_record_outlives_the_repair_gets_no_secon
 ) -> None:
     """repaired-record-kept: the record's delete after a repair is retried on the next round; and a message already
     ending with the note (its repairer died before dropping the record) is not repaired again."""
-    monkeypatch.setattr(answers, "LIVE_WRITE_RETRY_S", (0.01,))
+    monkeypatch.setattr(live_records, "LIVE_WRITE_RETRY_S", (0.01,))
     await LiveMessages(db, owner="crashed").add(
         LiveMessage(platform="test", workspace="W", channel="C-twice", message_id="1"), answer_id="a-twice")
     await die(db, "crashed")
@@ -148,7 +148,7 @@ async def test_a_record_is_written_through_a_blip_so_a_crash_after_it_leaves_not
     seen: list[tuple[list[str], list[str]]] = []
 
     async def messages_recorded() -> list[str]:  # the messages' own records (a post's intent record goes with them)
-        return [message_id for message_id in await records(db, "C-add") if not message_id.startswith(answers.INTENT_MARK)]
+        return [message_id for message_id in await records(db, "C-add") if not message_id.startswith(live_records.INTENT_MARK)]
 
     async def events() -> AsyncIterator[Event]:
         yield AnswerDelta(text="Half")
@@ -169,7 +169,7 @@ class LostReplies(RecordingSurface):
 
     def __init__(self, channel: str) -> None:
         super().__init__(MonotonicClock())  # type: ignore[arg-type]
-        self.place = answers.AnswerPlace(platform="test", workspace="W", channel=channel)
+        self.place = AnswerPlace(platform="test", workspace="W", channel=channel)
         self.keys: dict[str, str] = {}
         self.made = asyncio.Event()
 
