@@ -255,7 +255,7 @@ async def pgvector_version(db: Database) -> str:
 
 async def ingest_throughput(db: Database, rng: np.random.Generator, vocabulary: list[str], root: Path) -> str:
     from core.retrieval.embeddings import LocalEmbeddings
-    from core.retrieval.ingest import ingest
+    from core.retrieval.ingest import IngestRequest, ingest
 
     folder = root / "sample"
     folder.mkdir()
@@ -279,7 +279,10 @@ async def ingest_throughput(db: Database, rng: np.random.Generator, vocabulary: 
     await embedder.embed(sample)
     model_rate = len(sample) / (time.perf_counter() - started)
     started = time.perf_counter()
-    summary = await ingest(db, [str(folder)], source="sample", exposure="prefetch", embedder=embedder)
+    summary = await ingest(
+        db, IngestRequest(source="sample", exposure="prefetch", targets=[str(folder)]),
+        embedder=embedder,
+    )
     elapsed = time.perf_counter() - started
     return (
         f"{summary.chunks / elapsed:.0f} chunks/s ({summary.chunks} chunks in {summary.added} files, "

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from core.config import Settings
 from bot.retrieval import close_provider, embedding_provider, fetch_policy
 from core.retrieval.crawl import DEFAULT_DEPTH, DEFAULT_MAX_BYTES, DEFAULT_MAX_PAGES, CrawlOptions
-from core.retrieval.ingest import KEEP_INTERVAL, IngestProgress, IngestSummary, ingest as ingest_targets, is_url
+from core.retrieval.ingest import KEEP_INTERVAL, IngestProgress, IngestRequest, IngestSummary, ingest as ingest_targets, is_url
 from core.retrieval.loaders import _dir_excluded, _matches
 from core.retrieval.embeddings import EmbeddingsUnavailable
 from core.retrieval.links import LinkBaseError, check_link_base
@@ -281,22 +281,15 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
         )
         summary = await ingest_targets(
             db,
-            args.targets,
-            source=args.source,
-            exposure=exposure,
+            IngestRequest(
+                source=args.source, exposure=exposure, targets=tuple(args.targets), sitemaps=tuple(args.sitemap),
+                include=tuple(args.include), exclude=tuple(args.exclude), prune=args.prune,
+                allow_private=args.allow_private or settings.ingest_allow_private, link_base=args.link_base,
+                crawl=crawl, sitemap_options=sitemap_options, sync_interval_s=sync_every,
+            ),
             embedder=provider,
-            include=tuple(args.include),
-            exclude=tuple(args.exclude),
-            prune=args.prune,
-            allow_private=args.allow_private or settings.ingest_allow_private,
-            allowed_networks=settings.ingest_allowed_networks,
-            max_url_bytes=settings.ingest_max_url_bytes,
+            fetch=fetch_policy(settings),
             progress=progress,
-            link_base=args.link_base,
-            crawl=crawl,
-            sitemaps=tuple(args.sitemap),
-            sitemap_options=sitemap_options,
-            sync_interval_s=sync_every,
         )
     except SourceBusy as error:
         progress.finish()

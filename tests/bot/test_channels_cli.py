@@ -10,7 +10,7 @@ import pytest
 from bot.channels_cli import channels, cli_actor, dm_target, parse_changes
 from bot.cli import build_parser
 from bot.ingest_cli import sources
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.store.db import Database
 from tests.support.engine import test_settings as make_settings
 
@@ -55,7 +55,10 @@ async def test_restrict_and_grant_a_source(database_url: str, tmp_path: Path, ca
     db = Database(url=database_url, data_dir=tmp_path)
     await db.open()
     try:
-        await ingest(db, [str(tmp_path / "docs")], source="finance", exposure="prefetch", embedder=None)
+        await ingest(
+            db, IngestRequest(source="finance", exposure="prefetch", targets=[str(tmp_path / "docs")]),
+            embedder=None,
+        )
     finally:
         await db.close()
 

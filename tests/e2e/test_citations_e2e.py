@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 from tests.adapters.discord.harness import bot_messages, make_world, running_bot, wait_for_text
@@ -39,7 +39,10 @@ async def handbook(db: Database, tmp_path: Path) -> PgRetriever:
     for n, topic in enumerate(topics, start=1):
         folder = docs / "release process" if n % 2 else docs
         (folder / f"deploy {n}.md").write_text(f"# Deploy {topic}\n\nA deploy rule about {topic}: rule number {n}.\n")
-    await ingest(db, [str(docs)], source="handbook", exposure="prefetch", embedder=None, link_base=BASE)
+    await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs)], link_base=BASE),
+        embedder=None,
+    )
     return PgRetriever(db, None)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bot.feedback_cli import render
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 from core.store.feedback import FeedbackStore
@@ -42,7 +42,10 @@ async def handbook(db: Database, tmp_path: Path) -> PgRetriever:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "deploy reviewers.md").write_text("# Deploy reviewers\n\nEvery deploy needs two reviewers.\n")
-    await ingest(db, [str(docs)], source="handbook", exposure="prefetch", embedder=None, link_base=BASE)
+    await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs)], link_base=BASE),
+        embedder=None,
+    )
     return PgRetriever(db, None)
 
 

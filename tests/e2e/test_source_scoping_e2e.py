@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
@@ -39,8 +39,14 @@ async def documents(db: Database, tmp_path: Path) -> PgRetriever:
     (tmp_path / "handbook" / "zeppelins.md").write_text(
         "# Zeppelin handbook\n\nQuestions about the zeppelin budget go to the finance channel.\n"
     )
-    await ingest(db, [str(tmp_path / "finance")], source="finance", exposure="prefetch", embedder=None)
-    await ingest(db, [str(tmp_path / "handbook")], source="handbook", exposure="prefetch", embedder=None)
+    await ingest(
+        db, IngestRequest(source="finance", exposure="prefetch", targets=[str(tmp_path / "finance")]),
+        embedder=None,
+    )
+    await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(tmp_path / "handbook")]),
+        embedder=None,
+    )
     await ChannelConfigStore(db).set_restricted("finance", True, actor="cli:test")
     return PgRetriever(db, None)
 

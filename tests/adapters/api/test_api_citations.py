@@ -12,7 +12,7 @@ import pytest
 
 from core.citations import HeldCitations, cite
 from core.events import SourceItem
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 from tests.adapters.api.harness import auth, serve_api
@@ -31,7 +31,7 @@ async def handbook(db: Database, tmp_path: Path) -> PgRetriever:
     docs.mkdir()
     for n, topic in enumerate(["reviewers", "green builds", "freeze weeks", "rollbacks", "hotfixes", "flags"], 1):
         (docs / f"deploy {n}.md").write_text(f"# Deploy {topic}\n\nA deploy rule about {topic}: rule number {n}.\n")
-    await ingest(db, [str(docs)], source="handbook", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs)]), embedder=None)
     return PgRetriever(db, None)
 
 

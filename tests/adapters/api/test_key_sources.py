@@ -9,7 +9,7 @@ import aiohttp
 
 from bot.keys_cli import grant_key_sources, revoke_key_grants
 from core.api_access import api_key_audience
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
@@ -26,7 +26,7 @@ async def _documents(db: Database, tmp_path: Path) -> PgRetriever:
                        ("handbook", "# Zeppelin handbook\n\nQuestions about the zeppelin budget go to finance.\n")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "doc.md").write_text(text)
-        await ingest(db, [str(tmp_path / name)], source=name, exposure="prefetch", embedder=None)
+        await ingest(db, IngestRequest(source=name, exposure="prefetch", targets=[str(tmp_path / name)]), embedder=None)
     await ChannelConfigStore(db).set_restricted("finance", True, actor="cli:test")
     return PgRetriever(db, None)
 

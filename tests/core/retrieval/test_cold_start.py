@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.retrieval import search
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 
@@ -42,7 +42,7 @@ async def test_words_only_without_loading_the_model_until_some_chunk_has_vectors
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "deploy.md").write_text("# Deploy\nRun the deploy script on Fridays.\n")
-    await ingest(db, [str(docs)], source="words", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="words", exposure="prefetch", targets=[str(docs)]), embedder=None)
     embedder = CountingEmbedder()
     retriever = PgRetriever(db, embedder)
     # Look again at every question, so the test sees vectors as soon as they are stored.
@@ -53,7 +53,7 @@ async def test_words_only_without_loading_the_model_until_some_chunk_has_vectors
     assert found and "deploy script" in found[0].text
     assert (embedder.loads, embedder.embedded) == (0, 0), "nothing stored needs the model: it is never loaded"
 
-    await ingest(db, [str(docs)], source="vectors", exposure="prefetch", embedder=embedder)
+    await ingest(db, IngestRequest(source="vectors", exposure="prefetch", targets=[str(docs)]), embedder=embedder)
     fresh = PgRetriever(db, CountingEmbedder())
     await fresh.warm_up()
     assert fresh.embedder.loads == 1  # type: ignore[union-attr]

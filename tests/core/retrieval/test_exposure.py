@@ -10,7 +10,7 @@ import pytest
 
 from core.events import Done, Sources
 from core.requests import Actor, ConversationKey, Request
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import PgRetriever
 from core.store.db import Database
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
@@ -26,7 +26,8 @@ async def empty_tables(db: Database) -> None:
 async def add_source(db: Database, root: Path, *, name: str, exposure: str, text: str) -> None:
     root.mkdir()
     (root / f"{name}.md").write_text(text)
-    await ingest(db, [str(root)], source=name, exposure=exposure, embedder=None)  # type: ignore[arg-type]
+    request = IngestRequest(source=name, exposure=exposure, targets=[str(root)])  # type: ignore[arg-type]
+    await ingest(db, request, embedder=None)
 
 
 def ask(question: str, agent_type: str | None = None, channel: str = "C1") -> Request:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from pathlib import Path
 
 import pytest
 
 from core.retrieval.embeddings import OpenAIEmbeddings
-from core.retrieval.ingest import IngestProgress, ingest
+from core.retrieval.ingest import IngestProgress, IngestRequest, ingest
+from core.retrieval.links import LinkBaseError, check_link_base
 from core.retrieval.search import PgRetriever
 from core.retrieval.store import list_sources, remove_source
 from core.store.db import Database
@@ -52,7 +55,8 @@ async def test_reingest_is_incremental_and_an_edit_replaces_only_that_document(
     seen: list[IngestProgress] = []
 
     first = await ingest(
-        db, [str(docs)], source="docs", exposure="prefetch", embedder=embedder, progress=seen.append
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]),
+        embedder=embedder, progress=seen.append,
     )
     assert (first.added, first.updated, first.unchanged) == (3, 0, 0)
     assert [uri.rsplit("/", 1)[-1] for uri, _ in first.skipped] == ["logo.png"]
@@ -63,14 +67,14 @@ async def test_reingest_is_incremental_and_an_edit_replaces_only_that_document(
     assert calls_after_first >= 1
 
     # Unchanged files: not a single embedding call.
-    again = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=embedder)
+    again = await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=embedder)
     assert (again.added, again.updated, again.unchanged, again.chunks, again.embeddings) == (0, 0, 3, 0, 0)
     assert openai_emulator.embedding_calls == calls_after_first
 
     html_ids, pdf_ids = await chunk_ids(db, "onboarding.html"), await chunk_ids(db, "handbook.pdf")
     old_md_ids = await chunk_ids(db, "backups.md")
     (docs / "backups.md").write_text("# Backups\n\nSnapshots now go to the aurelian vault every hour.\n")
-    edited = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=embedder)
+    edited = await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=embedder)
     assert (edited.added, edited.updated, edited.unchanged) == (0, 1, 2)
     assert openai_emulator.embedding_calls == calls_after_first + 1
     assert await chunk_ids(db, "onboarding.html") == html_ids
@@ -95,10 +99,13 @@ async def test_switching_the_embedding_model_reembeds_without_rechunking(
 ) -> None:
     docs = make_docs(tmp_path / "docs")
     first_model = OpenAIEmbeddings(base_url=openai_emulator.base_url, api_key="k", model="model-a")
-    await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=first_model)
+    await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=first_model)
     ids = await chunk_ids(db, "")
     second_model = OpenAIEmbeddings(base_url=openai_emulator.base_url, api_key="k", model="model-b")
-    switched = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=second_model)
+    switched = await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]),
+        embedder=second_model,
+    )
     assert (switched.updated, switched.unchanged, switched.chunks, switched.embeddings) == (3, 0, 0, len(ids))
     assert await chunk_ids(db, "") == ids
     async with db.connection() as conn:
@@ -112,16 +119,22 @@ async def test_switching_the_embedding_model_reembeds_without_rechunking(
 
 async def test_prune_removes_documents_whose_files_are_gone(db: Database, tmp_path: Path) -> None:
     docs = make_docs(tmp_path / "docs")
-    await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=None)
     (docs / "handbook.pdf").unlink()
-    kept = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=None)
+    kept = await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=None)
     assert kept.removed == 0 and await chunk_ids(db, "handbook.pdf")
-    pruned = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=None, prune=True)
+    pruned = await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)], prune=True),
+        embedder=None,
+    )
     assert pruned.removed == 1 and pruned.unchanged == 2
     assert not await chunk_ids(db, "handbook.pdf")
 
     # A missing target must not be read as "every document is gone".
-    missing = await ingest(db, [str(tmp_path / "nowhere")], source="docs", exposure="prefetch", embedder=None, prune=True)
+    missing = await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(tmp_path / "nowhere")], prune=True),
+        embedder=None,
+    )
     assert missing.removed == 0
     assert ("--prune", "nothing was removed because a target could not be found") in missing.skipped
     assert await chunk_ids(db, "backups.md")
@@ -134,9 +147,9 @@ async def test_without_embeddings_search_is_lexical_and_filters_by_source_and_ex
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "oncall.md").write_text("# On-call\n\nThe pager rotation changes on Mondays; the quartermaster swaps too.\n")
-    summary = await ingest(db, [str(docs)], source="docs", exposure="prefetch", embedder=None)
+    summary = await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(docs)]), embedder=None)
     assert summary.embeddings == 0 and summary.added == 3
-    await ingest(db, [str(notes)], source="notes", exposure="agentic_tool", embedder=None)
+    await ingest(db, IngestRequest(source="notes", exposure="agentic_tool", targets=[str(notes)]), embedder=None)
     retriever = PgRetriever(db, None)
 
     exact = await retriever.search("zephyrine bucket", limit=5)
@@ -146,7 +159,7 @@ async def test_without_embeddings_search_is_lexical_and_filters_by_source_and_ex
     assert {item.source for item in await retriever.search("quartermaster", limit=5, sources=["notes"])} == {"notes"}
     assert await retriever.has_sources("agentic_tool") and await retriever.has_sources("prefetch")
 
-    await ingest(db, [str(notes)], source="notes", exposure="off", embedder=None)
+    await ingest(db, IngestRequest(source="notes", exposure="off", targets=[str(notes)]), embedder=None)
     assert {item.source for item in await retriever.search("quartermaster", limit=5)} == {"docs"}
     assert not await retriever.has_sources("agentic_tool")
     sources = {row.name: row for row in await list_sources(db)}
@@ -160,7 +173,7 @@ async def test_limit_and_token_budget_are_honoured(db: Database, tmp_path: Path)
     for index in range(6):
         body = " ".join(["widget calibration"] * (10 + 20 * index))
         (root / f"doc{index}.md").write_text(f"# Doc {index}\n\n{body}\n")
-    await ingest(db, [str(root)], source="many", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="many", exposure="prefetch", targets=[str(root)]), embedder=None)
     retriever = PgRetriever(db, None)
     assert len(await retriever.search("widget calibration", limit=2)) == 2
     everything = await retriever.search_chunks("widget calibration", limit=10)
@@ -178,7 +191,31 @@ async def test_private_urls_are_skipped_with_a_reason_and_the_run_goes_on(
     db: Database, tmp_path: Path, url: str
 ) -> None:
     docs = make_docs(tmp_path / "docs")
-    summary = await ingest(db, [url, str(docs)], source="mixed", exposure="prefetch", embedder=None)
+    summary = await ingest(
+        db, IngestRequest(source="mixed", exposure="prefetch", targets=[url, str(docs)]),
+        embedder=None,
+    )
     assert summary.added == 3
     reasons = dict(summary.skipped)
     assert "Refused to fetch" in reasons[url] and "address" in reasons[url]
+
+
+def test_an_ingest_request_is_one_value_checked_when_it_is_made(tmp_path: Path) -> None:
+    request = IngestRequest(source="docs", exposure="prefetch", targets=[str(tmp_path)], include=["*.md"])
+    assert request.targets == (str(tmp_path),) and request.include == ("*.md",)  # kept as given then
+    assert request.link_root == str(tmp_path)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.prune = True  # type: ignore[misc]
+    with pytest.raises(ValueError, match="needs a name"):
+        IngestRequest(source="  ", exposure="prefetch", targets=[str(tmp_path)])
+    with pytest.raises(ValueError, match="Nothing to ingest"):
+        IngestRequest(source="docs", exposure="prefetch")
+    with pytest.raises(LinkBaseError, match="no target is a file or folder"):
+        IngestRequest(source="web", exposure="prefetch", targets=["https://example.com/"], link_base="https://wiki.example.com/")
+    linked = IngestRequest(source="docs", exposure="prefetch", targets=[str(tmp_path)], link_base="https://wiki.example.com/docs")
+    assert linked.link_base == check_link_base("https://wiki.example.com/docs")
+
+
+def test_ingest_takes_what_to_do_as_one_request_and_its_surroundings_apart() -> None:
+    # What to ingest travels as one IngestRequest; the embedder, the fetch limits and progress are the caller's.
+    assert list(inspect.signature(ingest).parameters) == ["db", "request", "embedder", "fetch", "progress"]

@@ -10,7 +10,7 @@ import pptx
 from pptx.util import Inches
 
 from core.retrieval.chunking import chunk_document
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.loaders import LoadedDocument, Skipped, iter_path, load_file
 from core.store.db import Database
 
@@ -133,7 +133,10 @@ def test_office_files_are_found_in_folders(tmp_path: Path) -> None:
 async def test_a_docx_and_a_pptx_are_ingested_with_their_headings_as_chunk_headings(db: Database, tmp_path: Path) -> None:
     write_docx(tmp_path / "handbook.docx")
     write_pptx(tmp_path / "review.pptx")
-    summary = await ingest(db, [str(tmp_path)], source="office", exposure="prefetch", embedder=None)
+    summary = await ingest(
+        db, IngestRequest(source="office", exposure="prefetch", targets=[str(tmp_path)]),
+        embedder=None,
+    )
     assert (summary.added, summary.skipped) == (2, ())
     async with db.connection() as conn:
         cursor = await conn.execute(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.retrieval.embeddings import LocalEmbeddings
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.search import (
     EF_SEARCH,
     ChunkHit,
@@ -49,7 +49,10 @@ async def ingested(db: Database, local_embedder: LocalEmbeddings, tmp_path: Path
     (root / "parking.pdf").write_bytes(
         minimal_pdf("Employees park their cars in the underground garage, level two.", title="Parking")
     )
-    summary = await ingest(db, [str(root)], source="handbook", exposure="prefetch", embedder=local_embedder)
+    summary = await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(root)]),
+        embedder=local_embedder,
+    )
     assert summary.added == 3 and summary.embeddings == summary.chunks
     return db
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.links import LinkBaseError, check_link_base, link_root, web_uri
 from core.retrieval.search import PgRetriever
 from core.retrieval.store import list_sources, set_link_base
@@ -66,18 +66,21 @@ def test_a_link_base_must_be_a_web_address(bad: str) -> None:
 
 async def test_ingested_with_a_link_base_files_are_cited_at_their_web_address(db: Database, tmp_path: Path) -> None:
     docs = make_docs(tmp_path / "docs")
-    await ingest(db, [str(docs)], source="handbook", exposure="prefetch", embedder=None, link_base=BASE)
+    await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs)], link_base=BASE),
+        embedder=None,
+    )
     assert await uris(db) == {"On call": BASE + "ops/on%20call%20%28EU%29.md", "Intro": BASE + "intro.md"}
     [row] = await list_sources(db)
     assert row.link_base == BASE and row.link_root == str(docs.resolve())
     # Re-ingesting part of the folder without a base moves nothing: links still start at docs/.
-    await ingest(db, [str(docs / "ops")], source="handbook", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs / "ops")]), embedder=None)
     assert (await uris(db))["On call"] == BASE + "ops/on%20call%20%28EU%29.md"
 
 
 async def test_a_link_base_set_later_applies_to_documents_already_ingested(db: Database, tmp_path: Path) -> None:
     docs = make_docs(tmp_path / "docs")
-    await ingest(db, [str(docs)], source="handbook", exposure="prefetch", embedder=None)
+    await ingest(db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(docs)]), embedder=None)
     assert all(uri.startswith("file://") for uri in (await uris(db)).values())
     row = await set_link_base(db, "handbook", BASE)
     assert row is not None and row.link_root == str(docs.resolve())
@@ -101,4 +104,7 @@ async def test_a_source_with_no_known_root_needs_one(db: Database) -> None:
 
 async def test_a_link_base_needs_a_file_or_folder_to_map(db: Database) -> None:
     with pytest.raises(LinkBaseError):
-        await ingest(db, ["https://example.com/page"], source="web", exposure="prefetch", embedder=None, link_base=BASE)
+        await ingest(
+            db, IngestRequest(source="web", exposure="prefetch", targets=["https://example.com/page"], link_base=BASE),
+            embedder=None,
+        )

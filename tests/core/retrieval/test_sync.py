@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.retrieval.crawl import CrawlOptions
+from core.retrieval.crawl import CrawlOptions, FetchPolicy
 from core.retrieval.embeddings import OpenAIEmbeddings
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.source_lease import SourceBusy, SourceLease
 from core.retrieval.sync import SourceSyncer, source_ids, sync_states
 from core.retrieval.targets import load_targets
@@ -66,7 +66,10 @@ async def test_a_sync_updates_exactly_the_edited_added_and_removed_files(
         "gone.md": "# Gone\n\nThe old VPN is retired.\n",
     })
     provider = embedder(openai_emulator)
-    await ingest(db, [str(folder)], source="docs", exposure="prefetch", embedder=provider, sync_interval_s=3600)
+    await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(folder)], sync_interval_s=3600),
+        embedder=provider,
+    )
     before = await documents(db, "docs")
     syncer = SourceSyncer(db, embedder=provider, policy=LOOPBACK)
     assert await syncer.run_due() == []  # synced a moment ago: not due
@@ -97,7 +100,10 @@ async def test_two_processes_racing_sync_each_due_source_once(
     names = [f"team{i}" for i in range(4)]
     for name in names:
         folder = write_folder(tmp_path / name, {"a.md": f"# {name}\n\nFirst words of {name}.\n"})
-        await ingest(db, [str(folder)], source=name, exposure="prefetch", embedder=None, sync_interval_s=60)
+        await ingest(
+            db, IngestRequest(source=name, exposure="prefetch", targets=[str(folder)], sync_interval_s=60),
+            embedder=None,
+        )
         (folder / "b.md").write_text(f"# More\n\nNew words of {name}.\n")
     await make_due(db, *names)
     calls = openai_emulator.embedding_calls
@@ -124,7 +130,10 @@ async def test_two_processes_racing_sync_each_due_source_once(
 
 async def test_a_source_being_synced_is_not_taken_by_another_process(db: Database, tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "docs", {"a.md": "# A\n\nWords.\n"})
-    await ingest(db, [str(folder)], source="docs", exposure="prefetch", embedder=None, sync_interval_s=60)
+    await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(folder)], sync_interval_s=60),
+        embedder=None,
+    )
     await make_due(db, "docs")
     [source_id] = (await source_ids(db, "docs")).values()
     async with await SourceLease.take(db, source_id, holder="elsewhere"):
@@ -134,7 +143,7 @@ async def test_a_source_being_synced_is_not_taken_by_another_process(db: Databas
         with pytest.raises(SourceBusy, match="elsewhere"):
             await syncer.sync(source_id)
         with pytest.raises(SourceBusy):
-            await ingest(db, [str(folder)], source="docs", exposure="prefetch", embedder=None)
+            await ingest(db, IngestRequest(source="docs", exposure="prefetch", targets=[str(folder)]), embedder=None)
     # Given back without a verdict: still due, and taken now.
     [result] = await SourceSyncer(db, embedder=None, policy=LOOPBACK).run_due()
     assert result.source == "docs" and result.status == "ok"
@@ -142,7 +151,10 @@ async def test_a_source_being_synced_is_not_taken_by_another_process(db: Databas
 
 async def test_an_unreachable_folder_marks_the_source_error_and_prunes_nothing(db: Database, tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "docs", {"a.md": "# A\n\nAlpha.\n", "b.md": "# B\n\nBeta.\n"})
-    await ingest(db, [str(folder)], source="docs", exposure="prefetch", embedder=None, sync_interval_s=60)
+    await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(folder)], sync_interval_s=60),
+        embedder=None,
+    )
     folder.rename(tmp_path / "moved")  # e.g. an unmounted share
     await make_due(db, "docs")
     [result] = await SourceSyncer(db, embedder=None, policy=LOOPBACK).run_due()
@@ -156,9 +168,17 @@ async def test_an_unreachable_folder_marks_the_source_error_and_prunes_nothing(d
 async def test_ingests_add_to_what_a_source_remembers_and_prune_replaces_it(db: Database, tmp_path: Path) -> None:
     one = write_folder(tmp_path / "one", {"a.md": "# A\n\nAlpha.\n"})
     two = write_folder(tmp_path / "two", {"b.md": "# B\n\nBeta.\n"})
-    await ingest(db, [str(one)], source="docs", exposure="prefetch", embedder=None, include=["*.md"])
-    await ingest(db, ["https://example.test/"], source="docs", exposure="prefetch", embedder=None,
-                 crawl=CrawlOptions(depth=1, max_pages=5))
+    await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(one)], include=["*.md"]),
+        embedder=None,
+    )
+    await ingest(
+        db,
+        IngestRequest(
+            source="docs", exposure="prefetch", targets=["https://example.test/"], crawl=CrawlOptions(depth=1, max_pages=5),
+        ),
+        embedder=None,
+    )
     [source_id] = (await source_ids(db, "docs")).values()
     async with db.connection() as conn:
         targets = await load_targets(conn, source_id)
@@ -168,7 +188,10 @@ async def test_ingests_add_to_what_a_source_remembers_and_prune_replaces_it(db: 
     async with db.connection() as conn:
         cursor = await conn.execute("SELECT sync_interval_s FROM sources WHERE id = %s", (source_id,))
         assert (await cursor.fetchone())[0] is None  # the library's default is never; the CLI's is 24h
-    await ingest(db, [str(two)], source="docs", exposure="prefetch", embedder=None, prune=True, sync_interval_s=DAY_S)
+    await ingest(
+        db, IngestRequest(source="docs", exposure="prefetch", targets=[str(two)], prune=True, sync_interval_s=DAY_S),
+        embedder=None,
+    )
     async with db.connection() as conn:
         assert [t.target for t in await load_targets(conn, source_id)] == [str(two)]
 
@@ -183,8 +206,11 @@ async def test_a_crawled_source_syncs_by_crawling_again(db: Database, tmp_path: 
             "/b": ("text/html", page("Beta", "Beta explains restoring a backup.")),
         }
         summary = await ingest(
-            db, [f"{site.base}/"], source="web", exposure="prefetch", embedder=None, crawl=CrawlOptions(depth=1),
-            allowed_networks=["127.0.0.1/32"], sync_interval_s=60,
+            db,
+            IngestRequest(
+                source="web", exposure="prefetch", targets=[f"{site.base}/"], crawl=CrawlOptions(depth=1), sync_interval_s=60,
+            ),
+            embedder=None, fetch=FetchPolicy(allowed_networks=["127.0.0.1/32"]),
         )
         assert summary.added == 3
         site.pages["/"] = ("text/html", page("Home", "The start page of the handbook.", "/a"))
@@ -219,8 +245,11 @@ async def test_a_sitemap_source_syncs_from_the_sitemap_again(db: Database) -> No
             "/b": ("text/html", page("Beta", "Beta explains restoring a backup.")),
         }
         summary = await ingest(
-            db, [], sitemaps=[f"{site.base}/sitemap.xml"], source="map", exposure="prefetch", embedder=None,
-            allowed_networks=["127.0.0.1/32"], sync_interval_s=60,
+            db,
+            IngestRequest(
+                source="map", exposure="prefetch", targets=[], sitemaps=[f"{site.base}/sitemap.xml"], sync_interval_s=60,
+            ),
+            embedder=None, fetch=FetchPolicy(allowed_networks=["127.0.0.1/32"]),
         )
         assert summary.added == 2
         site.pages["/sitemap.xml"] = sitemap("/a")

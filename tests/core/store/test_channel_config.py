@@ -11,7 +11,7 @@ import bot.platforms  # noqa: F401  (registers the platforms' settings groups, a
 from core.channels import ChannelResolver, ChannelSettingsError, audiences, channel_scope, resolve
 from core.config import Settings
 from core.requests import ConversationKey
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.retriever import SourceScope
 from core.retrieval.search import PgRetriever
 from core.store.channel_config import ChannelConfigStore, UnknownSource
@@ -99,8 +99,14 @@ async def test_a_restricted_source_is_searched_only_where_granted(store: Channel
     (tmp_path / "fin" / "q3.md").write_text("# Budget\n\nThe quarterly budget for zeppelins is 4 million.\n")
     (tmp_path / "gen").mkdir()
     (tmp_path / "gen" / "about.md").write_text("# Zeppelins\n\nOur zeppelins fly on Tuesdays.\n")
-    await ingest(db, [str(tmp_path / "fin")], source="finance", exposure="prefetch", embedder=None)
-    await ingest(db, [str(tmp_path / "gen")], source="handbook", exposure="prefetch", embedder=None)
+    await ingest(
+        db, IngestRequest(source="finance", exposure="prefetch", targets=[str(tmp_path / "fin")]),
+        embedder=None,
+    )
+    await ingest(
+        db, IngestRequest(source="handbook", exposure="prefetch", targets=[str(tmp_path / "gen")]),
+        embedder=None,
+    )
     retriever = PgRetriever(db, None)
 
     async def seen(scope: SourceScope | None) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.retrieval.ingest import ingest
+from core.retrieval.ingest import IngestRequest, ingest
 from core.retrieval.loaders import BINARY_SNIFF_BYTES
 from core.retrieval.search import PgRetriever
 from core.store.channel_config import ChannelConfigStore
@@ -42,7 +42,10 @@ async def test_a_document_with_nul_in_its_title_and_text_is_ingested_and_found(d
     docs.mkdir()
     filler = "z" * (BINARY_SNIFF_BYTES + 10)
     (docs / "runbook.md").write_text(f"{filler}\n\n# Deploy\x00 runbook\n\nRollback\x00 with make rollback.\n")
-    summary = await ingest(db, [str(docs)], source="hostile-docs", exposure="prefetch", embedder=None)
+    summary = await ingest(
+        db, IngestRequest(source="hostile-docs", exposure="prefetch", targets=[str(docs)]),
+        embedder=None,
+    )
     assert (summary.added, summary.skipped) == (1, ())
     async with db.connection() as conn:
         cursor = await conn.execute("SELECT d.title FROM documents d JOIN sources s ON s.id = d.source_id"
