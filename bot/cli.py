@@ -7,11 +7,16 @@ import asyncio
 import logging
 import sys
 from importlib import metadata
-from typing import Any, Awaitable, Callable, Iterable, NoReturn
+from typing import Any, Awaitable, Callable, Iterable, NoReturn, Sequence
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
+# The platform table before any setting is read: each platform's settings group (SLACK_*, DISCORD_*) is read,
+# and its secrets masked in every log line, because the table names it (read_settings), not because some
+# subcommand's module happened to import it first.
+from adapters.platform import Platform
+from bot.platforms import PLATFORMS
 from core.config import Settings, SettingsError, load_settings
 from core.observe import RunContextFilter
 from core.redact import RedactingFormatter, redact_text
@@ -140,17 +145,32 @@ def _log_unraisable(unraisable: Any) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+def read_settings(platforms: Sequence[Platform] = PLATFORMS) -> Settings:
+    """The settings every command runs with, each platform group of the table read now: a malformed one stops
+    the start here, and its secrets are among `secret_values()` whatever was imported before."""
+    settings = load_settings()
+    for platform in platforms:
+        settings.platform_settings(platform.settings)
+    return settings
+
+
+def configure(args: argparse.Namespace) -> Settings:
+    """Reads the settings and sets up the log they ask for, every known secret masked in it."""
     # Text until the settings are read (a settings error is one sentence on stderr either way).
     setup_logging(level=logging.DEBUG if args.verbose else logging.INFO)
     try:
-        settings = load_settings()
+        settings = read_settings()
     except SettingsError as error:
         fail(str(error))
-    secrets = settings.secret_values()
     setup_logging(level=logging.DEBUG if args.verbose else settings.log_level, log_format=settings.log_format,
-                  secrets=secrets)
+                  secrets=settings.secret_values())
+    return settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    settings = configure(args)
+    secrets = settings.secret_values()
     command = _commands()[args.command]
     try:
         code = asyncio.run(command(settings, args))

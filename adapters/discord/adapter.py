@@ -35,12 +35,14 @@ from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
 from .controls import DiscordStops, StopButton
 from .feedback import DiscordFeedback, FeedbackButton
-from .inbound import DirectMessageRule, DiscordInbound, actor_of
+from .commands import DiscordCommands
+from .inbound import DiscordAccess, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
+from .settings import DiscordSettings
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from . import transport_calls as calls
-from .transport import DISCORD_WINDOW_S, ChannelBudgets, watch_global_lock
+from .transport import DISCORD_WINDOW_S, DiscordBudgets, watch_global_lock
 from .transport_http import no_blind_resend
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,6 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 READY_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
 DOCTOR_TIMEOUT_S = 10.0
-QUESTION_MAX_CHARS = 4_000
 # A gateway reconnecting for longer than this makes the process not ready (a short resume is normal).
 RECONNECT_GRACE_S = 30.0
 _ID = re.compile(r"/\d+")
@@ -69,10 +70,11 @@ class DiscordTuning:
 
 def apply_endpoints(settings: Settings) -> None:
     """Points discord.py at another REST base and gateway (Discord-compatible servers, emulators)."""
-    if settings.discord_api_base:
-        discord.http.Route.BASE = settings.discord_api_base.rstrip("/")
-    if settings.discord_gateway_url:
-        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.discord_gateway_url)
+    group = settings.platform_settings(DiscordSettings)
+    if group.api_base:
+        discord.http.Route.BASE = group.api_base.rstrip("/")
+    if group.gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(group.gateway_url)
 
 
 def intents_for(*, message_content: bool) -> discord.Intents:
@@ -144,11 +146,11 @@ def tolerate_malformed_events(parsers: dict[str, Callable[[Any], None]]) -> None
 
 
 class RelayClient(discord.Client):
-    """Routes messages and /ask to DiscordInbound and clicks to DiscordClicks, and tells the GatewayWatch."""
+    """Routes messages to DiscordInbound, /ask to DiscordCommands and clicks to DiscordClicks, and tells the GatewayWatch."""
 
     def __init__(
-        self, *, inbound: DiscordInbound, clicks: DiscordClicks, message_content: bool, guild_ready_timeout_s: float,
-        watch: GatewayWatch, state: AppState,
+        self, *, inbound: DiscordInbound, commands: DiscordCommands, clicks: DiscordClicks, message_content: bool,
+        guild_ready_timeout_s: float, watch: GatewayWatch, state: AppState,
     ) -> None:
         super().__init__(
             intents=intents_for(message_content=message_content),
@@ -164,11 +166,7 @@ class RelayClient(discord.Client):
         # Read by the buttons at click time (buttons.DecisionButton), so they need not import the handler.
         self.clicks = clicks
         self.tree = app_commands.CommandTree(self)
-
-        @self.tree.command(name="ask", description="Ask relaybot a question")
-        @app_commands.describe(question="What do you want to know?")
-        async def ask(interaction: discord.Interaction, question: app_commands.Range[str, 1, QUESTION_MAX_CHARS]) -> None:
-            await self.inbound.on_ask(interaction, question)
+        commands.add_to(self.tree)
 
     async def setup_hook(self) -> None:
         # Registered at every start, so buttons posted before a restart still work.
@@ -227,60 +225,64 @@ class DiscordAdapter:
         tuning: DiscordTuning = DiscordTuning(),
         clock: Clock | None = None,
     ) -> None:
-        if not settings.discord_token:
+        self._discord = settings.platform_settings(DiscordSettings)
+        if not self._discord.token:
             raise ValueError("DISCORD_TOKEN is not set")
         self._settings = settings
         self._tuning = tuning
         self._clock: Clock = clock or MonotonicClock()
-        self.budgets = ChannelBudgets(
-            calls_per_window=settings.discord_channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock,
-            global_calls=settings.discord_global_requests_per_s, global_window_s=tuning.global_window_s,
+        self.budgets = DiscordBudgets(
+            calls_per_window=self._discord.channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock,
+            global_calls=self._discord.global_requests_per_s, global_window_s=tuning.global_window_s,
         )
         self.gate = Gate(
-            platform=PLATFORM, allowed_workspaces=settings.discord_guild_ids, setting="DISCORD_GUILD_IDS",
-            dedup=ports.dedup,
+            platform=PLATFORM, allowed_workspaces=self._discord.guild_ids, setting="DISCORD_GUILD_IDS", dedup=ports.dedup,
         )
         self.runner = AnswerRunner(
             platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
-            outbox_max_age_s=settings.outbox_max_age_s,
-            in_flight_max=settings.answers_in_flight_max,
+            outbox_max_age_s=settings.outbox_max_age_s, in_flight_max=settings.answers_in_flight_max,
         )
-        limits = render.stream_limits(
-            min_edit_interval_s=tuning.min_edit_interval_s, backoff_base_s=tuning.backoff_base_s,
-            placeholder_after_s=settings.stream_placeholder_after_s,
-        )
-        surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock, feedback=settings.feedback_buttons)
-        self.direct_messages = DirectMessageRule(
-            policy=settings.direct_messages, guild_ids=settings.discord_guild_ids, is_member=self._is_member
+        self.access = DiscordAccess(
+            policy=settings.direct_messages, guild_ids=self._discord.guild_ids, is_member=self._is_member
         )
         self.watch = GatewayWatch(self._clock)
-        self.client = RelayClient(
+        self.client = self._build_client(engine, ports)
+        self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
+        # What the read_conversation tool reads through (thread context uses the same reading function).
+        self.reader = DiscordReader(
+            client=lambda: self.client, message_content=self._discord.message_content_intent,
+            budget=self.budgets.global_budget,
+        )
+        self._connection: asyncio.Task[None] | None = None
+
+    def _build_client(self, engine: Engine, ports: AdapterPorts) -> RelayClient:
+        """The discord.py client with a handler for each kind of event: messages, /ask, approval, Stop and 👍/👎
+        clicks, /relaybot config."""
+        limits = render.stream_limits(
+            min_edit_interval_s=self._tuning.min_edit_interval_s, backoff_base_s=self._tuning.backoff_base_s,
+            placeholder_after_s=self._settings.stream_placeholder_after_s,
+        )
+        surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock, feedback=self._settings.feedback_buttons)
+        runner, gate, access = self.runner, self.gate, self.access
+        client = RelayClient(
             inbound=DiscordInbound(
-                engine=engine, runner=self.runner, surfaces=surfaces, gate=self.gate, conversations=ports.conversations,
-                direct_messages=self.direct_messages, follow_unmentioned=settings.discord_message_content_intent,
+                engine=engine, runner=runner, surfaces=surfaces, gate=gate, access=access, conversations=ports.conversations,
+                follow_unmentioned=self._discord.message_content_intent,
             ),
-            clicks=DiscordClicks(
-                approvals=engine.approvals, runner=self.runner, surfaces=surfaces, gate=self.gate,
-                direct_messages=self.direct_messages,
-            ),
-            message_content=settings.discord_message_content_intent,
-            guild_ready_timeout_s=tuning.guild_ready_timeout_s,
+            commands=DiscordCommands(engine=engine, runner=runner, surfaces=surfaces, gate=gate, access=access),
+            clicks=DiscordClicks(approvals=engine.approvals, runner=runner, surfaces=surfaces, gate=gate, access=access),
+            message_content=self._discord.message_content_intent,
+            guild_ready_timeout_s=self._tuning.guild_ready_timeout_s,
             watch=self.watch,
             state=ports.state,
         )
         # Stop clicks (adapters/discord/controls.py), looked up on the client by the StopButton.
-        self.client.stops = DiscordStops(runs=engine.runs, gate=self.gate, actor_of=actor_of)
+        client.stops = DiscordStops(runs=engine.runs, gate=self.gate, actor_of=actor_of)
         # 👍/👎 clicks and 👎 reasons (adapters/discord/feedback.py), looked up on the client by the buttons.
-        self.client.feedback = DiscordFeedback(feedback=ports.feedback, gate=self.gate)
+        client.feedback = DiscordFeedback(feedback=ports.feedback, gate=self.gate)
         # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
-        self.client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
-        self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
-        # What the read_conversation tool reads through (thread context uses the same reading function).
-        self.reader = DiscordReader(
-            client=lambda: self.client, message_content=settings.discord_message_content_intent,
-            budget=self.budgets.global_budget,
-        )
-        self._connection: asyncio.Task[None] | None = None
+        client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
+        return client
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:
         """Asked of Discord's REST API: the bot has no members intent, so its cache does not know."""
@@ -297,8 +299,8 @@ class DiscordAdapter:
     async def start(self) -> None:
         """Logs in, repairs answers a crash left streaming, then connects the gateway."""
         apply_endpoints(self._settings)
-        assert self._settings.discord_token
-        await calls.login(self.client, self._settings.discord_token)
+        assert self._discord.token
+        await calls.login(self.client, self._discord.token)
         watch_global_lock(self.client.http)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
@@ -377,10 +379,11 @@ class DiscordAdapter:
 
 async def check_discord(settings: Settings) -> str:
     """One line for `relaybot doctor`: does Discord accept the bot token?"""
-    if not settings.discord_token:
+    group = settings.platform_settings(DiscordSettings)
+    if not group.token:
         return "not configured (DISCORD_TOKEN is not set)"
-    base = (settings.discord_api_base or DEFAULT_API_BASE).rstrip("/")
-    headers = {"Authorization": f"Bot {settings.discord_token}"}
+    base = (group.api_base or DEFAULT_API_BASE).rstrip("/")
+    headers = {"Authorization": f"Bot {group.token}"}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DOCTOR_TIMEOUT_S)) as http:
             async with http.get(f"{base}/users/@me", headers=headers) as response:

@@ -18,7 +18,7 @@ from core.approvals import ApprovalService, ApprovalView, Click
 
 from . import buttons, render
 from .buttons import Pressed
-from .inbound import DirectMessageRule, actor_of, guild_of, workspace_of
+from .inbound import DiscordAccess, actor_of, guild_of, workspace_of
 from .render import ApprovalPart
 from .surface import DiscordSurface, DiscordSurfaces, edit_approval
 from . import transport_calls as calls
@@ -43,13 +43,13 @@ class DiscordClicks:
         runner: AnswerRunner,
         surfaces: DiscordSurfaces,
         gate: Gate,
-        direct_messages: DirectMessageRule,
+        access: DiscordAccess,
     ) -> None:
         self._approvals = approvals
         self._runner = runner
         self._surfaces = surfaces
         self._gate = gate
-        self._direct_messages = direct_messages
+        self._access = access
         # One redraw of an approval's other messages at a time, each reading the latest decisions.
         self._part_locks: dict[str, asyncio.Lock] = {}
 
@@ -122,7 +122,7 @@ class DiscordClicks:
         """In a DM, the DM rule decides who may click, as it decides who may ask."""
         if interaction.guild_id is not None:
             return False
-        refusal = await self._direct_messages.refusal(interaction.user.id)
+        refusal = await self._access.refusal(interaction.user.id)
         if refusal is None:
             return False
         await reply.tell(refusal)

@@ -1,4 +1,4 @@
-"""Messages and /ask → Request → engine.ask → the answer, played in the right thread, DM or interaction."""
+"""Messages → Request → engine.ask → the answer, played in the right thread or DM; who may ask (DiscordAccess)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from . import render
 from . import transport_calls as calls
 from .reader import history
 from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
-from .transport import NO_PINGS, ChannelTransport
+from .transport import ChannelTransport
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ def workspace_of(guild_id: int | None) -> str:
 
 def guild_of(guild_id: int | None) -> str | None:
     """What the gate checks against DISCORD_GUILD_IDS: None for a DM, which the gate passes and
-    DirectMessageRule decides."""
+    DiscordAccess decides."""
     return None if guild_id is None else str(guild_id)
 
 
-class DirectMessageRule:
+class DiscordAccess:
     """Who may use the bot in a DM (messages, /ask, clicks): DIRECT_MESSAGES says nobody (closed), anyone
     (open), or members of a guild in DISCORD_GUILD_IDS (members; anyone when there is no allowlist).
 
@@ -133,7 +133,7 @@ def actor_of(user: discord.User | discord.Member, *, permissions: discord.Permis
 
 
 class DiscordInbound:
-    """What the client calls for a message and for /ask."""
+    """What the client calls for a message (`/ask` is commands.py's)."""
 
     def __init__(
         self,
@@ -143,7 +143,7 @@ class DiscordInbound:
         surfaces: DiscordSurfaces,
         gate: Gate,
         conversations: KnownConversations,
-        direct_messages: DirectMessageRule,
+        access: DiscordAccess,
         follow_unmentioned: bool,
     ) -> None:
         self._engine = engine
@@ -151,7 +151,7 @@ class DiscordInbound:
         self._surfaces = surfaces
         self._gate = gate
         self._conversations = conversations
-        self._direct_messages = direct_messages
+        self._access = access
         # With the message-content intent, follow-ups in the bot's own threads need no mention.
         self._follow_unmentioned = follow_unmentioned
 
@@ -181,7 +181,7 @@ class DiscordInbound:
             if guild_id is None:
                 key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel.id), direct=True)
             elif isinstance(channel, discord.Thread):
-                key = _thread_key(guild_id, channel)
+                key = thread_key(guild_id, channel)
                 known = await self._conversations.exists(key)
                 if not mentioned and not (
                     self._follow_unmentioned and known and channel.owner_id == me.id
@@ -197,7 +197,7 @@ class DiscordInbound:
             if not await self._gate.first_time(str(message.id)):
                 return
             if guild_id is None:
-                refusal = await self._direct_messages.refusal(message.author.id)
+                refusal = await self._access.refusal(message.author.id)
                 if refusal is not None:
                     await _reply_once(ChannelTransport(channel, reply_to=message.id), refusal)
                     return
@@ -238,7 +238,7 @@ class DiscordInbound:
                     platform=PLATFORM, workspace=workspace, channel=str(channel.id), thread=f"msg-{message.id}"
                 )
             else:
-                key = _thread_key(thread.guild.id, thread)
+                key = thread_key(thread.guild.id, thread)
                 return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread), key
         # A DM, an existing thread, or a channel the bot cannot open threads in: answered in place,
         # replying to the question.
@@ -247,41 +247,8 @@ class DiscordInbound:
         )
         return surface, key
 
-    async def on_ask(self, interaction: discord.Interaction, question: str) -> None:
-        with self._gate.track():
-            if not self._gate.accepting:
-                await calls.respond(interaction, wording.shutting_down())
-                return
-            if not self._gate.allows(guild_of(interaction.guild_id)):
-                await calls.respond(interaction, wording.not_enabled_here())
-                return
-            # Deferred at once: Discord wants an answer within 3 s; the answer streams by edits.
-            await calls.acknowledge(interaction, thinking=True)
-            channel = interaction.channel
-            channel_id = interaction.channel_id or 0
-            if interaction.guild_id is None:
-                # Checked after deferring: a member lookup may take longer than Discord's 3 s.
-                refusal = await self._direct_messages.refusal(interaction.user.id)
-                if refusal is not None:
-                    await _refuse_ask(interaction, refusal)
-                    return
-                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel_id), direct=True)
-            elif isinstance(channel, discord.Thread):
-                key = _thread_key(interaction.guild_id, channel)
-            else:
-                # A one-off conversation: /ask in a channel has no thread to continue in.
-                key = ConversationKey(
-                    platform=PLATFORM,
-                    workspace=str(interaction.guild_id),
-                    channel=str(channel_id),
-                    thread=f"ask-{interaction.id}",
-                )
-            surface = self._surfaces.for_interaction(interaction, workspace=key.workspace, thread=key.thread)
-            request = Request(question=question.strip(), conversation=key, user=actor_of(interaction.user))
-            self._runner.submit(self._engine.ask(request), surface)
 
-
-def _thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:
+def thread_key(guild_id: int, thread: discord.Thread) -> ConversationKey:
     return ConversationKey(
         platform=PLATFORM, workspace=str(guild_id), channel=str(thread.parent_id), thread=str(thread.id)
     )
@@ -323,11 +290,3 @@ async def _reply_once(transport: ChannelTransport, text: str) -> None:
         await transport.post(text)
     except Exception:
         log.exception("could not reply to a message")
-
-
-async def _refuse_ask(interaction: discord.Interaction, text: str) -> None:
-    """The deferred /ask response becomes the refusal, and nothing else happens."""
-    try:
-        await calls.update_original(interaction, content=text, allowed_mentions=NO_PINGS)
-    except Exception:
-        log.exception("could not refuse an /ask")

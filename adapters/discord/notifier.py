@@ -17,7 +17,7 @@ from . import render
 from .render import ApprovalPart
 from .surface import edit_approval
 from . import transport_calls as calls
-from .transport import NO_PINGS, ChannelBudgets, part_nonce
+from .transport import NO_PINGS, DiscordBudgets, part_nonce
 from .transport_lookup import PostOnce
 from .wording import mention
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class DiscordNotifier:
     """Redraws expired approval messages (the note, every button disabled) and posts reminders."""
 
-    def __init__(self, *, client: Callable[[], discord.Client | None], budgets: ChannelBudgets, clock: Clock) -> None:
+    def __init__(self, *, client: Callable[[], discord.Client | None], budgets: DiscordBudgets, clock: Clock) -> None:
         self._client = client
         self._budgets = budgets
         self._clock = clock

@@ -7,8 +7,9 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from core.config import HTTP_SCHEMES, WEBSOCKET_SCHEMES, CommaList, optional_url, split_commas
+from core.config import CommaList
 from core.platform_settings import PlatformDefaults, PlatformSettings
+from core.setting_checks import HTTP_SCHEMES, WEBSOCKET_SCHEMES, optional_url, split_commas
 
 
 class DiscordSettings(PlatformSettings):

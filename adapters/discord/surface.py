@@ -20,7 +20,7 @@ from . import buttons, render
 from .controls import stop_view
 from .feedback import feedback_view
 from . import transport_calls as calls
-from .transport import NO_PINGS, ChannelBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
+from .transport import NO_PINGS, DiscordBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
 from .transport_lookup import find_posted
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class DiscordSurface:
         channel_id: int,
         workspace: str,
         thread: str,
-        budgets: ChannelBudgets,
+        budgets: DiscordBudgets,
         limits: StreamLimits,
         clock: Clock,
         show_typing: bool,
@@ -198,7 +198,7 @@ async def _typing(channel: discord.abc.Messageable) -> None:
 class DiscordSurfaces:
     """Makes the surface of each answer; all of them share the channel budgets, stream limits and clock."""
 
-    def __init__(self, *, budgets: ChannelBudgets, limits: StreamLimits, clock: Clock, feedback: bool = False) -> None:
+    def __init__(self, *, budgets: DiscordBudgets, limits: StreamLimits, clock: Clock, feedback: bool = False) -> None:
         self.budgets = budgets
         self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.limits = limits
@@ -240,7 +240,7 @@ class DiscordShownMessages:
 
     max_chars = render.MAX_CONTENT_CHARS
 
-    def __init__(self, client: discord.Client, budgets: ChannelBudgets, clock: Clock) -> None:
+    def __init__(self, client: discord.Client, budgets: DiscordBudgets, clock: Clock) -> None:
         self._client = client
         self._budgets = budgets
         self._clock = clock
@@ -303,7 +303,7 @@ class DiscordFinalDelivery:
     was attempted without its outcome seen is looked for in the channel from the attempt on, since the nonce
     is forgotten after a few minutes."""
 
-    def __init__(self, client: discord.Client, budgets: ChannelBudgets, clock: Clock) -> None:
+    def __init__(self, client: discord.Client, budgets: DiscordBudgets, clock: Clock) -> None:
         self._client = client
         self._budgets = budgets
         self._clock = clock

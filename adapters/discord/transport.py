@@ -39,7 +39,7 @@ def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> R
     return RateBudget(capacity=burst, refill_per_s=refill, clock=clock)
 
 
-class ChannelBudgets:
+class DiscordBudgets:
     """One budget per channel or thread, shared by every answer posting or editing there.
 
     A budget that nobody drew on for as long as it takes to refill completely is dropped: a new

@@ -46,6 +46,7 @@ from .feedback import FEEDBACK_ACTION, WHY_VIEW, SlackFeedback
 from .inbound import SlackInbound, is_question_event
 from .notifier import SlackNotifier
 from .reader import BotIdentity, SlackReader
+from .settings import SlackSettings
 from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
 from .transport import ScaledClock, SlackBudgets
 
@@ -74,41 +75,47 @@ class SlackAdapter:
         self, *, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer | None = None,
         time_scale: float = 1.0,
     ) -> None:
-        if not settings.slack_bot_token:
-            raise ValueError("SLACK_BOT_TOKEN is not set")
-        socket_mode = bool(settings.slack_app_token)
-        if not socket_mode and (http is None or not settings.slack_signing_secret):
-            raise ValueError("Slack HTTP mode needs SLACK_SIGNING_SECRET and the HTTP server (or set SLACK_APP_TOKEN)")
-        self._settings = settings
+        slack = settings.platform_settings(SlackSettings)
+        socket_mode = _socket_mode(slack, http)
+        self._slack = slack
         self._socket_handler: AsyncSocketModeHandler | None = None
-        clock = ScaledClock(time_scale)
         self.client = AsyncWebClient(
-            token=settings.slack_bot_token, base_url=settings.slack_api_url,
+            token=slack.bot_token, base_url=slack.api_url,
             # Bolt copies these into its per-event clients, so every Web API call's 429 is counted. No retry
             # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
             retry_handlers=[RateLimitCounter()],
         )
         self._auth_problem: str | None = "auth.test has not run yet"
         self._auth_checked_at: float | None = None
+        self._build_answering(settings, engine, ports, clock=ScaledClock(time_scale))
+        self._build_handlers(settings, engine, ports)
+        self.app = self._build_app(ports, socket_mode=socket_mode)
+        if not socket_mode and http is not None:
+            http.app.router.add_post(EVENTS_PATH, self._handle_http)
+
+    def _build_answering(self, settings: Settings, engine: Engine, ports: AdapterPorts, *, clock: ScaledClock) -> None:
+        """The surfaces answers are written to, the gate events pass, and the runner that plays answers."""
+        slack = self._slack
         # Answers stream natively where Slack offers it (SLACK_NATIVE_STREAMING), else with post+update.
         self.native = NativeStreaming(
-            setting=settings.slack_native_streaming, clock=clock, share=settings.slack_rate_share,
-            streams=StreamRuns(ports.state),
+            setting=slack.native_streaming, clock=clock, share=slack.rate_share, streams=StreamRuns(ports.state),
         )
         self.surfaces = NativeSlackSurfaces(
             native=self.native, client=self.client, budgets=SlackBudgets(
-                clock=clock, share=settings.slack_rate_share,
-                workspace_posts_per_minute=settings.slack_workspace_posts_per_minute,
-                history_tier=settings.slack_history_tier,
+                clock=clock, share=slack.rate_share, workspace_posts_per_minute=slack.workspace_posts_per_minute,
+                history_tier=slack.history_tier,
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
             feedback=settings.feedback_buttons,
         )
-        self.gate = Gate(platform=PLATFORM, allowed_workspaces=settings.slack_team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
+        self.gate = Gate(platform=PLATFORM, allowed_workspaces=slack.team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
         self.runner = AnswerRunner(
             platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,
-            outbox_max_age_s=settings.outbox_max_age_s,
-            in_flight_max=settings.answers_in_flight_max,
+            outbox_max_age_s=settings.outbox_max_age_s, in_flight_max=settings.answers_in_flight_max,
         )
+        self.notifier = SlackNotifier(self.surfaces)
+
+    def _build_handlers(self, settings: Settings, engine: Engine, ports: AdapterPorts) -> None:
+        """What takes each kind of event: messages, /ask, approval, Stop and 👍/👎 clicks, the Home tab, /relaybot."""
         # Who the bot is, for reads outside an event (read_conversation); auth.test fills it in.
         self.identity = BotIdentity(user_id="")
         # Thread context and the read_conversation tool read through this one reader.
@@ -117,54 +124,46 @@ class SlackAdapter:
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
             conversations=ports.conversations, reader=self.reader,
         )
+        access = self.inbound.access
         self.clicks = SlackClicks(
-            approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access,
-            assistant=settings.slack_assistant,
+            approvals=engine.approvals, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=access,
+            assistant=self._slack.assistant,
         )
-        self.stops = SlackStops(
-            runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access, streams=self.native.streams
-        )
+        self.stops = SlackStops(runs=engine.runs, surfaces=self.surfaces, gate=self.gate, access=access, streams=self.native.streams)
         # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,
         # so buttons posted before it was turned off still count.
-        self.feedback = SlackFeedback(
-            feedback=ports.feedback, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
-        )
-        self.notifier = SlackNotifier(self.surfaces)
-        self.commands = SlackCommands(
-            engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=self.inbound.access
-        )
-        self.home = SlackHome(
-            approvals=engine.approvals, surfaces=self.surfaces, clicks=self.clicks, gate=self.gate, access=self.inbound.access
-        )
-        self.app = AsyncApp(
-            client=self.client, signing_secret=settings.slack_signing_secret or "",
-            process_before_response=False, request_verification_enabled=not socket_mode,
-        )
-        self.app.middleware(self._gate_middleware)
-        if settings.slack_assistant:
-            # Messages in assistant threads stop at this middleware: never answered twice by `message`.
-            assistant = SlackAssistant(
-                inbound=self.inbound, conversations=ports.conversations, bot=_bot, web=self.surfaces.web
-            )
-            self.app.assistant(assistant.middleware())
-        self.app.event("app_home_opened")(self.home.on_home_opened)
-        self.app.command(COMMAND)(self.commands.on_ask)
+        self.feedback = SlackFeedback(feedback=ports.feedback, surfaces=self.surfaces, gate=self.gate, access=access)
+        self.commands = SlackCommands(engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=access)
+        self.home = SlackHome(approvals=engine.approvals, surfaces=self.surfaces, clicks=self.clicks, gate=self.gate, access=access)
         # /relaybot: the channel's settings in a modal, for workspace admins and owners (or CHANNEL_ADMINS).
         self.admin = SlackAdmin(admin=engine.channel_admin, web=self.surfaces.web, gate=self.gate)
-        self.app.command(SETTINGS_COMMAND)(self.admin.on_command)
-        self.app.view(SETTINGS_VIEW)(self.admin.on_submit)
-        self.app.action(HOME_ACTION)(self.home.on_click)
-        self.app.event("app_mention")(self._on_app_mention)
-        self.app.event("message")(self._on_message)
+
+    def _build_app(self, ports: AdapterPorts, *, socket_mode: bool) -> AsyncApp:
+        """The Bolt app, the gate in front of every handler, and each handler registered for its events."""
+        app = AsyncApp(
+            client=self.client, signing_secret=self._slack.signing_secret or "",
+            process_before_response=False, request_verification_enabled=not socket_mode,
+        )
+        app.middleware(self._gate_middleware)
+        if self._slack.assistant:
+            # Messages in assistant threads stop at this middleware: never answered twice by `message`.
+            assistant = SlackAssistant(inbound=self.inbound, conversations=ports.conversations, bot=_bot, web=self.surfaces.web)
+            app.assistant(assistant.middleware())
+        app.event("app_home_opened")(self.home.on_home_opened)
+        app.command(COMMAND)(self.commands.on_ask)
+        app.command(SETTINGS_COMMAND)(self.admin.on_command)
+        app.view(SETTINGS_VIEW)(self.admin.on_submit)
+        app.action(HOME_ACTION)(self.home.on_click)
+        app.event("app_mention")(self._on_app_mention)
+        app.event("message")(self._on_message)
         # Registered as is, so a click goes from Bolt straight to the click handler.
-        self.app.action(ACTION_PATTERN)(self.clicks.on_click)
-        self.app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
-        self.app.action(STOP_ACTION)(self.stops.on_stop)
-        self.app.shortcut(STOP_SHORTCUT)(self.stops.on_shortcut)
-        self.app.action(FEEDBACK_ACTION)(self.feedback.on_click)
-        self.app.view(WHY_VIEW)(self.feedback.on_submit)
-        if not socket_mode and http is not None:
-            http.app.router.add_post(EVENTS_PATH, self._handle_http)
+        app.action(ACTION_PATTERN)(self.clicks.on_click)
+        app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
+        app.action(STOP_ACTION)(self.stops.on_stop)
+        app.shortcut(STOP_SHORTCUT)(self.stops.on_shortcut)
+        app.action(FEEDBACK_ACTION)(self.feedback.on_click)
+        app.view(WHY_VIEW)(self.feedback.on_submit)
+        return app
 
     # --- lifecycle (PlatformAdapter) ---
 
@@ -179,11 +178,11 @@ class SlackAdapter:
         if auth is not None:
             _seed_authorization(self.app, auth)
         await self.maintain()
-        if self._settings.slack_app_token:
+        if self._slack.app_token:
             # Built and connected in a context naming the platform: the client's tasks, and the
             # event handlers they start, inherit it (metrics label their 429s and queues with it).
             context = observe.platform_context(PLATFORM)
-            handler = context.run(AsyncSocketModeHandler, self.app, app_token=self._settings.slack_app_token)
+            handler = context.run(AsyncSocketModeHandler, self.app, app_token=self._slack.app_token)
             self._socket_handler = handler
             await asyncio.create_task(handler.connect_async(), context=context)
             logger.info("Slack connected in Socket Mode")
@@ -199,12 +198,12 @@ class SlackAdapter:
             await self.runner.deliver_pending(delivery, finder=delivery)
             await self.native.streams.prune()
         due = self._auth_checked_at is None or time.monotonic() - self._auth_checked_at >= AUTH_CHECK_INTERVAL_S
-        if not self._settings.slack_app_token and due:
+        if not self._slack.app_token and due:
             await self._check_auth()
 
     async def readiness(self) -> str | None:
         """Socket Mode: the socket is open. HTTP mode: the last auth.test succeeded."""
-        if self._settings.slack_app_token:
+        if self._slack.app_token:
             handler = self._socket_handler
             if handler is None:
                 return "the Socket Mode connection is not open"
@@ -365,6 +364,15 @@ async def close_socket(client: SocketModeClient) -> None:
     await client.aiohttp_client_session.close()
 
 
+def _socket_mode(slack: SlackSettings, http: HttpServer | None) -> bool:
+    """Socket Mode when SLACK_APP_TOKEN is set, else HTTP mode; ValueError when neither can run."""
+    if not slack.bot_token:
+        raise ValueError("SLACK_BOT_TOKEN is not set")
+    if not slack.app_token and (http is None or not slack.signing_secret):
+        raise ValueError("Slack HTTP mode needs SLACK_SIGNING_SECRET and the HTTP server (or set SLACK_APP_TOKEN)")
+    return bool(slack.app_token)
+
+
 def _bot(context: AsyncBoltContext) -> BotIdentity:
     """This app's bot as Bolt learnt it from auth.test: how its own messages are recognised."""
     return BotIdentity(user_id=context.bot_user_id or "", bot_id=context.bot_id or "")
@@ -372,15 +380,16 @@ def _bot(context: AsyncBoltContext) -> BotIdentity:
 
 async def check_slack(settings: Settings) -> str:
     """`relaybot doctor`'s Slack line: is Slack configured, and is the bot token accepted (auth.test)?"""
-    if not settings.slack_bot_token:
+    slack = settings.platform_settings(SlackSettings)
+    if not slack.bot_token:
         return "not configured (SLACK_BOT_TOKEN is not set)"
-    client = AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
     try:
         auth = await client.auth_test()
     except SlackApiError as exc:
         return f"FAILED — the bot token was refused ({exc.response.get('error', 'unknown error')})"
     except Exception as exc:
-        return f"FAILED — cannot reach {redact_url(settings.slack_api_url)} ({exc.__class__.__name__})"
-    mode = "Socket Mode" if settings.slack_app_token else "HTTP mode at /slack/events"
-    missing = "" if settings.slack_app_token or settings.slack_signing_secret else " — SLACK_SIGNING_SECRET is missing"
+        return f"FAILED — cannot reach {redact_url(slack.api_url)} ({exc.__class__.__name__})"
+    mode = "Socket Mode" if slack.app_token else "HTTP mode at /slack/events"
+    missing = "" if slack.app_token or slack.signing_secret else " — SLACK_SIGNING_SECRET is missing"
     return f"ok — bot {auth.get('user')} ({auth.get('user_id')}) in {auth.get('team')} ({auth.get('team_id')}), {mode}{missing}"

@@ -25,6 +25,7 @@ from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
 from .reader import BotIdentity, SlackReader
+from .settings import SlackSettings
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
 from .working import WorkingSign
 
@@ -85,7 +86,7 @@ class SlackInbound:
         self, *, settings: Settings, engine: Engine, gate: Gate, runner: AnswerRunner, surfaces: SlackSurfaces,
         conversations: KnownConversations, reader: SlackReader,
     ) -> None:
-        self._settings = settings
+        self._slack = settings.platform_settings(SlackSettings)
         self._reader = reader
         self._engine = engine
         self._gate = gate
@@ -93,7 +94,7 @@ class SlackInbound:
         self._surfaces = surfaces
         self._conversations = conversations
         self._session: aiohttp.ClientSession | None = None
-        self.access = SlackAccess(allowed_teams=settings.slack_team_ids, direct_messages=settings.direct_messages)
+        self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages)
 
     @property
     def client(self) -> AsyncWebClient:
@@ -257,7 +258,7 @@ class SlackInbound:
         (or the configured API host), never to a URL that merely claims to be a file."""
         if not files or self._session is None:
             return ()
-        trusted = {urlsplit(self._settings.slack_api_url).netloc.lower()}
+        trusted = {urlsplit(self._slack.api_url).netloc.lower()}
         found = [
             FileOnMessage(
                 filename=str(info.get("name") or "file"), content_type=str(info.get("mimetype") or ""),
@@ -280,7 +281,7 @@ class SlackInbound:
         assert self._session is not None
         try:
             async with self._session.get(
-                url, headers={"Authorization": f"Bearer {self._settings.slack_bot_token or ''}"},
+                url, headers={"Authorization": f"Bearer {self._slack.bot_token or ''}"},
                 timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S),
             ) as response:
                 # Without a valid token Slack answers 200 with its HTML sign-in page instead of the file.

@@ -518,16 +518,16 @@ async def slack_process(world: World, engine: Engine, slack: SlackEmulator, name
     db = await world.process_db(name)
     ports = ports_for(db)
     settings = engine.settings
-    slack = settings.platform_settings(SlackSettings)
+    group = settings.platform_settings(SlackSettings)
     clock = ScaledClock(SLACK_TIME_SCALE)
-    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url,
+    client = AsyncWebClient(token=group.bot_token, base_url=group.api_url,
                             retry_handlers=[RateLimitCounter()])
     surfaces = NativeSlackSurfaces(
-        native=NativeStreaming(setting=slack.native_streaming, clock=clock, share=slack.rate_share),
+        native=NativeStreaming(setting=group.native_streaming, clock=clock, share=group.rate_share),
         client=client, clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
-        budgets=SlackBudgets(clock=clock, share=slack.rate_share,
-                             workspace_posts_per_minute=slack.workspace_posts_per_minute,
-                             history_tier=slack.history_tier),
+        budgets=SlackBudgets(clock=clock, share=group.rate_share,
+                             workspace_posts_per_minute=group.workspace_posts_per_minute,
+                             history_tier=group.history_tier),
     )
     runner = AnswerRunner(platform="slack", approvals=engine.approvals, live=ports.live, outbox=ports.outbox,  # type: ignore[arg-type]
                           outbox_max_age_s=settings.outbox_max_age_s)

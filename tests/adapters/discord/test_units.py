@@ -24,8 +24,8 @@ from adapters.discord.render import (
     full_arguments_file,
     sources_embed,
 )
-from adapters.discord.inbound import MEMBERSHIP_CACHE_S, DirectMessageRule
-from adapters.discord.transport import ChannelBudgets, guarded, send_after_answers, send_reliably
+from adapters.discord.inbound import MEMBERSHIP_CACHE_S, DiscordAccess
+from adapters.discord.transport import DiscordBudgets, guarded, send_after_answers, send_reliably
 from adapters.streaming import Priority, RateBudget, RateLimited, TransientSendError
 from core.approvals import ApprovalView, CallView, DecisionView, ViewState
 from core.citations import Citation
@@ -215,7 +215,7 @@ def test_sources_embed_numbers_links_and_fits() -> None:
 
 async def test_channel_budget_never_exceeds_its_window() -> None:
     clock = FakeClock()
-    budgets = ChannelBudgets(calls_per_window=4, window_s=5.0, clock=clock)
+    budgets = DiscordBudgets(calls_per_window=4, window_s=5.0, clock=clock)
     budget = budgets(1)
     assert budgets(1) is budget and budgets(2) is not budget
     times = []
@@ -284,7 +284,7 @@ async def test_a_note_to_a_clicker_waits_behind_the_channels_answers() -> None:
 
 async def test_channel_budgets_drop_the_idle_ones_but_never_one_still_in_use() -> None:
     clock = FakeClock()
-    budgets = ChannelBudgets(calls_per_window=4, window_s=5.0, clock=clock)
+    budgets = DiscordBudgets(calls_per_window=4, window_s=5.0, clock=clock)
     full_after_s = 2 / (2 / 5.0)  # burst 2 at 2 calls per 5 s
     for channel in range(1_000):
         await budgets(channel).acquire(Priority.FINAL)
@@ -307,7 +307,7 @@ async def test_channel_budgets_drop_the_idle_ones_but_never_one_still_in_use() -
 
 async def test_a_budget_drawn_on_by_a_waiter_is_not_dropped_while_it_waits() -> None:
     clock = VirtualClock()
-    budgets = ChannelBudgets(calls_per_window=4, window_s=5.0, clock=clock)
+    budgets = DiscordBudgets(calls_per_window=4, window_s=5.0, clock=clock)
 
     async def scenario() -> None:
         budget = budgets(1)
@@ -333,7 +333,7 @@ async def test_direct_message_rule_asks_discord_once_per_user_and_caches_either_
             raise discord.HTTPException(SimpleNamespace(status=500, reason="boom", headers={}), "boom")  # type: ignore[arg-type]
         return (guild_id, user_id) in members
 
-    rule = DirectMessageRule(policy="members", guild_ids=("10", "20"), is_member=is_member, clock=lambda: now[0])
+    rule = DiscordAccess(policy="members", guild_ids=("10", "20"), is_member=is_member, clock=lambda: now[0])
     assert await rule.verdict(1) == "allowed" and lookups == [(10, 1)]
     assert await rule.verdict(2) == "not_member" and lookups[1:] == [(10, 2), (20, 2)]
     assert await rule.verdict(1) == "allowed" and await rule.verdict(2) == "not_member"
@@ -349,7 +349,7 @@ async def test_direct_message_rule_asks_discord_once_per_user_and_caches_either_
     async def never(guild_id: int, user_id: int) -> bool:
         raise AssertionError("no lookup without an allowlist or under open/closed")
 
-    assert await DirectMessageRule(policy="members", guild_ids=(), is_member=never).verdict(5) == "allowed"
-    assert await DirectMessageRule(policy="open", guild_ids=("10",), is_member=never).verdict(5) == "allowed"
-    closed = DirectMessageRule(policy="closed", guild_ids=(), is_member=never)
+    assert await DiscordAccess(policy="members", guild_ids=(), is_member=never).verdict(5) == "allowed"
+    assert await DiscordAccess(policy="open", guild_ids=("10",), is_member=never).verdict(5) == "allowed"
+    closed = DiscordAccess(policy="closed", guild_ids=(), is_member=never)
     assert await closed.verdict(5) == "closed" and await closed.refusal(5) == shared_wording.direct_messages_off()
