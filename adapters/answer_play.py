@@ -10,7 +10,7 @@ from typing import assert_never
 
 from adapters import wording
 from adapters.answer_protocols import AnswerControls, ApprovalMessages, Surface
-from adapters.live_records import INTENT_HEAD_CHARS, INTENT_HEAD_MIN_CHARS, LiveRecords, intent_id
+from adapters.live_records import INTENT_HEAD_CHARS, INTENT_HEAD_MIN_CHARS, LiveRecords, intent_id, message_at
 from adapters.streaming import MessageStreamer
 from core import wording as engine_wording
 from core.approvals import ApprovalView
@@ -93,18 +93,13 @@ class PlayedAnswer:
                 await self.streamer.fail(wording.failed(engine_wording.unexpected_error()))
             return True
 
-    def _live(self, message_id: str) -> LiveMessage:
-        place = self._place
-        return LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
-                           message_id=message_id, thread=place.thread)
-
     async def _post_intent(self, index: int, at: float) -> None:
         # What repair knows the message by where the platform gives no key back (Discord): a later part replies
         # to the part before it; the first shows the answer's start, whatever a crash left it showing.
         ids = self.streamer.message_ids
         after = ids[index - 1] if 0 < index <= len(ids) else None
         head = self._heard.head() if index == 0 else None
-        intent = self._live(intent_id(self.answer_id, index, at, after=after, head=head))
+        intent = message_at(self._place, intent_id(self.answer_id, index, at, after=after, head=head))
         earlier = self._intents.get(index)
         self._intents[index] = intent
         await self._records.record(intent)
@@ -112,7 +107,7 @@ class PlayedAnswer:
             await self._records.unrecord(earlier)  # a post refused (a 429) made nothing: this attempt replaces it
 
     async def _posted(self, message_id: str) -> None:
-        await self._records.record(self._live(message_id))
+        await self._records.record(message_at(self._place, message_id))
         if self._intents:
             # Posts go in order: the oldest part still waiting for its reply is this one.
             await self._records.unrecord(self._intents.pop(min(self._intents)))

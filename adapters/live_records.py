@@ -41,8 +41,7 @@ class LiveRecords:
 
     async def forget(self, place: AnswerPlace, message_ids: list[str]) -> None:
         for message_id in message_ids:
-            await self.unrecord(LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
-                                            message_id=message_id, thread=place.thread))
+            await self.unrecord(message_at(place, message_id))
 
     async def write_unwritten(self) -> None:
         """The writes remembered from rounds the database failed, in order, until one fails again."""
@@ -83,6 +82,12 @@ class LiveRecords:
             await self.log.add(message)
         else:
             await self.log.remove(platform=message.platform, channel=message.channel, message_id=message.message_id)
+
+
+def message_at(place: AnswerPlace, message_id: str) -> LiveMessage:
+    """The live record of message `message_id` of an answer in `place`."""
+    return LiveMessage(platform=place.platform, workspace=place.workspace, channel=place.channel,
+                       message_id=message_id, thread=place.thread)
 
 
 def intent_id(answer_id: str, index: int, at: float, *, after: str | None = None, head: str | None = None) -> str:
