@@ -149,6 +149,54 @@ def test_adapters_never_import_the_store() -> None:
     assert not offenders, "adapters must not import core.store:\n  " + "\n  ".join(offenders)
 
 
+# What an adapter may ask of the engine: the façade and its services. Storage comes as core/ports.py interfaces.
+ENGINE_FACADE = frozenset({"ask", "answer", "channel", "approvals", "runs", "channel_admin", "registry", "settings"})
+
+
+def engine_reads(source: str) -> list[tuple[str, int]]:
+    """Each `engine.<name>` read in a module, through any holder (`engine`, `self._engine`, `answers.engine`)."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            holder = node.value
+            name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
+            if name in ("engine", "_engine"):
+                found.append((node.attr, node.lineno))
+    return found
+
+
+def test_adapters_reach_the_engine_only_through_its_facade_and_get_storage_as_ports() -> None:
+    """No adapter takes a store from the engine (it once handed out engine.feedback, a FeedbackStore); what an
+    adapter is given of storage, AdapterPorts, is typed with core/ports.py's interfaces only."""
+    import typing
+
+    from adapters.base import AdapterPorts
+
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} engine.{name}"
+        for module, path in project_files().items() if module.startswith("adapters")
+        for name, line in engine_reads(path.read_text(encoding="utf-8")) if name not in ENGINE_FACADE
+    ]
+    assert not offenders, "adapters use the engine beyond its façade:\n  " + "\n  ".join(offenders)
+    kinds = {field: hint.__module__ for field, hint in typing.get_type_hints(AdapterPorts).items()}
+    assert kinds and all(module == "core.ports" for module in kinds.values()), kinds
+
+
+def test_the_engine_reader_sees_every_holder() -> None:
+    source = "engine.ask(r)\nself._engine.feedback.vote()\nx = self._answers.engine.approvals\n"
+    assert sorted(engine_reads(source)) == [("approvals", 3), ("ask", 1), ("feedback", 2)]
+
+
+def test_the_engine_builds_none_of_its_parts() -> None:
+    """Engine.__init__ keeps what bot/engine_parts.py hands it (EngineParts) and calls nothing: core builds no store
+    or service for itself."""
+    tree = ast.parse((ROOT / "core" / "engine.py").read_text(encoding="utf-8"))
+    [engine] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Engine"]
+    [init] = [node for node in engine.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
+    calls = [ast.unparse(node.func) for node in ast.walk(init) if isinstance(node, ast.Call)]
+    assert not calls, f"Engine.__init__ builds {calls}"
+
+
 def test_the_top_level_migrations_package_is_data_that_only_the_store_reads() -> None:
     """migrations/ holds the numbered SQL files and a docstring-only __init__.py; core/store/migrations.py reads
     it with importlib.resources, and no adapter or bot module imports it."""
