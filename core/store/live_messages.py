@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from core import observe
 from core.ports import LiveMessage
 from core.store.db import Database
+from core.store.group_commit import GroupCommit, last_per_key
 from core.store.heartbeats import STALE_AFTER_S, process_identity
 
 _FIELDS = "platform, workspace, channel, message_id, thread"
@@ -21,6 +22,14 @@ class TakenMessage(LiveMessage):
     answer_id: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Write:
+    """An add (`answer_id` set, '' when unknown) or a remove (None) of one message's record."""
+
+    message: LiveMessage
+    answer_id: str | None
+
+
 class LiveMessages:
     """Implements core.ports.LiveAnswerLog for the process `owner`."""
 
@@ -28,6 +37,9 @@ class LiveMessages:
         self._db = db
         self.owner = owner or process_identity()
         self._stale_after_s = stale_after_s
+        # A burst of answers' records (each post's intent, then its message) in a statement, not a commit each
+        # queued on the heartbeat row every add also writes.
+        self._writes: GroupCommit[_Write, None] = GroupCommit(self._write)
 
     async def add(self, message: LiveMessage, *, answer_id: str | None = None) -> None:
         """Records `message` as streaming, with the answer it belongs to (default: the run being played, whose id
@@ -35,26 +47,41 @@ class LiveMessages:
         if answer_id is None:
             run = observe.current_run()
             answer_id = run.run_id if run is not None else ""
-        async with self._db.connection() as conn:
-            await conn.execute(
-                f"INSERT INTO live_messages ({_FIELDS}, owner, answer_id) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING",
-                (message.platform, message.workspace, message.channel, message.message_id, message.thread, self.owner,
-                 answer_id),
-            )
-            # Writing is a sign of life too, so a record is never an orphan the moment it is made.
-            await conn.execute(
-                "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
-                " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
-                (self.owner,),
-            )
+        await self._writes.ask(_Write(message=message, answer_id=answer_id))
 
     async def remove(self, *, platform: str, channel: str, message_id: str) -> None:
+        gone = LiveMessage(platform=platform, workspace="", channel=channel, message_id=message_id, thread="")
+        await self._writes.ask(_Write(message=gone, answer_id=None))
+
+    async def _write(self, writes: list[_Write]) -> list[None]:
+        """A batch of adds and removes in one transaction; of several for one message, the last one counts."""
+        latest = last_per_key(writes, lambda write: (write.message.platform, write.message.channel,
+                                                     write.message.message_id))
+        added = [write for write in latest if write.answer_id is not None]
+        removed = [write.message for write in latest if write.answer_id is None]
         async with self._db.connection() as conn:
-            await conn.execute(
-                "DELETE FROM live_messages WHERE platform = %s AND channel = %s AND message_id = %s",
-                (platform, channel, message_id),
-            )
+            if removed:
+                await conn.execute(
+                    "DELETE FROM live_messages WHERE (platform, channel, message_id) IN"
+                    " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                    ([m.platform for m in removed], [m.channel for m in removed], [m.message_id for m in removed]),
+                )
+            if added:
+                await conn.execute(
+                    f"INSERT INTO live_messages ({_FIELDS}, owner, answer_id)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                    " %s::text[]) ON CONFLICT DO NOTHING",
+                    tuple(list(column) for column in zip(*(
+                        (w.message.platform, w.message.workspace, w.message.channel, w.message.message_id,
+                         w.message.thread, self.owner, w.answer_id) for w in added))),
+                )
+                # Writing is a sign of life too, so a record is never an orphan the moment it is made.
+                await conn.execute(
+                    "INSERT INTO process_heartbeats (owner, seen_at) VALUES (%s, now())"
+                    " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
+                    (self.owner,),
+                )
+        return [None] * len(writes)
 
     async def release(self, message: LiveMessage) -> None:
         """A repair that failed for now (a 429, Slack down): the record is an orphan again, for the next round."""
