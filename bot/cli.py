@@ -192,7 +192,8 @@ def _commands() -> dict[str, Command]:
     from bot.commands import chat, doctor, migrate, run
     from bot.channels_cli import channels
     from bot.feedback_cli import feedback
-    from bot.ingest_cli import ingest, sources
+    from bot.ingest_cli import ingest
+    from bot.sources_cli import sources
     from bot.keys_cli import keys
     from bot.tools_cli import tools
     from bot.usage_cli import usage

@@ -9,7 +9,7 @@ import pytest
 
 from bot.channels_cli import channels, cli_actor, dm_target, parse_changes
 from bot.cli import build_parser
-from bot.ingest_cli import sources
+from bot.sources_cli import sources
 from core.retrieval.ingest import IngestRequest, ingest
 from core.store.db import Database
 from tests.support.engine import test_settings as make_settings

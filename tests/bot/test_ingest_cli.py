@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.ingest_cli import ProgressLine, add_ingest_commands, count_documents
+from bot.ingest_cli import add_ingest_commands
+from bot.ingest_progress import ProgressLine, count_documents
 from bot.retrieval import describe_embeddings
 from core.config import Settings
 from core.retrieval.ingest import IngestProgress

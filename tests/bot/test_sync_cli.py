@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.ingest_cli import add_ingest_commands, format_duration, parse_duration, parse_size
+from bot.cli_quantities import format_duration, parse_duration, parse_size
+from bot.ingest_cli import add_ingest_commands
 from tests.bot.test_ingest_cli import relaybot
 
 
