@@ -1,5 +1,4 @@
-"""What an approval message shows: the calls, the decisions so far and its state, built from the event at first
-and from the stored row later."""
+"""What an approval message shows: calls, decisions so far and its state, from the event or the stored row."""
 
 from __future__ import annotations
 

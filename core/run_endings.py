@@ -1,5 +1,4 @@
-"""A run's ending, stored and counted: a finished turn, a saved pause, the question alone after a failure, or — once
-an approved call started — the turn so far, whatever stopped it; and each answer's log line, metrics and tokens."""
+"""A run's ending, stored and counted: finished turn, saved pause, question alone, turn so far; the answer line."""
 
 from __future__ import annotations
 

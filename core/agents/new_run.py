@@ -1,5 +1,4 @@
-"""The steps that open a new run: its system prompt with documents, the tools it offers, its messages within the
-context budget, and the loop state it starts from (a resumed run has its state already)."""
+"""The steps that open a new run: system prompt with documents, tools offered, messages, first loop state."""
 
 from __future__ import annotations
 

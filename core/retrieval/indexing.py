@@ -1,5 +1,4 @@
-"""What one ingest does to a source's documents: decide what each loaded document needs, embed queued chunks in
-batches, write each document's chunks and vectors in one transaction, and keep the totals."""
+"""What one ingest does to a source's documents: decide per document, embed in batches, write each whole."""
 
 from __future__ import annotations
 

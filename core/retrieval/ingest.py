@@ -1,5 +1,4 @@
-"""Ingest files, folders and URLs into a source: one IngestRequest says what, its targets are read in turn, and
-changed documents are replaced whole (core/retrieval/indexing.py)."""
+"""Ingest files, folders and URLs into a source: one IngestRequest says what; its targets are read in turn."""
 
 from __future__ import annotations
 
