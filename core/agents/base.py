@@ -1,4 +1,4 @@
-"""BaseAgent: token-budgeted messages, the streamed LLM call, and the tool loop with approval pauses."""
+"""BaseAgent: the streamed, quota-reserved model call and the tool loop with approval pauses and resumes."""
 
 from __future__ import annotations
 
