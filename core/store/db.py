@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -16,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from core.redact import error_reason, redact_url
 from core.store.embedded_postgres import prune_dead_handles, stop_server
+from core.store.lanes import Lane
 from core.store.migrations import apply_migrations
 
 log = logging.getLogger(__name__)
@@ -26,8 +25,6 @@ POOL_TIMEOUT_S = 30.0
 # A wait this long for a pooled connection is logged with what holds them all (then it waits out POOL_TIMEOUT_S).
 POOL_SLOW_S = 5.0
 HOLDERS_LOGGED = 12
-# Seconds to open the intake lane's connection (libpq counts whole seconds, at least 2).
-INTAKE_CONNECT_TIMEOUT_S = 2
 
 
 class DatabaseError(Exception):
@@ -73,9 +70,8 @@ class Database:
         self._embedded = None if url else EmbeddedPostgres(data_dir / "pgdata")
         self._max_size = max_size
         self._pool: AsyncConnectionPool | None = None
-        # The intake lane: one connection of its own, opened on first use and again after it broke.
-        self._intake: psycopg.AsyncConnection | None = None
-        self._intake_lock = asyncio.Lock()
+        self._intake = Lane(lambda: self.url if self._pool is not None else None)
+        self._deliveries = Lane(lambda: self.url if self._pool is not None else None)
         self._holders: dict[int, asyncio.Task[object] | None] = {}  # pooled connection → the task holding it
         self.url: str | None = url
 
@@ -134,7 +130,8 @@ class Database:
 
     async def close(self) -> None:
         """Close the pool, then stop the embedded server if this process started it."""
-        await self._drop_intake()
+        await self._intake.close()
+        await self._deliveries.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
@@ -167,44 +164,17 @@ class Database:
         log.warning("no pooled database connection free for %.0f s (%d held); held by: %s", POOL_SLOW_S,
                     len(self._holders), "; ".join(places) or "nothing this process tracks")
 
-    async def intake_fetch(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
-        """One statement (committed) on the intake lane, apart from the pool every other query shares: an event's
-        record is written before its ack (Slack waits 3 s), so it never waits for a connection a running answer
-        holds. Callers send one statement at a time (core.store.processed_events batches a burst into one)."""
-        if self._pool is None:
-            raise DatabaseError("The database is not open yet.")
-        async with self._intake_lock:
-            reused = self._intake is not None
-            try:
-                return await self._intake_run(query, params)
-            except psycopg.OperationalError:
-                await self._drop_intake()
-                if not reused:
-                    raise
-            except BaseException:
-                await self._drop_intake()  # cut off mid-statement (a timeout): its state is unknown
-                raise
-            # The connection had died while idle (a restarted server): once more on a new one.
-            try:
-                return await self._intake_run(query, params)
-            except BaseException:
-                await self._drop_intake()
-                raise
+    @property
+    def intake(self) -> Lane:
+        """The lane of an event's record, written before its ack (Slack waits 3 s): it never waits for a pooled
+        connection a running answer holds (core.store.processed_events)."""
+        return self._intake
 
-    async def _intake_run(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
-        if self._intake is None:
-            assert self.url is not None
-            self._intake = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=INTAKE_CONNECT_TIMEOUT_S
-            )
-        cursor = await self._intake.execute(query, params)
-        return await cursor.fetchall() if cursor.description else []
-
-    async def _drop_intake(self) -> None:
-        conn, self._intake = self._intake, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+    @property
+    def deliveries(self) -> Lane:
+        """The lane of answers' live records, written around each post: a burst's first posts never wait for
+        the pool the answers' own queries fill (core.store.live_messages)."""
+        return self._deliveries
 
     async def __aenter__(self) -> "Database":
         await self.open()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psycopg
+
 from core import observe
 from core.ports import LiveMessage
 from core.store.db import Database
@@ -59,7 +61,7 @@ class LiveMessages:
                                                      write.message.message_id))
         added = [write for write in latest if write.answer_id is not None]
         removed = [write.message for write in latest if write.answer_id is None]
-        async with self._db.connection() as conn:
+        async def write(conn: psycopg.AsyncConnection) -> None:
             if removed:
                 await conn.execute(
                     "DELETE FROM live_messages WHERE (platform, channel, message_id) IN"
@@ -81,6 +83,8 @@ class LiveMessages:
                     " ON CONFLICT (owner) DO UPDATE SET seen_at = now()",
                     (self.owner,),
                 )
+
+        await self._db.deliveries.run(write)
         return [None] * len(writes)
 
     async def release(self, message: LiveMessage) -> None:

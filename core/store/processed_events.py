@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import psycopg
+
 from core.store.db import Database
 from core.store.group_commit import GroupCommit
 
@@ -15,7 +17,7 @@ Key = tuple[str, str]
 
 
 class ProcessedEvents:
-    """Deduplicates platform events in Postgres, on the database's intake lane.
+    """Deduplicates platform events in Postgres, on the database's intake lane (core.store.lanes).
 
     Every asker's id joins the next statement (core.store.group_commit): a lone event is written at once; a burst
     of a hundred in one or two statements instead of a hundred commits, which is what held the last of a burst past
@@ -43,11 +45,15 @@ class ProcessedEvents:
                 self._orphans.popitem(last=False)
 
     async def _insert(self, keys: list[Key]) -> list[bool]:
-        rows = await self._db.intake_fetch(
-            "INSERT INTO processed_events (platform, event_id) SELECT * FROM unnest(%s::text[], %s::text[]) "
-            "ON CONFLICT DO NOTHING RETURNING platform, event_id",
-            ([platform for platform, _ in keys], [event_id for _, event_id in keys]),
-        )
+        async def insert(conn: psycopg.AsyncConnection) -> list[tuple[object, ...]]:
+            cursor = await conn.execute(
+                "INSERT INTO processed_events (platform, event_id) SELECT * FROM unnest(%s::text[], %s::text[]) "
+                "ON CONFLICT DO NOTHING RETURNING platform, event_id",
+                ([platform for platform, _ in keys], [event_id for _, event_id in keys]),
+            )
+            return await cursor.fetchall()
+
+        rows = await self._db.intake.run(insert)
         new = {(str(platform), str(event_id)) for platform, event_id in rows}
         # One id asked twice in a batch (a retry beside the first delivery) is new for the first asker only.
         results = []

@@ -99,20 +99,17 @@ def _message(n: int) -> LiveMessage:
 async def test_a_burst_of_answers_records_is_written_in_a_few_transactions(db: Database) -> None:
     live = LiveMessages(db, owner="burst-owner")
     transactions = 0
-    connection = db.connection
+    run = db.deliveries.run
 
-    @contextlib.asynccontextmanager
-    async def counted():  # counts the transactions; the writes are real
+    async def counted(work):  # counts the transactions; the writes are real
         nonlocal transactions
         transactions += 1
-        async with connection() as conn:
-            yield conn
+        return await run(work)
 
-    db.connection = counted  # type: ignore[method-assign]
+    db.deliveries.run = counted  # type: ignore[method-assign]
     await asyncio.gather(*(live.add(_message(n), answer_id=f"a{n}") for n in range(100)))
     added = transactions
     await asyncio.gather(*(live.remove(platform="slack", channel=f"C{n}", message_id=f"{n}.0") for n in range(50)))
-    db.connection = connection  # type: ignore[method-assign]
     assert added <= 3
     async with db.connection() as conn:
         cursor = await conn.execute("SELECT count(*), count(DISTINCT answer_id) FROM live_messages WHERE owner = 'burst-owner'")

@@ -25,14 +25,14 @@ async def test_an_event_is_recorded_while_every_shared_connection_is_held_by_ans
 async def test_a_burst_of_a_hundred_events_is_written_in_a_few_statements_each_told_once(db: Database) -> None:
     events = ProcessedEvents(db)
     statements = 0
-    fetch = db.intake_fetch
+    run = db.intake.run
 
-    async def counted(query: str, params: object) -> list[tuple[object, ...]]:
+    async def counted(work):  # counts the statements; the writes are real
         nonlocal statements
         statements += 1
-        return await fetch(query, params)
+        return await run(work)
 
-    db.intake_fetch = counted  # type: ignore[method-assign]  # counts the statements; the writes are real
+    db.intake.run = counted  # type: ignore[method-assign]
     ids = [f"EvBurst{n}" for n in range(100)]
     first = await asyncio.gather(*(events.first_time("slack", event_id) for event_id in ids))
     again = await asyncio.gather(*(events.first_time("slack", event_id) for event_id in ids[:10]))
