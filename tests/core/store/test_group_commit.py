@@ -128,3 +128,15 @@ async def test_an_add_and_a_remove_of_one_message_in_one_batch_end_as_the_last_a
     async with db.connection() as conn:
         cursor = await conn.execute("SELECT message_id FROM live_messages WHERE owner = 'order-owner'")
         assert await cursor.fetchall() == [("901.0",)]
+
+
+async def test_a_live_record_is_written_while_every_shared_connection_is_held_by_answers(db: Database) -> None:
+    live = LiveMessages(db, owner="held-owner")
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(db.pool.max_size):
+            await held.enter_async_context(db.connection())
+        await asyncio.wait_for(live.add(_message(950), answer_id="a"), 20)
+        await asyncio.wait_for(live.remove(platform="slack", channel="C950", message_id="950.0"), 20)
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT count(*) FROM live_messages WHERE owner = 'held-owner'")
+        assert await cursor.fetchone() == (0,)
