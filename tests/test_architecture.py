@@ -354,3 +354,41 @@ def test_the_runtime_doctor_channels_cli_and_channel_settings_name_no_platform()
 def test_the_platform_name_check_sees_code_strings_and_comments() -> None:
     source = 'import x\nif settings.slack_bot_token:\n    pass\nlog("no DISCORD_TOKEN")\n# Slack only\nok = 1\n'
     assert [line.split(":")[0] for line in platform_names(source)] == ["2", "4", "5"]
+
+
+# A module has one job and a function one step: past these, split by job (issue 23). tests/ and bench/ are exempt.
+MODULE_MAX_LINES = 400
+FUNCTION_MAX_LINES = 60
+SIZED = ("adapters", "bot", "core")
+
+
+def _oversized(root: Path) -> tuple[list[str], list[str]]:
+    modules, functions = [], []
+    for package in SIZED:
+        for path in sorted((root / package).rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            name = path.relative_to(root).as_posix()
+            lines = source.count("\n") + (0 if source.endswith("\n") else 1)
+            if lines > MODULE_MAX_LINES:
+                modules.append(f"{name}: {lines} lines")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > FUNCTION_MAX_LINES:
+                        functions.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    return modules, functions
+
+
+def test_every_module_and_function_is_within_its_size() -> None:
+    modules, functions = _oversized(ROOT)
+    assert not modules, f"modules over {MODULE_MAX_LINES} lines (split them by job): {modules}"
+    assert not functions, f"functions over {FUNCTION_MAX_LINES} lines (split them into steps): {functions}"
+
+
+def test_the_size_check_sees_a_long_module_and_a_long_function(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{n} = {n}" for n in range(FUNCTION_MAX_LINES))
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "long.py").write_text(f"def step():\n{body}\n" + "\n" * MODULE_MAX_LINES, encoding="utf-8")
+    modules, functions = _oversized(tmp_path)
+    assert modules == [f"core/long.py: {FUNCTION_MAX_LINES + 1 + MODULE_MAX_LINES} lines"]
+    assert functions == [f"core/long.py:1 step: {FUNCTION_MAX_LINES + 1} lines"]
