@@ -187,6 +187,19 @@ def test_the_engine_reader_sees_every_holder() -> None:
     assert sorted(engine_reads(source)) == [("approvals", 3), ("ask", 1), ("feedback", 2)]
 
 
+def test_both_platforms_name_the_same_parts_the_same_way() -> None:
+    """`/ask` is each platform's commands.py (SlackCommands, DiscordCommands); who may ask is its inbound.py's
+    <Platform>Access; its call budgets are <Platform>Budgets (once DirectMessageRule and ChannelBudgets on Discord)."""
+    classes: dict[str, set[str]] = {}
+    for module, path in project_files().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes[module] = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    for platform, name in (("slack", "Slack"), ("discord", "Discord")):
+        assert f"{name}Commands" in classes[f"adapters.{platform}.commands"], platform
+        assert f"{name}Access" in classes[f"adapters.{platform}.inbound"], platform
+        assert any(f"{name}Budgets" in found for module, found in classes.items() if module.startswith(f"adapters.{platform}.")), platform
+
+
 def test_the_engine_builds_none_of_its_parts() -> None:
     """Engine.__init__ keeps what bot/engine_parts.py hands it (EngineParts) and calls nothing: core builds no store
     or service for itself."""
