@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from core.agents import AgentDeps
 from core.approvals import ApprovalService
@@ -134,8 +135,10 @@ def build_runs(
         locks=ConversationLocks(db),
         usage=UsageLog(db),
         channels=channels,
-        # Stop buttons reach a run in any process: a row per run, LISTEN/NOTIFY on a connection of its own.
+        # Stop buttons reach a run in any process: a row per run, LISTEN/NOTIFY on a connection of its own, to
+        # db.url as it is when the listener connects (the embedded server's is known once it started). A partial,
+        # not a lambda: a run calls it, and a run's path stays in core/.
         stops=RunStops(
-            store=RunStopStore(db), channels=channels, listen_url=lambda: db.url, policy=approval_policy(settings),
+            store=RunStopStore(db), channels=channels, listen_url=partial(getattr, db, "url"), policy=approval_policy(settings),
         ),
     ))
