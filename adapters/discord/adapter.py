@@ -243,7 +243,7 @@ class DiscordAdapter:
             outbox_max_age_s=settings.outbox_max_age_s, in_flight_max=settings.answers_in_flight_max,
         )
         self.access = DiscordAccess(
-            policy=settings.direct_messages, guild_ids=self._discord.guild_ids, is_member=self._is_member
+            allowed_guilds=self._discord.guild_ids, direct_messages=settings.direct_messages, is_member=self._is_member
         )
         self.watch = GatewayWatch(self._clock)
         self.client = self._build_client(engine, ports)

@@ -63,14 +63,14 @@ class DiscordAccess:
     def __init__(
         self,
         *,
-        policy: DirectMessagePolicy,
-        guild_ids: tuple[str, ...],
+        allowed_guilds: tuple[str, ...],
+        direct_messages: DirectMessagePolicy,
         is_member: MemberLookup,
         clock: Callable[[], float] = time.monotonic,
         cache_s: float = MEMBERSHIP_CACHE_S,
     ) -> None:
-        self._policy = policy
-        self._guild_ids = tuple(int(guild_id) for guild_id in guild_ids if guild_id.isdigit())
+        self._policy = direct_messages
+        self._guild_ids = tuple(int(guild_id) for guild_id in allowed_guilds if guild_id.isdigit())
         self._is_member = is_member
         self._clock = clock
         self._cache_s = cache_s

@@ -333,7 +333,7 @@ async def test_direct_message_rule_asks_discord_once_per_user_and_caches_either_
             raise discord.HTTPException(SimpleNamespace(status=500, reason="boom", headers={}), "boom")  # type: ignore[arg-type]
         return (guild_id, user_id) in members
 
-    rule = DiscordAccess(policy="members", guild_ids=("10", "20"), is_member=is_member, clock=lambda: now[0])
+    rule = DiscordAccess(direct_messages="members", allowed_guilds=("10", "20"), is_member=is_member, clock=lambda: now[0])
     assert await rule.verdict(1) == "allowed" and lookups == [(10, 1)]
     assert await rule.verdict(2) == "not_member" and lookups[1:] == [(10, 2), (20, 2)]
     assert await rule.verdict(1) == "allowed" and await rule.verdict(2) == "not_member"
@@ -349,7 +349,7 @@ async def test_direct_message_rule_asks_discord_once_per_user_and_caches_either_
     async def never(guild_id: int, user_id: int) -> bool:
         raise AssertionError("no lookup without an allowlist or under open/closed")
 
-    assert await DiscordAccess(policy="members", guild_ids=(), is_member=never).verdict(5) == "allowed"
-    assert await DiscordAccess(policy="open", guild_ids=("10",), is_member=never).verdict(5) == "allowed"
-    closed = DiscordAccess(policy="closed", guild_ids=(), is_member=never)
+    assert await DiscordAccess(direct_messages="members", allowed_guilds=(), is_member=never).verdict(5) == "allowed"
+    assert await DiscordAccess(direct_messages="open", allowed_guilds=("10",), is_member=never).verdict(5) == "allowed"
+    closed = DiscordAccess(direct_messages="closed", allowed_guilds=(), is_member=never)
     assert await closed.verdict(5) == "closed" and await closed.refusal(5) == shared_wording.direct_messages_off()
