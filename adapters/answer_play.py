@@ -70,6 +70,7 @@ class PlayedAnswer:
             on_post_attempt=self._post_attempt if outbox is not None else None,
             idempotency_key=answer_id,
             on_post_intent=self._post_intent,
+            since=pacing.since,
         )
 
     async def play(self, approvals: ApprovalMessages) -> bool:

@@ -164,7 +164,8 @@ def how_first_text_came(reading: Reading, probe: Probe) -> str:
 def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
                     time_scale: float) -> list[tuple[int, float, float, Probe]]:
     """Each answer's (position, first text, bound, probe) in real seconds after its event, positions by the order the bot
-    showed its first sign (else by its model call). The bound is what the posting limits allow the k-th answer (the
+    showed its first sign (else by its model call); signs shown within SAME_MOMENT_S of each other (a burst's records
+    written in one statement show their signs together) keep the order their events were sent in. The bound is what the posting limits allow the k-th answer (the
     platform's, and the bot's own budget as it stood when the burst came: the slower): its first text is ready (its
     model's first token), and k posts fit since the first answer's text was; plus what a lone answer takes from token
     to text (`overhead_s`)."""
@@ -172,7 +173,7 @@ def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limi
         sign = reading.first_sign_at(probe)
         return sign if sign is not None else probe.model_started_at
 
-    ordered = sorted(probes, key=arrived)
+    ordered = _in_arrival_order(probes, arrived)
     first_ready = min(p.model_first_token_at for p in probes)
     out = []
     for position, probe in enumerate(ordered, start=1):
@@ -182,6 +183,21 @@ def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limi
         bound = max(probe.model_first_token_at, first_ready + posting_s) + overhead_s - probe.sent_at
         out.append((position, first_s, bound, probe))
     return out
+
+
+# Signs this close together were shown at one moment: their order says nothing of which question came first.
+SAME_MOMENT_S = 0.005
+
+
+def _in_arrival_order(probes: list[Probe], arrived: Any) -> list[Probe]:
+    ordered: list[Probe] = []
+    moment: list[Probe] = []
+    for probe in sorted(probes, key=arrived):
+        if moment and arrived(probe) - arrived(moment[0]) > SAME_MOMENT_S:
+            ordered += sorted(moment, key=lambda p: p.sent_at)
+            moment = []
+        moment.append(probe)
+    return ordered + sorted(moment, key=lambda p: p.sent_at)
 
 
 def wait_until(condition: Any, limit_s: float) -> Any:

@@ -71,7 +71,8 @@ class DiscordSurface:
         # Creates and edits share the channel's one budget: Discord counts them together.
         # Nothing is posted before the first event, so a silent model spends none of it.
         self.pacing = Pacing(
-            limits=limits, edit_budget=self._budget, post_budget=self._budget, clock=clock, start_on_first_event=True
+            limits=limits, edit_budget=self._budget, post_budget=self._budget, clock=clock, start_on_first_event=True,
+            since=clock.now(),
         )
 
     async def show_working(self) -> None:

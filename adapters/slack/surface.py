@@ -142,7 +142,7 @@ class SlackSurface:
             limits=surfaces.limits,
             edit_budget=surfaces.budgets.edit(target.team_id),
             post_budget=surfaces.budgets.post(target.team_id, target.channel),
-            clock=surfaces.clock,
+            clock=surfaces.clock, since=surfaces.clock.now(),
         )
 
     async def post(self, text: str, *, key: str | None = None) -> str:

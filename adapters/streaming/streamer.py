@@ -59,6 +59,7 @@ class MessageStreamer:
         on_post_attempt: OnPostAttempt | None = None,
         idempotency_key: str | None = None,
         on_post_intent: OnPostIntent | None = None,
+        since: float | None = None,
     ) -> None:
         self._limits = limits
         self._edit_budget = edit_budget
@@ -66,7 +67,7 @@ class MessageStreamer:
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._key: Hashable = key if key is not None else id(self)
         # The answer's age orders its calls in every budget queue, those its transport makes too (answer_context).
-        self._since = self._clock.now()
+        self._since = self._clock.now() if since is None else since
         self._on_final_delivered = on_final_delivered
         self._on_final_pending = on_final_pending
         self._final_texts: list[str] | None = None  # the final's parts, once its delivery laid them out

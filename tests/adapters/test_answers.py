@@ -476,3 +476,31 @@ async def test_a_final_meeting_errors_nobody_documented_is_kept_and_delivered_no
     surface.transport.faults.extend(RuntimeError("an error no platform documents") for _ in range(12))
     await clock.run(runner.play(_events(Done(answer="Arrives in the end.")), surface))
     assert surface.transport.final_texts() == ["Arrives in the end."] and outbox.finals == {}
+
+
+async def test_an_answer_that_waited_for_its_turn_keeps_the_age_of_its_question_in_the_budget_queues() -> None:
+    # Calls are served by their answer's age (adapters/streaming/fair_queue.py): a question taken at t=0 that waited
+    # for a slot until t=40 must queue its posts from t=0, ahead of questions that came meanwhile.
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    asked_since: list[float] = []
+    budget = surface.pacing.post_budget
+    post = surface.transport.post
+
+    async def post_noting_its_place(text: str, *, key: str | None = None) -> str:
+        asked_since.append(budget.place())
+        return await post(text, key=key)
+
+    surface.transport.post = post_noting_its_place  # type: ignore[method-assign]
+    taken_at = clock.now()
+    surface.pacing = Pacing(limits=surface.pacing.limits, edit_budget=budget, post_budget=budget, clock=clock,
+                            since=taken_at)
+    runner = AnswerRunner(platform="test", approvals=Approvals(), live=MemoryLive())
+
+    async def played_after_waiting() -> None:
+        await clock.sleep(40.0)
+        await runner.play(_events(AnswerDelta(text="Done."), Done(answer="Done.")), surface)
+
+    await clock.run(played_after_waiting())
+    assert clock.now() >= 40.0
+    assert asked_since and set(asked_since) == {taken_at}
