@@ -18,6 +18,8 @@ from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator
 
 # Generous: every live-record write here meets the renamed table and is retried (~3 s each) before it gives up.
+# The DDL goes through an async connection: a blocking one would hold the event loop while its ALTER waits for a
+# lock the bot's own open transaction holds, which could then never commit (a deadlock, seen under load).
 pytestmark = pytest.mark.timeout(180)
 
 CHANNEL = "C0000PARTS"
@@ -37,14 +39,14 @@ async def test_a_failing_record_of_posted_parts_still_delivers_every_part_once(
         thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
         await dc.wait_for(lambda: bot_messages(dc, thread.id) or None, what="the first part")
         # From now on every record of a posted message fails in the database (a real error, not a stub).
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute("ALTER TABLE live_messages RENAME TO live_messages_away")
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+            await admin.execute("ALTER TABLE live_messages RENAME TO live_messages_away")
             try:
                 # Each record of a post is retried ~3 s before it is given up, several per part: far past the
                 # usual wait on a loaded machine.
                 parts = await wait_for_text(dc, thread.id, ANSWER, timeout=120.0)
             finally:
-                admin.execute("ALTER TABLE live_messages_away RENAME TO live_messages")
+                await admin.execute("ALTER TABLE live_messages_away RENAME TO live_messages")
         await asyncio.sleep(0.2)
     assert len(parts) >= 3
     assert "".join(m.content for m in bot_messages(dc, thread.id)) == ANSWER  # every part, none twice
@@ -65,21 +67,21 @@ async def test_a_kept_final_whose_posted_part_cannot_be_recorded_is_delivered_la
         await dead.keep(final)
         await dead.release("answer-db-1")
         delivery = SlackFinalDelivery(bot.adapter.surfaces)
-        with psycopg.connect(database_url, autocommit=True) as admin:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
             # Recording a posted part (its message id in `parts`) fails in the database; the rest still works.
-            admin.execute(
+            await admin.execute(
                 "CREATE FUNCTION refuse_parts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
                 " IF NEW.parts IS DISTINCT FROM OLD.parts THEN RAISE EXCEPTION 'disk full'; END IF; RETURN NEW; END $$"
             )
-            admin.execute("CREATE TRIGGER refuse_parts BEFORE UPDATE ON pending_finals"
+            await admin.execute("CREATE TRIGGER refuse_parts BEFORE UPDATE ON pending_finals"
                           " FOR EACH ROW EXECUTE FUNCTION refuse_parts()")
             try:
                 assert await bot.adapter.runner.deliver_pending(delivery, finder=delivery) == 0
             finally:
-                admin.execute("DROP TRIGGER refuse_parts ON pending_finals")
-                admin.execute("DROP FUNCTION refuse_parts()")
+                await admin.execute("DROP TRIGGER refuse_parts ON pending_finals")
+                await admin.execute("DROP FUNCTION refuse_parts()")
             assert [m.text for m in bot_replies(slack, CHANNEL, thread)] == ["part zero"]
-            admin.execute("UPDATE pending_finals SET not_before = now() WHERE answer_id = 'answer-db-1'")  # backoff over
+            await admin.execute("UPDATE pending_finals SET not_before = now() WHERE answer_id = 'answer-db-1'")  # backoff over
         assert await bot.adapter.runner.deliver_pending(delivery, finder=delivery) == 1
         assert [m.text for m in bot_replies(slack, CHANNEL, thread)] == ["part zero", "part one", "part two, the end"]
     finally:
@@ -99,21 +101,21 @@ async def test_kept_finals_a_database_outage_interrupted_are_delivered_once_it_i
                                          channel=CHANNEL, thread=thread, parts=(FinalPart(text=f"answer {n}"),)))
             await dead.release(f"answer-db-2-{n}")
         delivery = SlackFinalDelivery(bot.adapter.surfaces)
-        with psycopg.connect(database_url, autocommit=True) as admin:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
             # Once claimed, nothing more about a final can be written: the database went away mid-pass.
-            admin.execute(
+            await admin.execute(
                 "CREATE FUNCTION refuse_claimed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
                 " IF OLD.owner <> '' THEN RAISE EXCEPTION 'database going away'; END IF; RETURN NEW; END $$"
             )
-            admin.execute("CREATE TRIGGER refuse_claimed BEFORE UPDATE OR DELETE ON pending_finals"
+            await admin.execute("CREATE TRIGGER refuse_claimed BEFORE UPDATE OR DELETE ON pending_finals"
                           " FOR EACH ROW EXECUTE FUNCTION refuse_claimed()")
             try:
                 with pytest.raises(psycopg.Error):
                     await bot.adapter.runner.deliver_pending(delivery, finder=delivery)
             finally:
-                admin.execute("DROP TRIGGER refuse_claimed ON pending_finals")
-                admin.execute("DROP FUNCTION refuse_claimed()")
-            admin.execute("UPDATE pending_finals SET not_before = now() WHERE channel = %s", (CHANNEL,))
+                await admin.execute("DROP TRIGGER refuse_claimed ON pending_finals")
+                await admin.execute("DROP FUNCTION refuse_claimed()")
+            await admin.execute("UPDATE pending_finals SET not_before = now() WHERE channel = %s", (CHANNEL,))
         delivered = 0
         for _ in range(3):  # the job's next passes, the database back
             try:
