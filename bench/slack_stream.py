@@ -95,9 +95,8 @@ class Bench:
         """A question's probe, its answer written out (token counting is the bench's CPU: done before a burst)."""
         tag = f"{channel}-{len(self.probes)}"
         answer = answer_for(tag)
-        probe = self.probes[tag] = Probe(channel=channel, answer=answer, chunk_delay_s=chunk_delay_s(answer),
+        probe = self.probes[tag] = Probe(channel=channel, tag=tag, answer=answer, chunk_delay_s=chunk_delay_s(answer),
                                          chunks=math.ceil(len(answer) / ANSWER_CHUNK_CHARS))
-        probe.tag = tag
         return probe
 
     async def ask(self, channel: str | Probe) -> float:

@@ -34,7 +34,8 @@ STOP_LABEL = "⏹ Stop"
 # The message shortcut (slack-app-manifest.yaml): Stop for any message of an answer, a native stream's too.
 STOP_SHORTCUT = "relaybot_stop_answer"
 # AppState key of a native stream's run: the one thing a shortcut on a streaming message cannot read from it.
-STREAM_RUN_KEY = "slack:stream-run:{channel}:{ts}"
+STREAM_RUN_PREFIX = "slack:stream-run:"
+STREAM_RUN_KEY = STREAM_RUN_PREFIX + "{channel}:{ts}"
 # How long a native stream's run is remembered (a shortcut on an older message is told it is no answer being
 # written, which it is not), and how often the older ones are removed (real seconds).
 STREAM_RUN_KEEP_S = 7 * 24 * 3600.0
@@ -144,7 +145,7 @@ class StreamRuns:
             return
         self._next_prune = now + STREAM_RUN_PRUNE_EVERY_S
         try:
-            await self._state.forget(STREAM_RUN_KEY.split("{", 1)[0], older_than_s=STREAM_RUN_KEEP_S)
+            await self._state.forget(STREAM_RUN_PREFIX, older_than_s=STREAM_RUN_KEEP_S)
         except Exception as exc:
             logger.warning("could not forget the runs of old native streams: %s", exc)
 
