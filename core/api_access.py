@@ -6,14 +6,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from core.quota import QuotaRefusal
+from core.quota import QuotaLimit, QuotaRefusal
 from core.requests import ConversationKey
 
 API_PLATFORM = "api"
 API_CHANNEL = "api"
-QuotaLimit = Literal["requests_per_day", "tokens_per_day"]
 
 
 @dataclass(frozen=True, kw_only=True)

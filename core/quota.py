@@ -1,20 +1,26 @@
-"""Token quotas that hold under concurrency: each model call reserves its most before it starts and settles what it used."""
+"""Daily quotas that hold under concurrency: a question takes one request, each model call reserves its most tokens
+before it starts and settles what it used — for API keys and for people alike, through one kind of ledger."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from datetime import date, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.events import Failed, Usage
 from core.requests import Actor, ConversationKey
+
+if TYPE_CHECKING:
+    from core.person_limits import PersonLimits
 
 log = logging.getLogger(__name__)
 
 # The least output a call is worth making for: a day with less left than the prompt plus this refuses the call.
 MIN_OUTPUT_TOKENS = 1
+QuotaLimit = Literal["requests_per_day", "tokens_per_day"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,10 +34,22 @@ class QuotaRefusal:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DayLimits:
+    """An account's limits for one UTC day; None: counted, never refused."""
+
+    requests_per_day: int | None = None
+    tokens_per_day: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.requests_per_day is not None or self.tokens_per_day is not None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Held:
     """Tokens one ledger set aside for one call, on one account and day (settled on that day, past midnight too)."""
 
-    ledger: TokenLedger
+    ledger: DayLedger
     account: str
     day: date
     tokens: int
@@ -45,29 +63,59 @@ class QuotaFailed(Failed):
 
 
 class QuotaExceeded(Exception):
-    """A model call that does not fit what is left of an account's day."""
+    """A question or a model call that does not fit what is left of an account's day."""
 
     def __init__(self, refusal: QuotaRefusal) -> None:
         super().__init__(refusal.sentence)
         self.refusal = refusal
 
 
-class TokenLedger(Protocol):
-    """Where one kind of account keeps its day's tokens (core.store.api_keys.ApiKeyStore for API keys).
+class DayLedger(Protocol):
+    """The one kind of ledger (core.store.day_counts.DayCounts): an account's requests and tokens per UTC day.
 
-    `reserve` is atomic per account: concurrent reservations in any number of processes never hold more than the
-    limit together. It grants `want` or what is left, whichever is less, or refuses when less than `floor` is left.
+    Every operation is atomic per account and day: concurrent calls in any number of processes never take more than
+    the limits together. An API key's quota and a person's limit are two ledgers of this kind.
     """
+
+    async def take_request(self, account: str, limits: DayLimits) -> QuotaRefusal | None:
+        """Count one request, unless a limit is reached: then nothing is counted and the refusal says which."""
+        ...
+
+    async def give_back(self, account: str) -> None: ...
+
+    async def reserve(self, account: str, *, tokens_per_day: int | None, want: int, floor: int) -> Held | QuotaRefusal:
+        """Set aside `want` tokens, or what is left when less; refused when less than `floor` is left."""
+        ...
+
+    async def settle(self, held: Held, used: int) -> None:
+        """Replace the reservation by the tokens the call used (less gives the rest back)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Charge:
+    """One account a run pays into, known when the run starts (a person's, with the limits of where they ask)."""
+
+    ledger: DayLedger
+    account: str
+    limits: DayLimits
+
+    async def take_request(self) -> QuotaRefusal | None:
+        return await self.ledger.take_request(self.account, self.limits)
+
+    async def reserve(self, *, want: int, floor: int) -> Held | QuotaRefusal:
+        return await self.ledger.reserve(self.account, tokens_per_day=self.limits.tokens_per_day, want=want, floor=floor)
+
+
+class TokenLedger(Protocol):
+    """Accounts found from the conversation at each call (core.store.api_keys.ApiKeyStore: an API conversation's key);
+    it reserves through its own DayLedger."""
 
     def account(self, conversation: ConversationKey, user: Actor) -> str | None:
         """The account this ledger charges for a run there by that user; None: this ledger has no say."""
         ...
 
     async def reserve(self, account: str, *, want: int, floor: int) -> Held | QuotaRefusal: ...
-
-    async def settle(self, held: Held, used: int) -> None:
-        """Replace the reservation by the tokens the call used (less gives the rest back)."""
-        ...
 
 
 @dataclass(kw_only=True)
@@ -92,18 +140,26 @@ class Grant:
 
 
 class TokenQuota:
-    """The port the agents call around each model call: reserve before, settle after, for every ledger that has a say.
+    """The port the agents call around each model call: reserve before, settle after, for every account that pays.
 
     The reservation is the prompt's counted tokens plus the call's most output, clamped to what is left of the day;
     the call is then made with that clamped output limit, so a reported usage within it never passes the quota.
+    `people` (core/person_limits.py) says which person a chat run charges; a run's own quota carries that charge.
     """
 
-    def __init__(self, ledgers: Sequence[TokenLedger] = ()) -> None:
+    def __init__(self, ledgers: Sequence[TokenLedger] = (), *, people: PersonLimits | None = None,
+                 charges: Sequence[Charge] = ()) -> None:
         self._ledgers = tuple(ledgers)
+        self.people = people
+        self._charges = tuple(charges)
+
+    def charging(self, charge: Charge) -> TokenQuota:
+        """This quota for one run that also pays into `charge`."""
+        return TokenQuota(self._ledgers, people=self.people, charges=(*self._charges, charge))
 
     def applies(self, *, conversation: ConversationKey, user: Actor) -> bool:
         """Whether some account pays for a run there (else its calls reserve nothing, and no prompt is counted)."""
-        return any(ledger.account(conversation, user) is not None for ledger in self._ledgers)
+        return bool(self._charges) or any(ledger.account(conversation, user) is not None for ledger in self._ledgers)
 
     async def reserve(self, *, conversation: ConversationKey, user: Actor, prompt_tokens: int,
                       max_output: int) -> Grant:
@@ -111,11 +167,10 @@ class TokenQuota:
         asked = want = prompt_tokens + max(MIN_OUTPUT_TOKENS, max_output)
         floor = prompt_tokens + MIN_OUTPUT_TOKENS
         held: list[Held] = []
-        for ledger in self._ledgers:
-            account = ledger.account(conversation, user)
-            if account is None:
-                continue
-            outcome = await ledger.reserve(account, want=want, floor=floor)
+        found = [(ledger, ledger.account(conversation, user)) for ledger in self._ledgers]
+        payers = [partial(ledger.reserve, account) for ledger, account in found if account is not None]
+        for reserve in [*payers, *(charge.reserve for charge in self._charges)]:
+            outcome = await reserve(want=want, floor=floor)
             if isinstance(outcome, QuotaRefusal):
                 # The accounts already reserved for this call give theirs back whole.
                 await Grant(max_output=None, prompt_tokens=prompt_tokens, held=tuple(held)).settle(0)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date
 
 import psycopg
 
-from core.api_access import ApiKey, QuotaLimit, api_key_of, quota_refusal
-from core.quota import Held, QuotaRefusal
+from core.api_access import ApiKey, api_key_of, quota_refusal
+from core.quota import DayLimits, Held, QuotaRefusal
 from core.requests import Actor, ConversationKey
+from core.store.day_counts import DayCounts
 from core.store.db import Database
 
 KEY_PREFIX = "rb-"
@@ -24,14 +25,6 @@ class ApiKeyExists(Exception):
 
 def hash_secret(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
-
-
-def _next_reset(today: date) -> datetime:
-    return datetime.combine(today + timedelta(days=1), time(0), tzinfo=timezone.utc)
-
-
-def _refusal(limit: QuotaLimit, allowed: int, day: date) -> QuotaRefusal:
-    return quota_refusal(limit, allowed, _next_reset(day))
 
 
 def _key(row: tuple) -> ApiKey:  # type: ignore[type-arg]
@@ -47,6 +40,8 @@ class ApiKeyStore:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        # The keys' ledger: one kind with people's limits (core/store/day_counts.py), over the keys' own table.
+        self._counts = DayCounts(db, table="api_key_usage", account_column="key_id", refusal=quota_refusal, key=int)
 
     async def create(
         self, name: str, *, sources: tuple[str, ...] | None = None, requests_per_day: int | None = None,
@@ -97,42 +92,12 @@ class ApiKeyStore:
         return _key(row[:-1])
 
     async def take_request(self, key: ApiKey, *, today: date | None = None) -> QuotaRefusal | None:
-        """Count one request for today, unless a limit is reached: then nothing is counted and the refusal says which.
-
-        One conditional upsert: concurrent requests in any number of processes never take more than the limit.
-        """
-        day = today or datetime.now(timezone.utc).date()
-        async with self._db.connection() as conn:
-            cursor = await conn.execute(
-                "INSERT INTO api_key_usage AS u (key_id, day, requests) VALUES (%s, %s, 1)"
-                " ON CONFLICT (key_id, day) DO UPDATE SET requests = u.requests + 1"
-                " WHERE (%s::integer IS NULL OR u.requests < %s) AND (%s::bigint IS NULL OR u.tokens < %s)"
-                " RETURNING requests",
-                (key.id, day, key.requests_per_day, key.requests_per_day, key.tokens_per_day, key.tokens_per_day),
-            )
-            taken = await cursor.fetchone()
-            if taken is not None and (key.requests_per_day is None or taken[0] <= key.requests_per_day):
-                return None
-            if taken is not None:
-                # A limit of 0: the first row was inserted over it. Undo within this transaction.
-                await conn.rollback()
-                return _refusal("requests_per_day", key.requests_per_day or 0, day)
-            cursor = await conn.execute(
-                "SELECT requests, tokens FROM api_key_usage WHERE key_id = %s AND day = %s", (key.id, day)
-            )
-            row = await cursor.fetchone()
-        if row is not None and key.tokens_per_day is not None and row[1] >= key.tokens_per_day:
-            return _refusal("tokens_per_day", key.tokens_per_day, day)
-        return _refusal("requests_per_day", key.requests_per_day or 0, day)
+        """Count one request for today, unless a limit is reached: then nothing is counted and the refusal says which."""
+        return await self._counts.take_request(str(key.id), _limits(key), today=today)
 
     async def give_back(self, key: ApiKey, *, today: date | None = None) -> None:
         """Uncount a request taken today that was refused after all (it lost a race for a paused run)."""
-        day = today or datetime.now(timezone.utc).date()
-        async with self._db.connection() as conn:
-            await conn.execute(
-                "UPDATE api_key_usage SET requests = requests - 1 WHERE key_id = %s AND day = %s AND requests > 0",
-                (key.id, day),
-            )
+        await self._counts.give_back(str(key.id), today=today)
 
     def account(self, conversation: ConversationKey, user: Actor) -> str | None:
         """An API conversation's key pays for its model calls; chat conversations are no key's."""
@@ -140,57 +105,18 @@ class ApiKeyStore:
         return None if key_id is None else str(key_id)
 
     async def reserve(self, account: str, *, want: int, floor: int, today: date | None = None) -> Held | QuotaRefusal:
-        """Set aside `want` tokens of the key's day, or what is left when less (refused below `floor`).
-
-        The day's row is locked while it is read and raised, so concurrent reservations in any number of processes
-        queue on it and together never pass the limit. A key without a token limit is counted all the same.
-        """
-        key_id, day = int(account), today or datetime.now(timezone.utc).date()
+        """Set aside `want` tokens of the key's day, or what is left when less (refused below `floor`); the key's
+        limit is read at each call, so a changed limit applies to the next one."""
         async with self._db.connection() as conn:
-            cursor = await conn.execute("SELECT tokens_per_day FROM api_keys WHERE id = %s", (key_id,))
+            cursor = await conn.execute("SELECT tokens_per_day FROM api_keys WHERE id = %s", (int(account),))
             row = await cursor.fetchone()
-            limit = row[0] if row is not None else None
-            if limit is None:
-                # Nothing to hold back: counted in one upsert, for `relaybot keys list`.
-                await conn.execute(
-                    "INSERT INTO api_key_usage AS u (key_id, day, tokens) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (key_id, day) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens",
-                    (key_id, day, want),
-                )
-                return Held(ledger=self, account=account, day=day, tokens=want)
-            await conn.execute(
-                "INSERT INTO api_key_usage (key_id, day) VALUES (%s, %s) ON CONFLICT (key_id, day) DO NOTHING",
-                (key_id, day),
-            )
-            cursor = await conn.execute(
-                "SELECT tokens FROM api_key_usage WHERE key_id = %s AND day = %s FOR UPDATE", (key_id, day)
-            )
-            used = await cursor.fetchone()
-            assert used is not None
-            granted = min(want, limit - used[0])
-            if granted < floor:
-                return _refusal("tokens_per_day", limit, day)
-            await conn.execute(
-                "UPDATE api_key_usage SET tokens = tokens + %s WHERE key_id = %s AND day = %s", (granted, key_id, day)
-            )
-        return Held(ledger=self, account=account, day=day, tokens=granted)
-
-    async def settle(self, held: Held, used: int) -> None:
-        """The call's reported tokens replace its reservation, on the day it was reserved."""
-        if used == held.tokens:
-            return
-        async with self._db.connection() as conn:
-            await conn.execute(
-                "UPDATE api_key_usage SET tokens = GREATEST(0, tokens + %s) WHERE key_id = %s AND day = %s",
-                (used - held.tokens, int(held.account), held.day),
-            )
+        limit = row[0] if row is not None else None
+        return await self._counts.reserve(account, tokens_per_day=limit, want=want, floor=floor, today=today)
 
     async def used(self, key: ApiKey, *, today: date | None = None) -> tuple[int, int]:
         """(requests, tokens) counted today."""
-        day = today or datetime.now(timezone.utc).date()
-        async with self._db.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT requests, tokens FROM api_key_usage WHERE key_id = %s AND day = %s", (key.id, day)
-            )
-            row = await cursor.fetchone()
-        return (row[0], row[1]) if row else (0, 0)
+        return await self._counts.used(str(key.id), today=today)
+
+
+def _limits(key: ApiKey) -> DayLimits:
+    return DayLimits(requests_per_day=key.requests_per_day, tokens_per_day=key.tokens_per_day)
