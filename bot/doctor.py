@@ -11,7 +11,7 @@ from core.config import Settings
 from core.llm import LLMError
 from core.redact import redact_text, redact_url
 from core.store.db import Database, DatabaseError
-from core.store.migrations import MigrationError
+from core.store.migrations import MigrationError, apply_migrations
 
 Check = Callable[[Settings], Awaitable[tuple[bool, str]]]
 
@@ -19,14 +19,18 @@ Check = Callable[[Settings], Awaitable[tuple[bool, str]]]
 async def check_database(settings: Settings) -> tuple[bool, str]:
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
-        await db.open()
+        # Applied here rather than by open(), so the line can say how many were new: the one summary of a
+        # first doctor (each migration's own line is logged at INFO, below doctor's WARNING floor).
+        await db.open(migrate=False)
+        applied_now = await apply_migrations(db.url or "")
         async with db.connection() as conn:
             cursor = await conn.execute("SELECT count(*) FROM schema_migrations")
             row = await cursor.fetchone()
             cursor = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
             vector = await cursor.fetchone()
         note = pgvector_note(str(vector[0]) if vector else "")
-        return True, f"ok — {db.description}, {row[0] if row else 0} migrations applied{note}"
+        just_now = f" ({len(applied_now)} just now)" if applied_now else ""
+        return True, f"ok — {db.description}, {row[0] if row else 0} migrations applied{just_now}{note}"
     except (DatabaseError, MigrationError) as error:
         return False, f"FAILED — {error}"
     finally:

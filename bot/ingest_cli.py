@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from pathlib import Path
 
 from bot.cli_quantities import format_duration, parse_duration, parse_size, positive
 from bot.ingest_progress import ProgressLine, count_documents
@@ -106,7 +108,7 @@ def format_summary(summary: IngestSummary, *, source: str, exposure: str) -> str
 
 async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot ingest PATH|URL…`: ingest into a source, with progress on stderr and a summary on stdout."""
-    problem = usage_problem(args)
+    problem = usage_problem(args) or await asyncio.to_thread(missing_paths_problem, args.targets)
     if problem is not None:
         print(f"relaybot: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -148,6 +150,16 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     if any(not is_url(sitemap) for sitemap in args.sitemap):
         return "--sitemap takes the sitemap's http(s) URL."
     return None
+
+
+def missing_paths_problem(targets: list[str]) -> str | None:
+    """The targets that name no file or folder, as one sentence; None when every path exists. Checked before the
+    database is opened, so a typo leaves no empty source behind. Blocking (a stat per path)."""
+    missing = [target for target in targets if not is_url(target) and not Path(target).expanduser().exists()]
+    if not missing:
+        return None
+    named = ", ".join(missing)
+    return f"there is no file or folder at {named}; check the path (a relative one is read from {os.getcwd()})."
 
 
 async def ingest_request(db: Database, settings: Settings, args: argparse.Namespace) -> IngestRequest:
