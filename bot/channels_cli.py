@@ -47,7 +47,8 @@ def add_channels_command(subparsers: argparse._SubParsersAction) -> None:  # typ
     change = actions.add_parser(
         "set", help="set fields (FIELD=VALUE; an empty VALUE clears the field)",
         description=f"Fields: {', '.join(FIELD_NAMES)}. Lists are comma-separated; followups_need_mention is "
-        'true or false; tool_policy is JSON, e.g. \'{"read_url": "always"}\'.',
+        'true or false; tool_policy is JSON, e.g. \'{"read_url": "always"}\'; user_requests_per_day and '
+        "user_tokens_per_day are whole numbers (a person's limits per UTC day there).",
     )
     change.add_argument("scope", metavar="SCOPE", help=SCOPE_HELP)
     change.add_argument("changes", nargs="+", metavar="FIELD=VALUE")
@@ -138,6 +139,7 @@ async def show(store: ChannelConfigStore, settings: Settings, scope: str) -> str
         ("system_prompt", config.system_prompt or None), ("tools", config.tools if config.tools is not None else "every tool"),
         ("tool_policy", {tool: rule.describe() for tool, rule in config.tool_rules.items()} or None),
         ("sources", config.scope.only if config.scope.only is not None else "every source it may see"),
+        *channel_admin.limit_rows(config),
     ]
     lines = [scope]
     width = max(len(name) for name, _ in rows)

@@ -13,6 +13,7 @@ from core.config import Settings, SettingsError
 from core.engine import Engine, EngineParts, load_system_prompt
 from core.history import TurnHistory
 from core.llm import LLMClient, resolve_model
+from core.person_limits import PersonLimits, person_ledger
 from core.quota import TokenQuota
 from core.retrieval.retriever import Retriever
 from core.runs import RunNeeds, Runs
@@ -84,8 +85,11 @@ def engine_parts(
         retriever=retriever,
         counter=counter,
         tool_services=tool_services or ToolServices(),
-        # One reservation per model call against the accounts that pay for it (core/quota.py): API keys' days.
-        quota=TokenQuota([ApiKeyStore(db)]),
+        # One reservation per model call against the accounts that pay for it (core/quota.py): API keys' days, and
+        # a chat asker's own where a per-person limit applies (core/person_limits.py).
+        quota=TokenQuota([ApiKeyStore(db)], people=PersonLimits(
+            ledger=person_ledger(db), exempt=settings.limits_exempt, exempt_approvers=settings.limits_exempt_approvers,
+        )),
     )
     runs = build_runs(settings, db, deps=deps, registry=registry, conversations=conversations,
                       continuations=continuations, channels=channels)

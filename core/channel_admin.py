@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol
 
 from core.agents.factory import AGENTS
 from core.channels import (
+    COUNT_FIELDS,
     FIELD_NAMES,
     LIST_FIELDS,
     ChannelConfig,
@@ -50,6 +51,10 @@ FIELDS: tuple[EditableField, ...] = (
     EditableField(name="sources", label="Sources", kind="list", hint="source names, comma-separated; empty: every one"),
     EditableField(name="tool_policy", label="Tool approval rules (JSON)", kind="json",
                   hint='e.g. {"read_url": "always"}'),
+    EditableField(name="user_requests_per_day", label="Questions per person per day", kind="text",
+                  hint="a whole number; empty: the settings' USER_REQUESTS_PER_DAY"),
+    EditableField(name="user_tokens_per_day", label="Tokens per person per day", kind="text",
+                  hint="a whole number; empty: the settings' USER_TOKENS_PER_DAY"),
 )
 FIELDS_BY_NAME: dict[str, EditableField] = {f.name: f for f in FIELDS}
 assert set(FIELDS_BY_NAME) == set(FIELD_NAMES), "every channel setting is editable"
@@ -70,6 +75,10 @@ def parse_value(name: str, text: str) -> Any:
         if lowered not in TRUE_WORDS + FALSE_WORDS:
             raise ChannelSettingsError("followups_need_mention is true or false")
         return lowered in TRUE_WORDS
+    if name in COUNT_FIELDS:
+        if not value.isdigit():
+            raise ChannelSettingsError(f"{name} is a whole number of at least 0")
+        return int(value)
     if name == "tool_policy":
         try:
             return json.loads(value)
@@ -128,6 +137,13 @@ def shown(value: Any) -> str:
     return str(value)
 
 
+def limit_rows(config: ChannelConfig) -> list[tuple[str, Any]]:
+    """A person's limits where the conversation is, as `show` and the chat summaries list them."""
+    limits = config.person_limits
+    return [("user_requests_per_day", "no limit" if limits.requests_per_day is None else limits.requests_per_day),
+            ("user_tokens_per_day", "no limit" if limits.tokens_per_day is None else limits.tokens_per_day)]
+
+
 def summary(config: ChannelConfig) -> list[tuple[str, str, str]]:
     """(field, value, where it comes from) for every field a conversation runs with."""
     rows: list[tuple[str, Any]] = [
@@ -137,6 +153,7 @@ def summary(config: ChannelConfig) -> list[tuple[str, str, str]]:
         ("tools", config.tools if config.tools is not None else "every tool"),
         ("tool_policy", {tool: rule.describe() for tool, rule in config.tool_rules.items()} or None),
         ("sources", config.scope.only if config.scope.only is not None else "every source it may see"),
+        *limit_rows(config),
     ]
     return [(name, shown(value), config.origins.get(name, "not set")) for name, value in rows]
 

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from core.config import Settings
 from core.platform_settings import PlatformDefaults
+from core.quota import DayLimits
 from core.requests import ConversationKey
 from core.retrieval.retriever import SourceScope
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
@@ -37,6 +38,9 @@ class ChannelSettings:
     tools: tuple[str, ...] | None = None  # the tools offered besides internal_search; None: every one
     tool_policy: Mapping[str, Any] | None = None  # tool → approval rule, as TOOL_APPROVAL_POLICY writes it
     sources: tuple[str, ...] | None = None  # the sources searched (of those it may see); None: every one
+    # A person's limits per UTC day when asking here (core/person_limits.py); None: the next level's, or the settings'.
+    user_requests_per_day: int | None = None
+    user_tokens_per_day: int | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ChannelSettings:
@@ -59,6 +63,7 @@ class ChannelSettings:
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ChannelSettings))
 LIST_FIELDS = frozenset({"approvers", "approver_roles", "tools", "sources"})
 TEXT_FIELDS = frozenset({"agent_type", "model", "system_prompt"})
+COUNT_FIELDS = frozenset({"user_requests_per_day", "user_tokens_per_day"})
 
 
 def _checked(name: str, value: Any) -> Any:
@@ -70,6 +75,10 @@ def _checked(name: str, value: Any) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise ChannelSettingsError(f"{name} must be a non-empty text")
         return value.strip()
+    if name in COUNT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ChannelSettingsError(f"{name} must be a whole number of at least 0")
+        return value
     if name == "followups_need_mention":
         if not isinstance(value, bool):
             raise ChannelSettingsError("followups_need_mention must be true or false")
@@ -99,6 +108,7 @@ class ChannelConfig:
     tools: tuple[str, ...] | None
     tool_rules: Mapping[str, PolicyRule]
     scope: SourceScope
+    person_limits: DayLimits = DayLimits()  # what one person may use per UTC day when asking here
     origins: Mapping[str, str] = field(default_factory=dict)  # field → the scope that set it, or "settings"
 
     def allows_tool(self, name: str) -> bool:
@@ -138,6 +148,8 @@ def settings_defaults(settings: Settings, platform: str, defaults: PlatformDefau
         approvers=tuple(settings.approvers),
         approver_roles=tuple(settings.approver_roles),
         followups_need_mention=defaults.followups_need_mention,
+        user_requests_per_day=settings.user_requests_per_day,
+        user_tokens_per_day=settings.user_tokens_per_day,
     )
 
 
@@ -169,6 +181,8 @@ def resolve(
         tools=values.get("tools"),
         tool_rules=_rules(values.get("tool_policy") or {}),
         scope=SourceScope(audiences=audiences(key), only=values.get("sources")),
+        person_limits=DayLimits(requests_per_day=values.get("user_requests_per_day"),
+                                tokens_per_day=values.get("user_tokens_per_day")),
         origins=origins,
     )
 

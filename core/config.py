@@ -36,6 +36,8 @@ HINTS: dict[str, str] = {
     "LLM_MODEL": "the model's name at the provider, e.g. gpt-4o-mini",
     "LLM_TEMPERATURE": "a number between 0 and 2, or leave it unset",
     "LLM_MAX_TOKENS": "a whole number of tokens, or 0 for the model's own limit",
+    "USER_REQUESTS_PER_DAY": "a whole number of questions a person may ask per UTC day, or leave it unset",
+    "USER_TOKENS_PER_DAY": "a whole number of model tokens a person may use per UTC day, or leave it unset",
     "SYSTEM_PROMPT_FILE": "the path of a readable text file, or leave it unset",
     "EMBEDDING_DIMENSION": "a whole number of dimensions, e.g. 1536, or leave it unset",
     "INGEST_MAX_URL_BYTES": "a number of bytes, e.g. 5000000",
@@ -116,6 +118,13 @@ class Settings(BaseSettings):
     channel_admins: CommaList = ()
     channel_admin_roles: CommaList = ()
     approval_expiry_s: float = Field(default=24 * 3600, gt=0)
+    # Per-person daily limits (UTC days), each person's questions and model tokens; unset: no limit. A channel or
+    # workspace may set its own (`relaybot channels set … user_requests_per_day=…`). LIMITS_EXEMPT: user ids never
+    # limited; LIMITS_EXEMPT_APPROVERS: APPROVERS / APPROVER_ROLES (and a channel's approvers) and admins neither.
+    user_requests_per_day: int | None = Field(default=None, ge=0)
+    user_tokens_per_day: int | None = Field(default=None, ge=0)
+    limits_exempt: CommaList = ()
+    limits_exempt_approvers: bool = False
     # A reminder whose delivery fails is retried with backoff until this long after its due time.
     reminder_retry_grace_s: float = Field(default=900.0, gt=0)
     tool_approval_overrides: Annotated[dict[str, bool], NoDecode] = Field(default_factory=dict)
@@ -230,7 +239,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "approvers", "approver_roles", "channel_admins", "channel_admin_roles", "ingest_allowed_networks",
-        "read_url_allowed_networks", mode="before",
+        "read_url_allowed_networks", "limits_exempt", mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:

@@ -8,13 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from core.events import Failed, Usage
 from core.requests import Actor, ConversationKey
-
-if TYPE_CHECKING:
-    from core.person_limits import PersonLimits
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +104,14 @@ class Charge:
         return await self.ledger.reserve(self.account, tokens_per_day=self.limits.tokens_per_day, want=want, floor=floor)
 
 
+class People(Protocol):
+    """Which person's account a chat run pays into (core.person_limits.PersonLimits)."""
+
+    def charge(self, conversation: ConversationKey, user: Actor, channel: Any) -> Charge | None:
+        """`channel`: the conversation's core.channels.ChannelConfig, whose limits apply there."""
+        ...
+
+
 class TokenLedger(Protocol):
     """Accounts found from the conversation at each call (core.store.api_keys.ApiKeyStore: an API conversation's key);
     it reserves through its own DayLedger."""
@@ -147,7 +152,7 @@ class TokenQuota:
     `people` (core/person_limits.py) says which person a chat run charges; a run's own quota carries that charge.
     """
 
-    def __init__(self, ledgers: Sequence[TokenLedger] = (), *, people: PersonLimits | None = None,
+    def __init__(self, ledgers: Sequence[TokenLedger] = (), *, people: People | None = None,
                  charges: Sequence[Charge] = ()) -> None:
         self._ledgers = tuple(ledgers)
         self.people = people

@@ -24,6 +24,7 @@ from core.events import AnswerDelta, Event, Failed, RunStarted, ToolCallFinished
 from core.history import TurnHistory, content_text
 from core.llm import ModelInfo, resolve_model
 from core.observe import RunTrace
+from core.person_limits import admitted, charged
 from core.requests import Actor, ClientTool, ConversationKey, Request
 from core.run_endings import RunEndings, RunPlan, notice_lead, outcome_of, report_answer, report_unstarted
 from core.store.continuations import ContinuationRow, ContinuationStore
@@ -122,6 +123,7 @@ class Runs:
             cls = agent_class(request.agent_type or channel.agent_type)
             # The engine's tools plus the client's own for this run (a name taken or malformed refuses it).
             executor = with_client_tools(self._deps.executor, request.client_tools)
+            deps = await admitted(self._deps_for(channel.model, executor), request.conversation, request.user, channel)
         except (UnknownAgentType, ValueError) as error:
             report_unstarted(request.conversation.platform, str(error))
             yield Failed(message=str(error), retryable=False)
@@ -146,7 +148,7 @@ class Runs:
                     question=request.question,  # the asker's own words, without the attached files' text
                 )
                 agent = cls(
-                    deps=self._deps_for(channel.model, executor), config=self.config(cls.agent_type, request, channel=channel),
+                    deps=deps, config=self.config(cls.agent_type, request, channel=channel),
                     context=context,
                 )
                 outputs = agent.gen(query, history=history, extra_parts=attachments.parts)
@@ -188,7 +190,7 @@ class Runs:
                 client_tools=client_tools, response_format=state.response_format,
                 sources=tuple(state.request_sources) if state.request_sources is not None else None,
             )
-            agent = cls(deps=self._deps_for(state.model, executor), config=config, context=context)
+            agent = cls(deps=charged(self._deps_for(state.model, executor), state.conversation, context.user, channel), config=config, context=context)
 
             async def mark_started(call_id: str) -> bool:
                 return await self._needs.continuations.mark_started(row.id, call_id)
@@ -341,9 +343,7 @@ class Runs:
     async def _end(self, run: _Played, plan: RunPlan, output: Finished | Paused | Failed, signal: StopSignal | None) -> None:
         if signal is not None:
             signal.finish()  # a Stop from now on is too late: the answer is whole
-        run.usage = output.usage if isinstance(output, Finished) else (
-            output.state.usage if isinstance(output, Paused) else None
-        )
+        run.usage = output.usage if isinstance(output, Finished) else output.state.usage if isinstance(output, Paused) else None
         # Shielded: a shutdown arriving now must not cut the turn's storing short.
         run.ending.extend(await asyncio.shield(self._endings.end(plan, output)))
         run.outcome = outcome_of(run.ending)

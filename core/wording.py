@@ -29,6 +29,12 @@ def loop_limit_reached(rounds: int) -> str:
     )
 
 
+def person_limit_reached(what: str, allowed: int, resets_at: datetime) -> str:
+    """A person past their daily limit (`what`: "questions" or "tokens"); the same sentence on every surface."""
+    return (f"You have reached your limit of {allowed} {what} for today; it resets at midnight UTC "
+            f"({resets_at:%Y-%m-%d %H:%M} UTC).")
+
+
 def approval_not_found() -> str:
     return "This approval request no longer exists."
 

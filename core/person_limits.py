@@ -1,0 +1,99 @@
+"""Per-person daily limits: whose chat questions are counted, against which limits, and a run's deps that pay for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection
+from datetime import datetime, timezone
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from core import wording
+from core.agents.run_values import AgentDeps
+from core.api_access import API_PLATFORM
+from core.channels import ChannelConfig
+from core.quota import Charge, DayLedger, QuotaLimit, QuotaRefusal, TokenQuota
+from core.requests import Actor, ConversationKey
+from core.store.day_counts import DayCounts
+from core.store.db import Database
+
+log = logging.getLogger(__name__)
+
+class NotAdmitted(ValueError):
+    """A question refused before its run starts: its asker is over a limit, or their count could not be taken.
+    The message is the sentence the asker is shown."""
+
+
+def person_account(platform: str, user_id: str) -> str:
+    """A person's account in the ledger, named as `relaybot usage --by user` groups them (platform, user)."""
+    return f"{platform}:{user_id}"
+
+
+def person_refusal(limit: QuotaLimit, allowed: int, resets_at: datetime) -> QuotaRefusal:
+    """A person's refusal, worded once for every surface (Slack, Discord, the terminal chat)."""
+    resets = resets_at.astimezone(timezone.utc)
+    what = "questions" if limit == "requests_per_day" else "tokens"
+    return QuotaRefusal(limit=limit, allowed=allowed, resets_at=resets,
+                        sentence=wording.person_limit_reached(what, allowed, resets))
+
+
+def person_ledger(db: Database) -> DayCounts:
+    """People's ledger: the same kind as API keys' (core/store/day_counts.py), over person_usage."""
+    return DayCounts(db, table="person_usage", account_column="person", refusal=person_refusal)
+
+
+class PersonLimits:
+    """Who is limited where: a chat run's asker pays into their own account in `ledger` when the channel (or its
+    workspace, or the settings) sets a limit, unless they are exempt. API conversations are their key's to pay."""
+
+    def __init__(self, *, ledger: DayLedger, exempt: Collection[str] = (), exempt_approvers: bool = False) -> None:
+        self.ledger = ledger
+        self._exempt = frozenset(exempt)
+        self._exempt_approvers = exempt_approvers
+
+    def exempt(self, user: Actor, channel: ChannelConfig) -> bool:
+        if user.id in self._exempt:
+            return True
+        # A resumed run's asker carries only an id: their roles and admin flag are not known again then.
+        return self._exempt_approvers and (
+            user.is_admin or user.id in channel.approvers or bool(user.roles & channel.approver_roles))
+
+    def charge(self, conversation: ConversationKey, user: Actor, channel: ChannelConfig) -> Charge | None:
+        """The account a run there by `user` pays into; None: nobody's limits apply (nothing is counted)."""
+        if conversation.platform == API_PLATFORM or not channel.person_limits.any or self.exempt(user, channel):
+            return None
+        return Charge(ledger=self.ledger, account=person_account(conversation.platform, user.id),
+                      limits=channel.person_limits)
+
+
+async def admitted(deps: AgentDeps, conversation: ConversationKey, user: Actor, channel: ChannelConfig) -> AgentDeps:
+    """A new question's deps: its asker's request taken (NotAdmitted when over a limit: nothing is counted), and
+    every model call of its run reserved against their day too."""
+    charge, quota = _charge(deps, conversation, user, channel)
+    if charge is None or quota is None:
+        return deps
+    try:
+        refusal = await charge.take_request()
+    except (psycopg.Error, PoolTimeout):
+        log.exception("could not count a question against its asker's limit")
+        raise NotAdmitted(wording.database_unavailable()) from None
+    if refusal is not None:
+        raise NotAdmitted(refusal.sentence)
+    return dataclasses.replace(deps, quota=quota.charging(charge))
+
+
+def charged(deps: AgentDeps, conversation: ConversationKey, user: Actor, channel: ChannelConfig) -> AgentDeps:
+    """A resumed run's deps: its model calls reserved against its asker's day (the question was counted already)."""
+    charge, quota = _charge(deps, conversation, user, channel)
+    if charge is None or quota is None:
+        return deps
+    return dataclasses.replace(deps, quota=quota.charging(charge))
+
+
+def _charge(deps: AgentDeps, conversation: ConversationKey, user: Actor,
+            channel: ChannelConfig) -> tuple[Charge | None, TokenQuota | None]:
+    quota = deps.quota
+    if quota is None or quota.people is None:
+        return None, None
+    return quota.people.charge(conversation, user, channel), quota
