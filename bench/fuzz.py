@@ -10,6 +10,10 @@ messages with hostile text, and 500 read_url / sql_query calls the scripted mode
 A canary server listens on 127.0.0.2, outside READ_URL_ALLOWED_NETWORKS (127.0.0.1/32): any request reaching it is
 a fetch the guards let through (a URL, a redirect, a schema $ref, an image part).
 
+The bot and its Postgres run at the default CPU priority; this process (the load generator and every emulator)
+lowers its own once they are up (nice 10): on this 2-core machine its work would otherwise preempt the bot and be
+counted as the bot's event-loop stalls.
+
 Printed, each with its target: 5xx responses, tracebacks in the process log, the worst event-loop stall after the
 warm-up (the smallest bucket of relaybot_event_loop_lag_seconds that holds every beat since), peak RSS growth over
 the post-warm-up baseline, and canary hits. A seed names the inputs exactly: a failing seed is a regression case.
@@ -22,6 +26,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import random
 import sys
 import tempfile
@@ -54,6 +59,7 @@ DISCORD_EVENTS = 1_000
 TOOL_ARGUMENT_SETS = 500
 WARM_UP_REQUESTS = 60
 CONCURRENCY = 12
+LOAD_GENERATOR_NICENESS = 10
 REQUEST_TIMEOUT_S = 60.0
 SETTLE_LIMIT_S = 60.0
 QUIET_S = 5.0
@@ -122,6 +128,10 @@ async def run(seed: int, scale: float) -> int:
         }
         process = BotProcess("fuzz", env=env, log_dir=log_dir)
         await process.start()
+        # The load generator (this process, with every emulator) yields the CPU to the process under test and its
+        # database, started before with the default priority: on a 2-core machine its own work would otherwise
+        # be counted as the bot's stalls (real load arrives over a network, from other machines).
+        os.nice(LOAD_GENERATOR_NICENESS)
         secret = await _api_key(database_url, log_dir)
         base = f"http://127.0.0.1:{process.port}"
         rss = RssSampler(process._process.pid)  # type: ignore[union-attr]

@@ -47,7 +47,7 @@ STREAMER_QUEUE = Gauge(
 )
 DB_POOL_IN_USE = Gauge("relaybot_db_pool_in_use", "Database connections checked out of the pool.")
 # Fine buckets below 0.1 s (the fuzz bench's target) and up to 10 s: a stall of any size lands in a bucket that names it.
-LOOP_LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LOOP_LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 EVENT_LOOP_LAG = Histogram(
     "relaybot_event_loop_lag_seconds", "How late the event loop ran its heartbeat (core/loop_watch.py), each beat.",
     buckets=LOOP_LAG_BUCKETS_S,

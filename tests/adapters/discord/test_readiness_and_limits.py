@@ -7,9 +7,9 @@ from aiohttp import web
 
 from adapters.discord.adapter import RECONNECT_GRACE_S, GatewayWatch, rate_limit_trace
 from core.store.db import Database
-from tests.adapters.discord.harness import running_bot
+from tests.adapters.discord.harness import make_world, running_bot, wait_for_text
 from tests.emulators.discord import DiscordEmulator
-from tests.emulators.openai_server import OpenAIEmulator
+from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.observe import sample
 
 
@@ -71,3 +71,17 @@ async def test_every_429_is_counted_by_method_and_route_without_ids() -> None:
     finally:
         await runner.cleanup()
     assert sample("relaybot_rate_limited_total", platform="discord", method=route) == before + 2
+
+
+async def test_an_answered_mention_leaves_no_message_in_discord_pys_cache(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    # Nothing reads the cache; each cached message kept ~10 objects every full collection walked.
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text("Cached nowhere."))
+    async with running_bot(dc, db, openai_emulator) as (adapter, _):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "kept?", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        await wait_for_text(dc, thread.id, "Cached nowhere.")
+        assert list(adapter.client.cached_messages) == []
