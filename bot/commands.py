@@ -67,14 +67,19 @@ async def doctor(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def chat(settings: Settings, args: argparse.Namespace) -> int:
+    """The terminal chat; 0 when it ends (/quit, Ctrl-D, or Ctrl-C while no answer runs)."""
     from adapters.console.chat import ConsoleChat
+    from adapters.console.terminal import ctrl_c_calls
     from bot.runtime import Runtime
 
     runtime = Runtime(settings)
     try:
         engine = await runtime.open_engine()
         runtime.scheduler.start()
-        await ConsoleChat(engine, agent_type=args.agent).run()
+        # configure() sent the log to this file when stdout is a terminal, so no log line lands in an answer.
+        console = ConsoleChat(engine, agent_type=args.agent, log_file=getattr(args, "log_file", None))
+        with ctrl_c_calls(console.interrupt):
+            await console.run()
     finally:
         await runtime.stop()
     return 0

@@ -1,0 +1,189 @@
+"""`relaybot chat` in a pseudo-terminal, as a person runs it: the real `python -m bot chat` against the OpenAI
+emulator and the test Postgres. Ctrl-C stops an answer and a second quits; logs stay off the screen; /help, /new
+and /sources are answered without the model."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import re
+import subprocess
+import sys
+import termios
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.emulators.openai_server import OpenAIEmulator, Text
+
+REPO = Path(__file__).resolve().parents[2]
+# Bounds on waiting for the screen, never a measure of anything: a slow machine just waits longer.
+SCREEN_WAIT_S = 90.0
+EXIT_WAIT_S = 60.0
+CTRL_C = b"\x03"
+# A log line in the text format (bot/cli.py's LOG_FORMAT), which must never reach the terminal.
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+class Terminal:
+    """The chat process with a pseudo-terminal as its controlling terminal, stdin, stdout and stderr."""
+
+    def __init__(self, process: subprocess.Popen[bytes], master: int) -> None:
+        self.process = process
+        self.master = master
+        self.screen = ""
+        self._seen = 0  # where the next expect() starts looking
+        self._changed = asyncio.Event()
+        os.set_blocking(master, False)
+        asyncio.get_running_loop().add_reader(master, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.master, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # EIO: the process closed its end
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(self.master)
+        self.screen += data.decode("utf-8", errors="replace")
+        self._changed.set()
+
+    async def expect(self, text: str) -> str:
+        """Wait until `text` shows after what was already expected; what was printed up to it."""
+        async def shown() -> str:
+            while (at := self.screen.find(text, self._seen)) < 0:
+                self._changed.clear()
+                await self._changed.wait()
+            part, self._seen = self.screen[self._seen:at + len(text)], at + len(text)
+            return part
+
+        try:
+            return await asyncio.wait_for(shown(), SCREEN_WAIT_S)
+        except TimeoutError:
+            raise AssertionError(f"{text!r} never showed; the screen:\n{self.screen}") from None
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    async def exit_code(self) -> int:
+        return await asyncio.wait_for(asyncio.to_thread(self.process.wait), EXIT_WAIT_S)
+
+
+def _take_the_terminal() -> None:
+    # Run in the child after setsid(): the pty becomes its controlling terminal, so Ctrl-C typed there is SIGINT.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _env(**values: str) -> dict[str, str]:
+    keep = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "TMPDIR")}
+    keep.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", EMBEDDING_PROVIDER="none", TERM="xterm", **values)
+    return keep
+
+
+@pytest.fixture
+async def chat(database_url: str, openai_emulator: OpenAIEmulator, tmp_path: Path) -> AsyncIterator[Terminal]:
+    master, slave = os.openpty()
+    env = _env(DATABASE_URL=database_url, LLM_BASE_URL=openai_emulator.base_url, DATA_DIR=str(tmp_path / "data"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "chat"], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path,
+        start_new_session=True, preexec_fn=_take_the_terminal,
+    )
+    os.close(slave)
+    terminal = Terminal(process, master)
+    try:
+        yield terminal
+    finally:
+        if process.poll() is None:
+            process.kill()
+            await asyncio.to_thread(process.wait)
+        asyncio.get_running_loop().remove_reader(master)
+        os.close(master)
+
+
+async def _run_outcomes(database_url: str) -> list[tuple[str, str | None]]:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute("SELECT outcome, stop_by FROM run_stops WHERE platform = 'console' ORDER BY started_at")
+        return [(str(outcome), stop_by) for outcome, stop_by in await cursor.fetchall()]
+
+
+async def test_ctrl_c_stops_the_answer_mid_stream_the_chat_goes_on_and_a_second_ctrl_c_quits(
+    chat: Terminal, openai_emulator: OpenAIEmulator, database_url: str, tmp_path: Path
+) -> None:
+    story = "once upon a time " * 300
+    openai_emulator.script(Text(story, chunk_chars=6, delay_s=0.05), Text("Second answer."))
+    log_file = (tmp_path / "data" / "logs" / "chat.log").resolve()
+    greeting = await chat.expect("you> ")
+    assert f"Logs go to {log_file}." in greeting
+
+    chat.type(b"tell me a long story\n")
+    await chat.expect("bot> once upon a time once")
+    chat.type(CTRL_C)
+    await chat.expect("⏹ Stopped by ")
+    await chat.expect("you> ")
+    answer = chat.screen[chat.screen.index("bot> "):chat.screen.index("⏹ Stopped by ")]
+    # The text shown so far stays on the screen, cut off mid-stream rather than played to the end.
+    assert "once upon a time" in answer and answer.count("once") < story.count("once")
+    [(outcome, stop_by)] = await _run_outcomes(database_url)
+    assert outcome == "stopped" and stop_by  # through the engine's stop path, as the Stop button
+
+    chat.type(b"and then?\n")
+    await chat.expect("Second answer.")
+    await chat.expect("you> ")
+    second = openai_emulator.chat_requests[-1]["messages"]
+    kept = [m["content"] for m in second if m["role"] == "assistant"]
+    assert len(kept) == 1 and kept[0].startswith("once upon a time") and "⏹ Stopped by" in kept[0]
+
+    chat.type(CTRL_C)  # idle now: a second Ctrl-C quits
+    assert await chat.exit_code() == 0
+    assert not LOG_LINE.search(chat.screen), chat.screen
+    assert "Traceback" not in chat.screen
+    logged = log_file.read_text()
+    assert LOG_LINE.search(logged) and "stop asked by" in logged  # the log went to its file, not nowhere
+
+
+async def test_help_new_and_sources_are_answered_without_the_model(
+    chat: Terminal, openai_emulator: OpenAIEmulator, database_url: str, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "vault.md").write_text("# Vault\n\nThe deploy key lives in the vault.\n")
+    ingest = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "ingest", str(docs), cwd=tmp_path,
+        env=_env(DATABASE_URL=database_url, DATA_DIR=str(tmp_path / "data")),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert await asyncio.wait_for(ingest.wait(), EXIT_WAIT_S) == 0
+    openai_emulator.script(Text("In the vault [1]."), Text("A fresh start."))
+    await chat.expect("you> ")
+
+    chat.type(b"/help\n")
+    helped = await chat.expect("you> ")
+    assert "/new" in helped and "/sources" in helped and "Ctrl-C" in helped
+    chat.type(b"/sources\n")
+    assert "No answer" in await chat.expect("you> ")
+    assert openai_emulator.chat_requests == []  # neither asked the model
+
+    chat.type(b"where is the deploy key\n")
+    answered = await chat.expect("you> ")
+    assert "In the vault [1]." in answered and "[1] Vault" in answered
+    chat.type(b"/sources\n")
+    listed = await chat.expect("you> ")
+    assert " *[1] Vault" in listed
+    assert len(openai_emulator.chat_requests) == 1
+
+    chat.type(b"/new\n")
+    assert "New conversation" in await chat.expect("you> ")
+    chat.type(b"something else\n")
+    await chat.expect("A fresh start.")
+    await chat.expect("you> ")
+    later = openai_emulator.chat_requests[-1]["messages"]
+    said = " ".join(str(m["content"]) for m in later if m["role"] in ("user", "assistant"))
+    assert "something else" in said
+    assert "deploy key" not in said and "In the vault" not in said  # no earlier turn rides along
+    chat.type(b"/quit\n")
+    assert await chat.exit_code() == 0
+    assert not LOG_LINE.search(chat.screen), chat.screen
