@@ -8,6 +8,13 @@ a reaction, or a message), the worst answer's first text against the bound of it
 answer of the burst was complete with no control posted after it ended; each target line ends in "ok" or
 "MISSES TARGET".
 
+The bot runs in a process of its own (bench/slack_stream_bot.py, one per run, read and stopped over its stdin and
+stdout); this process keeps the emulators and takes every reading. Real Slack is another machine: sharing one event
+loop, the bot's own load on the loop delayed when the emulator saw its calls (in a burst of 100 the bot had made every
+assistant.threads.setStatus by about 120 ms, the emulator recorded them at about 300 ms), and an emulator in a thread
+of the bot's process was slower still (they share the GIL). The bot's log goes to a file named at the top of the
+output; tracebacks in it are printed at the end.
+
 Run: HF_HUB_OFFLINE=1 .venv/bin/python -m bench.slack_stream [--only told|unset|native] [--time-scale 0.5]
 """
 
@@ -22,16 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.http.server import HttpServer
-from adapters.slack import SlackAdapter
-from core.store.db import Database
+from core.store.db import EmbeddedPostgres
 from core.tokens import get_token_counter
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event, workspace_post_cap
-from tests.support.engine import make_engine
-from tests.support.ports import ports_for
 
-from bench.slack_stream_support import Limit, Probe, Reading, how_first_text_came, percentile, position_ratios, target, wait_until
+from bench.slack_stream_support import (BotProcess, Limit, Probe, Reading, how_first_text_came, percentile, position_ratios,
+                                        target, tracebacks, wait_until)
 
 # A Slack minute lasts 12 real seconds. Slack time is compressed, the process's own work is not: at
 # 0.05 the CPU time of 100 concurrent answers counted twenty-fold in Slack seconds and showed up as a
@@ -113,9 +117,12 @@ class Bench:
         self.redelivered += len(deliveries) - 1
         return deliveries[0].latency_s if deliveries[0].status else math.inf
 
-    async def wait_all(self, probes: list[Probe], inflight: Any) -> None:
+    async def wait_all(self, probes: list[Probe], bot: BotProcess) -> None:
         """Until every answer's final text is there and the adapter has nothing in flight (its trailing calls done)."""
-        await wait_until(lambda: all(self.read.delivered(p) for p in probes) and inflight() == 0, WAIT_LIMIT_S)
+        async def done() -> bool:
+            return all(self.read.delivered(p) for p in probes) and (await bot.read()).inflight_answers == 0
+
+        await wait_until(done, WAIT_LIMIT_S)
 
     def first_sign_ms(self, probe: Probe) -> float:
         at = self.read.first_sign_at(probe)
@@ -132,9 +139,12 @@ RUNS: dict[str, dict[str, bool]] = {
 
 async def main(only: str | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
+    log_path = Path(tempfile.gettempdir()) / f"relaybot-slack-stream-bot-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    print(f"bot log (a process per run): {log_path}")
     with tempfile.TemporaryDirectory() as data_dir:
-        db = Database(url=None, data_dir=Path(data_dir))
-        await db.open()
+        # The bench holds the database server; each run's bot connects to it (and migrates it, the first time).
+        postgres = EmbeddedPostgres(Path(data_dir) / "pgdata")
+        database_url = await postgres.start()
         try:
             cap = workspace_post_cap(WORKSPACE_POSTS_PER_MINUTE)
             async with SlackEmulator(time_scale=TIME_SCALE, workspace_post_cap=cap) as slack, OpenAIEmulator() as openai:
@@ -147,9 +157,14 @@ async def main(only: str | None = None) -> None:
                 for n, name in enumerate(runs):
                     if n:
                         await asyncio.sleep(60 * TIME_SCALE)
-                    await run(db, slack, openai, **RUNS[name])
+                    await run(database_url, slack, openai, log_path, name=name, **RUNS[name])
         finally:
-            await db.close()
+            await postgres.stop()
+            found = tracebacks(log_path)
+            if found:
+                print(f"tracebacks in the bot's log ({len(found)}):")
+                for text in found:
+                    print(text)
 
 
 def slack_and_real(seconds: float) -> str:
@@ -160,47 +175,54 @@ def per_answer(values: list[float]) -> str:
     return f"mean {sum(values) / max(1, len(values)):.2f}, worst {max(values, default=math.nan):g}"
 
 
-async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, told_cap: bool, native: bool = False) -> None:
+def bot_process(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, log_path: Path, *, name: str,
+                told_cap: bool, native: bool) -> BotProcess:
+    """The bot of one run, as run() built it in this process before (bench/slack_stream_bot.py)."""
+    args = ["--database-url", database_url, "--openai-url", openai.base_url, "--slack-api-url", slack.api_url,
+            "--time-scale", repr(TIME_SCALE)]
+    if told_cap:
+        args += ["--told-cap", str(WORKSPACE_POSTS_PER_MINUTE)]
+    if native:
+        args.append("--native")
+    env = {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_SIGNING_SECRET": slack.signing_secret, "HF_HUB_OFFLINE": "1"}
+    return BotProcess(log_path, name=name, args=args, env=env)
+
+
+async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, log_path: Path, *, name: str,
+              told_cap: bool, native: bool = False) -> None:
     label = "cap told (SLACK_WORKSPACE_POSTS_PER_MINUTE=" + str(WORKSPACE_POSTS_PER_MINUTE) + ")" if told_cap else "cap unset"
     label += ", native streaming on (SLACK_NATIVE_STREAMING=auto)" if native else ", post+update (SLACK_NATIVE_STREAMING=off)"
-    engine = make_engine(db, openai.base_url, slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret,
-                         slack_api_url=slack.api_url, slack_native_streaming="auto" if native else "off",
-                         slack_workspace_posts_per_minute=WORKSPACE_POSTS_PER_MINUTE if told_cap else None,
-                         feedback_buttons=True)
-    http = HttpServer(host="127.0.0.1", port=0)
-    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http, time_scale=TIME_SCALE)
-    await http.start()
-    await adapter.start()
-    bench = Bench(slack, openai, f"http://127.0.0.1:{http.port}/slack/events")
-    read = bench.read
-    inflight = lambda: adapter.inflight_answers  # noqa: E731
+    bot = bot_process(database_url, slack, openai, log_path, name=name, told_cap=told_cap, native=native)
     prefix = "N" if native else "T" if told_cap else "U"
-    calls_before, limited_before = len(slack.calls), sum(slack.count_429.values())
-    limited_by_method_before = slack.count_429
     try:
+        port = await bot.start()
+        bench = Bench(slack, openai, f"http://127.0.0.1:{port}/slack/events")
+        read = bench.read
+        calls_before, limited_before = len(slack.calls), sum(slack.count_429.values())
+        limited_by_method_before = slack.count_429
         await bench.ask(f"C{prefix}WARMUP01")
-        await bench.wait_all(list(bench.probes.values()), inflight)
+        await bench.wait_all(list(bench.probes.values()), bot)
 
         # 1. One answer alone.
         await bench.ask(f"C{prefix}SINGLE01")
         single = bench.probes[list(bench.probes)[-1]]
-        await bench.wait_all([single], inflight)
+        await bench.wait_all([single], bot)
         single_first = (read.first_text_at(single) or math.nan) - single.sent_at - single.chunk_delay_s
         single_final = (read.final_at(single) or math.nan) - single.model_last_token_at
 
         # 2. 100 concurrent answers in 100 channels (a burst of events).
         await asyncio.sleep(60 * TIME_SCALE)  # let the workspace budget refill
         before = set(bench.probes)
-        budget = adapter.surfaces.budgets.workspace_posts(slack.team_id)
-        own_limit = Limit(burst=budget.capacity, per_slack_s=budget.refill_per_s)
+        own_limit = (await bot.read(slack.team_id)).workspace_posts
+        assert own_limit is not None
         prepared = [bench.prepare(f"C{prefix}MANY{n:04d}") for n in range(CONCURRENT_ANSWERS)]
         burst_acks = await asyncio.gather(*(bench.ask(probe) for probe in prepared))
         many = [bench.probes[tag] for tag in bench.probes if tag not in before]
         await wait_until(lambda: all(read.delivered(p) for p in many), WAIT_LIMIT_S)
         await asyncio.sleep(SETTLE_S)
         # What a shutdown now would wait for (bot/runtime.py: engine.drain): runs whose final text is not delivered.
-        running_after_finals = engine.active_runs
-        await bench.wait_all(many, inflight)
+        running_after_finals = (await bot.read()).active_runs
+        await bench.wait_all(many, bot)
         firsts = [(read.first_text_at(p) or math.nan) - p.sent_at - p.chunk_delay_s for p in many]
         finals = [(read.final_at(p) or math.nan) - p.model_last_token_at for p in many]
 
@@ -211,11 +233,10 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
             steady_tasks.append(asyncio.create_task(bench.ask(bench.prepare(f"C{prefix}STEADY{n:03d}"))))
             await asyncio.sleep(1 / STEADY_RATE_PER_S)
         steady_acks = list(await asyncio.gather(*steady_tasks))
-        await bench.wait_all(list(bench.probes.values()), inflight)
+        await bench.wait_all(list(bench.probes.values()), bot)
+        stopped = await bot.stop()
     finally:
-        await adapter.stop_accepting()
-        await adapter.close()
-        await http.stop()
+        await bot.kill()
 
     cap = slack.limits["chat.postMessage/workspace"]
     rate_per_slack_s = cap.calls / cap.window_s
@@ -306,7 +327,7 @@ async def run(db: Database, slack: SlackEmulator, openai: OpenAIEmulator, *, tol
             values = [(read.first_text_at(p) or math.nan) - p.sent_at - p.chunk_delay_s for p in group]
             print(f"  of the {CONCURRENT_ANSWERS}, {len(group)} {name}: first text p50 {slack_and_real(percentile(values, 50))}, "
                   f"p95 {slack_and_real(percentile(values, 95))}")
-        counts = adapter.native.counts
+        counts = stopped.native
         print(f"native streaming: {counts.native} answers streamed natively ({counts.fell_back} of them fell back to "
               f"post+update mid-answer: {counts.reasons or 'none'}), {counts.post_update} used post+update from the start "
               f"(a chat.startStream is Tier 2: under load most answers post and update)")

@@ -1,15 +1,30 @@
-"""What bench/slack_stream.py reads off the Slack emulator: per answer, its calls, messages, first sign, first text,
-final text and the controls posted after it ended; and the target lines it prints."""
+"""What bench/slack_stream.py reads off the Slack emulator (per answer, its calls, messages, first sign, first text,
+final text and the controls posted after it ended) and off its bot process; and the target lines it prints."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
 import math
+import os
+import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.emulators.slack import SlackEmulator
+
+REPO = Path(__file__).resolve().parents[1]
+# The bot opens its database, migrates and starts Bolt; under a loaded machine that has taken several seconds.
+BOT_READY_LIMIT_S = 60.0
+# A reading is a few attributes; a stop closes the adapter (its send queue, sockets and the pool's connections).
+BOT_ANSWER_LIMIT_S = 10.0
+BOT_STOP_LIMIT_S = 60.0
+BOT_EXIT_LIMIT_S = 20.0
+TRACEBACK = "Traceback (most recent call last)"
 
 # Methods that create a message in the thread (what "posts per answer" counts; chat.postMessage is the
 # posting budget's own).
@@ -200,16 +215,142 @@ def _in_arrival_order(probes: list[Probe], arrived: Any) -> list[Probe]:
     return ordered + sorted(moment, key=lambda p: p.sent_at)
 
 
-def wait_until(condition: Any, limit_s: float) -> Any:
-    """A coroutine polling `condition` every 50 ms for up to `limit_s`."""
-    import asyncio
+async def wait_until(condition: Any, limit_s: float) -> bool:
+    """Polls `condition` (a function, its result awaited when it is a coroutine) every 50 ms for up to `limit_s`."""
+    async def holds() -> bool:
+        met = condition()
+        return bool(await met if inspect.isawaitable(met) else met)
 
-    async def waiting() -> bool:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            await asyncio.sleep(0.05)
-        return bool(condition())
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if await holds():
+            return True
+        await asyncio.sleep(0.05)
+    return await holds()
 
-    return waiting()
+
+@dataclass(frozen=True, kw_only=True)
+class NativeTally:
+    """The adapter's native streaming counts (adapters/slack/native_streaming.py NativeCounts)."""
+
+    native: int = 0
+    fell_back: int = 0
+    post_update: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BotReading:
+    """What the bench reads off its bot process: one JSON line of bench/slack_stream_bot.py."""
+
+    inflight_answers: int
+    active_runs: int
+    native: NativeTally
+    workspace_posts: Limit | None = None  # the bot's workspace posting budget, when asked for a team
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> BotReading:
+        budget = values.get("workspace_posts")
+        return cls(inflight_answers=int(values["inflight_answers"]), active_runs=int(values["active_runs"]),
+                   native=NativeTally(**values["native"]), workspace_posts=Limit(**budget) if budget else None)
+
+
+class BotError(RuntimeError):
+    """The bot process did not answer, or exited."""
+
+
+class BotProcess:
+    """bench/slack_stream_bot.py as a child: started with its options, read and stopped over its stdin and stdout,
+    its log (stderr) appended to `log_path`. Every wait is bounded; `kill` ends it on any path out."""
+
+    def __init__(self, log_path: Path, *, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.log_path = log_path
+        self.name = name
+        self._args = args
+        self._env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        self._process: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()  # one request and its answer at a time
+        self.port = 0
+
+    async def start(self) -> int:
+        """Starts the bot; returns its HTTP port once it takes events."""
+        with self.log_path.open("ab") as log:
+            log.write(f"==== {self.name}: bot started at {time.strftime('%H:%M:%S')} ====\n".encode())
+            log.flush()
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.slack_stream_bot", *self._args, cwd=str(REPO), env=self._env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
+            )
+        ready = await self._receive(BOT_READY_LIMIT_S, "start")
+        self.port = int(ready["port"])
+        return self.port
+
+    async def read(self, team: str | None = None) -> BotReading:
+        """The bot's reading now; with `team`, its workspace posting budget too."""
+        return BotReading.from_json(await self.request({"op": "read", "team": team}, BOT_ANSWER_LIMIT_S))
+
+    async def stop(self) -> BotReading:
+        """A clean stop (stop_accepting, close, the server's stop); its last reading. Then waits for the exit."""
+        final = BotReading.from_json(await self.request({"op": "stop"}, BOT_STOP_LIMIT_S))
+        assert self._process is not None
+        try:
+            await asyncio.wait_for(self._process.wait(), BOT_EXIT_LIMIT_S)
+        except asyncio.TimeoutError:
+            raise BotError(f"{self.name}: the bot did not exit within {BOT_EXIT_LIMIT_S:g} s of its stop") from None
+        return final
+
+    async def request(self, message: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        process = self._running()
+        async with self._lock:
+            assert process.stdin is not None
+            try:
+                process.stdin.write(json.dumps(message).encode() + b"\n")
+                await asyncio.wait_for(process.stdin.drain(), limit_s)
+            except (ConnectionError, asyncio.TimeoutError) as error:
+                raise BotError(f"{self.name}: cannot send {message!r} to the bot ({error!r})") from None
+            return await self._receive(limit_s, message.get("op", "?"))
+
+    async def _receive(self, limit_s: float, what: str) -> dict[str, Any]:
+        process = self._running()
+        assert process.stdout is not None
+        try:
+            line = await asyncio.wait_for(process.stdout.readline(), limit_s)
+        except asyncio.TimeoutError:
+            raise BotError(f"{self.name}: no answer to {what} within {limit_s:g} s; see {self.log_path}") from None
+        if not line:
+            code = await asyncio.wait_for(process.wait(), limit_s)
+            raise BotError(f"{self.name}: the bot exited ({code}) before answering {what}; see {self.log_path}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise BotError(f"{self.name}: {answer['error']}")
+        return answer
+
+    def _running(self) -> asyncio.subprocess.Process:
+        if self._process is None:
+            raise BotError(f"{self.name}: the bot is not started")
+        return self._process
+
+    async def kill(self) -> None:
+        """SIGKILL if it still runs (a stop that failed, or the bench leaving on an error)."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
+
+
+def tracebacks(log_path: Path) -> list[str]:
+    """Each traceback in the bot's log, to its first line that is not indented (the exception)."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for n, line in enumerate(lines):
+        if line.startswith(TRACEBACK):
+            end = n + 1
+            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                end += 1
+            found.append("\n".join(lines[n:end + 1]))
+    return found
