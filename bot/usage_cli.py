@@ -1,4 +1,5 @@
-"""`relaybot usage`: the tokens the model reported, summed by channel, user or day, as a table, CSV or JSON."""
+"""`relaybot usage`: the tokens the model reported, summed by channel, user or day, as a table, CSV or JSON; by user,
+each person's use today against their daily limits."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import io
 import json
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from core.config import Settings
+from core.person_limits import person_account, person_ledger
+from core.quota import DayLimits
+from core.store.channel_config import ChannelConfigStore
+from core.store.day_counts import today_utc
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
 from core.store.usage import UsageLine, UsageLog
@@ -22,6 +29,36 @@ FORMATS = ("table", "csv", "json")
 _AGO = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 SUM_COLUMNS = ("turns", "tokens_in", "tokens_out", "tokens")
+# By user: what each person used today (UTC) and their limits (empty: none; "exempt": LIMITS_EXEMPT).
+TODAY_COLUMNS = ("requests_today", "requests_per_day", "tokens_today", "tokens_per_day")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PersonToday:
+    """One person's day in the per-person ledger, and the limits the settings give them."""
+
+    requests: int = 0
+    tokens: int = 0
+    limits: DayLimits = DayLimits()
+    exempt: bool = False
+
+    def cells(self) -> tuple[object, object, object, object]:
+        if self.exempt:
+            return (self.requests, "exempt", self.tokens, "exempt")
+        return (self.requests, self.limits.requests_per_day, self.tokens, self.limits.tokens_per_day)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Today:
+    """The per-person ledger's day: what each counted account used, and the settings' limits and exemptions."""
+
+    counted: Mapping[str, tuple[int, int]]
+    limits: DayLimits = DayLimits()
+    exempt: frozenset[str] = frozenset()
+
+    def of(self, platform: str, user: str) -> PersonToday:
+        requests, tokens = self.counted.get(person_account(platform, user), (0, 0))
+        return PersonToday(requests=requests, tokens=tokens, limits=self.limits, exempt=user in self.exempt)
 
 
 def add_usage_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,20 +96,44 @@ async def usage(settings: Settings, args: argparse.Namespace) -> int:
     try:
         await db.open()
         lines = await UsageLog(db).report(by=args.by, since=args.since)
+        today, note = await people_today(db, settings) if args.by == "user" else (None, "")
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         await db.close()
-    print(render(lines, by=args.by, output=args.format), end="")
+    print(render(lines, by=args.by, output=args.format, today=today), end="")
+    if note and args.format == "table":
+        print(note)
     return EXIT_OK
 
 
-def render(lines: list[UsageLine], *, by: str, output: str) -> str:
+async def people_today(db: Database, settings: Settings) -> tuple[Today, str]:
+    """The people's day, and a line naming the channels and workspaces that set limits of their own."""
+    today = Today(
+        counted=await person_ledger(db).day(today_utc()), exempt=frozenset(settings.limits_exempt),
+        limits=DayLimits(requests_per_day=settings.user_requests_per_day, tokens_per_day=settings.user_tokens_per_day),
+    )
+    own = [f"{c.scope} ({_cell(c.settings.user_requests_per_day)} / {_cell(c.settings.user_tokens_per_day)})"
+           for c in await ChannelConfigStore(db).list()
+           if c.settings.user_requests_per_day is not None or c.settings.user_tokens_per_day is not None]
+    if not own:
+        return today, ""
+    return today, f"The limits shown are the settings'; these places set their own (requests / tokens): {', '.join(own)}"
+
+
+def render(lines: list[UsageLine], *, by: str, output: str, today: Today | None = None) -> str:
+    """The report; by user with `today`, each person's use today against their limits too (as `today` counted it)."""
+    today = today if by == "user" else None
+    if today is not None:
+        lines = lines + _uncounted_lines(lines, today)
     if output == "json":
-        return json.dumps([_record(line) for line in lines], indent=2) + "\n"
-    header = [*_group_columns(lines, by), *SUM_COLUMNS]
-    rows = [[value for _, value in line.group] + [str(n) for n in _sums(line)] for line in lines]
+        return json.dumps([_record(line, today) for line in lines], indent=2) + "\n"
+    extra = TODAY_COLUMNS if today is not None else ()
+    header = [*_group_columns(lines, by), *SUM_COLUMNS, *extra]
+    rows = [[value for _, value in line.group] + [str(n) for n in _sums(line)]
+            + ([_cell(value) for value in _today(line, today).cells()] if today is not None else [])
+            for line in lines]
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -81,9 +142,9 @@ def render(lines: list[UsageLine], *, by: str, output: str) -> str:
         return buffer.getvalue()
     if not rows:
         return "No token usage recorded.\n"
-    width = len(header) - len(SUM_COLUMNS)
+    width = len(header) - len(SUM_COLUMNS) - len(extra)
     totals = [sum(_sums(line)[index] for line in lines) for index in range(len(SUM_COLUMNS))]
-    rows.append(["total"] + [""] * (width - 1) + [str(n) for n in totals])
+    rows.append(["total"] + [""] * (width - 1) + [str(n) for n in totals] + [""] * len(extra))
     return _table([[name.replace("_", " ") for name in header], *rows], numeric_from=width)
 
 
@@ -97,8 +158,29 @@ def _sums(line: UsageLine) -> tuple[int, int, int, int]:
     return (line.turns, line.tokens_in, line.tokens_out, line.tokens)
 
 
-def _record(line: UsageLine) -> dict[str, object]:
-    return {**dict(line.group), **dict(zip(SUM_COLUMNS, _sums(line)))}
+def _record(line: UsageLine, today: Today | None = None) -> dict[str, object]:
+    record: dict[str, object] = {**dict(line.group), **dict(zip(SUM_COLUMNS, _sums(line)))}
+    if today is not None:
+        record.update(zip(TODAY_COLUMNS, _today(line, today).cells()))
+    return record
+
+
+def _today(line: UsageLine, today: Today) -> PersonToday:
+    # Someone not counted today asked nowhere a limit applied to them (or did not ask).
+    group = dict(line.group)
+    return today.of(group["platform"], group["user"])
+
+
+def _uncounted_lines(lines: list[UsageLine], today: Today) -> list[UsageLine]:
+    """People counted today who have no turn in the report (e.g. every question of theirs refused)."""
+    listed = {person_account(dict(line.group)["platform"], dict(line.group)["user"]) for line in lines}
+    return [UsageLine(group=(("platform", account.partition(":")[0]), ("user", account.partition(":")[2])),
+                      turns=0, tokens_in=0, tokens_out=0)
+            for account in sorted(today.counted) if account not in listed]
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def _table(rows: list[list[str]], *, numeric_from: int) -> str:
