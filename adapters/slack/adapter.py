@@ -122,7 +122,7 @@ class SlackAdapter:
         self.reader = SlackReader(web=self.surfaces.web, identity=lambda: self.identity)
         self.inbound = SlackInbound(
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
-            conversations=ports.conversations, reader=self.reader,
+            conversations=ports.conversations, reader=self.reader, identity=lambda: self.identity,
         )
         access = self.inbound.access
         self.clicks = SlackClicks(
@@ -297,7 +297,8 @@ class SlackAdapter:
         if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
         # Ahead of Bolt's ack: a question whose record cannot be written is refused (HTTP 503, no Socket
-        # Mode ack), so Slack redelivers it instead of it being acked into silence.
+        # Mode ack), so Slack redelivers it instead of it being acked into silence. The record also starts the
+        # answer's first sign on a first delivery (adapters/slack/early_signs.py): it does not wait for the record.
         retry_num = str((req.headers.get("x-slack-retry-num") or ["0"])[0])
         if is_question_event(body) and not await self.inbound.record(body, retry_num=int(retry_num) if retry_num.isdigit() else 0):
             return BoltResponse(status=503, body="")

@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -16,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import EventNotRecorded, Gate
+from adapters.gate import Admission, EventNotRecorded, Gate
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_capped, read_files
 from core import metrics
 from core.config import DirectMessagePolicy, Settings
@@ -24,6 +25,7 @@ from core.engine import Engine
 from core.ports import KnownConversations
 from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
 
+from .early_signs import EarlySigns, reply_target
 from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
@@ -55,16 +57,18 @@ class SlackAccess:
         self._allowed = frozenset(allowed_teams)
         self._direct_messages = direct_messages
 
-    def person(self, user: str, teams: tuple[str, ...], *, direct: bool, shared: bool = False) -> Access:
+    def person(self, user: str, teams: tuple[str, ...], *, direct: bool, shared: bool = False, quiet: bool = False) -> Access:
         """`teams`: every team the payload says `user` belongs to; `shared`: the envelope says the
-        channel is shared with another organisation, so a person of no stated team is not let in."""
+        channel is shared with another organisation, so a person of no stated team is not let in;
+        `quiet`: a look ahead (the record's early sign), the refusal logged by the listener only."""
         if direct and self._direct_messages == "closed":
             return "direct_messages_off"
         if (direct and self._direct_messages == "open") or not self._allowed:
             return "allowed"
         outside = [team for team in teams if team not in self._allowed]
         if outside or (shared and not teams):
-            logger.info("refusing Slack user %s of %s: not in SLACK_TEAM_IDS", user, ", ".join(outside) or "an unstated team")
+            if not quiet:
+                logger.info("refusing Slack user %s of %s: not in SLACK_TEAM_IDS", user, ", ".join(outside) or "an unstated team")
             return "refused"
         return "allowed"
 
@@ -84,7 +88,7 @@ class SlackInbound:
 
     def __init__(
         self, *, settings: Settings, engine: Engine, gate: Gate, runner: AnswerRunner, surfaces: SlackSurfaces,
-        conversations: KnownConversations, reader: SlackReader,
+        conversations: KnownConversations, reader: SlackReader, identity: Callable[[], BotIdentity],
     ) -> None:
         self._slack = settings.platform_settings(SlackSettings)
         self._reader = reader
@@ -94,6 +98,8 @@ class SlackInbound:
         self._surfaces = surfaces
         self._conversations = conversations
         self._session: aiohttp.ClientSession | None = None
+        self._identity = identity  # the bot as auth.test told it (what Bolt's context says too)
+        self.early_signs = EarlySigns()
         self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages)
 
     @property
@@ -104,15 +110,30 @@ class SlackInbound:
         self._session = aiohttp.ClientSession()
 
     async def close(self) -> None:
+        await self.early_signs.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     async def record(self, body: dict[str, Any], *, retry_num: int) -> bool:
         """Before the ack, a question's durable record (its dedup row). False: do not ack, Slack redelivers it;
-        on Slack's last retry it is acked anyway and its listener tells the asker (never silence)."""
+        on Slack's last retry it is acked anyway and its listener tells the asker (never silence).
+
+        A first delivery that will be answered as a question gets its sign at once, beside the record: the listener
+        takes it over. A retry (maybe of an answered event) and a thread follow-up (is the bot in the thread? the
+        database says) get theirs from the listener, after the record."""
         event_id = str(body.get("event_id") or "")
-        if await self._gate.admit(event_id) != "unavailable":
+        target = self._early_target(body) if retry_num == 0 else None
+        early = target is not None and self.early_signs.recording(event_id, partial(self._surfaces.sign, target))
+        admission: Admission = "unavailable"
+        try:
+            admission = await self._gate.admit(event_id)
+        finally:
+            ending = self.early_signs.recorded(event_id, admission) if early else None
+            if ending is not None:
+                # Down before Slack hears the refusal (or the duplicate's ack): a redelivery's own sign cannot race it.
+                await asyncio.shield(ending)
+        if admission != "unavailable":
             return True
         if retry_num >= SLACK_LAST_RETRY_NUM:
             self._gate.hand_on(event_id, "unavailable")
@@ -120,93 +141,116 @@ class SlackInbound:
         return False
 
     async def on_app_mention(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
-        with self._gate.track():
+        with self._gate.track(), self.early_signs.settled(body):
             if _not_from_a_person(event) or not self._may_ask(body, event):
                 return
-            ts = str(event["ts"])
-            thread_ts = str(event.get("thread_ts") or ts)
-            team_id = _team(body, event)
-            target = ReplyTarget(team_id=team_id, channel=str(event["channel"]), thread_ts=thread_ts, question_ts=ts)
-            if not await self._first_time(body, target):
+            target = reply_target(body, event)
+            admitted, sign = await self._first_time(body, target)
+            if not admitted:
                 return
-            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=target.channel, thread=thread_ts)
+            ts, thread_ts = str(event["ts"]), str(target.thread_ts)
+            key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=thread_ts)
 
             def earlier_messages() -> Awaitable[tuple[PriorMessage, ...]]:
-                return self._thread_context(team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
+                return self._thread_context(target.team_id, target.channel, thread_ts, before_ts=ts, bot=bot)
 
-            await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id,
+            await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id, sign=sign,
                                          context=earlier_messages if thread_ts != ts else None)
 
     async def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
-        with self._gate.track():
+        with self._gate.track(), self.early_signs.settled(body):
             if _not_from_a_person(event) or bot.wrote(event):
                 return
-            channel = str(event.get("channel", ""))
-            team_id = _team(body, event)
-            thread_ts = event.get("thread_ts")
             if event.get("channel_type") == "im":
-                access = self.access.person(str(event.get("user")), asker_teams(event), direct=True, shared=_shared(body))
-                # Top-level DMs are one rolling conversation; a thread in a DM is its own.
-                target = ReplyTarget(team_id=team_id, channel=channel, thread_ts=str(thread_ts) if thread_ts else None,
-                                     question_ts=str(event.get("ts") or "") or None)
-                if not await self._first_time(body, target):
-                    return
-                key = ConversationKey(
-                    platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts or ""), direct=True
-                )
-                if access != "allowed":
-                    # The same DM rule, and the same sentences, as on every platform.
-                    refusal = wording.direct_messages_off() if access == "direct_messages_off" else wording.direct_messages_members_only()
-                    await self._surfaces.at(target).show_notice(refusal)
-                    return
-                await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id)
+                await self._on_direct_message(body, event, bot)
                 return
             # A channel message: only follow-ups in threads the bot already answers, without a mention
             # (a mention arrives as app_mention too and is answered there), where the channel's settings
             # (SLACK_THREAD_FOLLOWUPS unless `relaybot channels set` says otherwise) let them in.
+            thread_ts = event.get("thread_ts")
             if not thread_ts or thread_ts == event.get("ts"):
                 return
             if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
                 return
+            target = reply_target(body, event)
             try:
                 if not await self._gate.first_time(str(body.get("event_id") or "")):
                     return
             except EventNotRecorded:
                 # Whether the bot is in this thread is itself in the database: a sentence could land in a
                 # thread of strangers, so a follow-up that cannot be recorded is only logged.
-                logger.warning("a thread follow-up in %s could not be recorded (database down); not answered", channel)
+                logger.warning("a thread follow-up in %s could not be recorded (database down); not answered", target.channel)
                 return
-            key = ConversationKey(platform=PLATFORM, workspace=team_id, channel=channel, thread=str(thread_ts))
+            key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=str(thread_ts))
             if not await self._conversations.exists(key) or not self._may_ask(body, event):
                 return
             if (await self._engine.channel(key)).followups_need_mention:
                 return
-            await self._answer_with_sign(event, key=key, bot_user_id=bot.user_id, target=ReplyTarget(
-                team_id=team_id, channel=channel, thread_ts=str(thread_ts), question_ts=str(event.get("ts") or "") or None,
-            ))
+            await self._answer_with_sign(event, key=key, bot_user_id=bot.user_id, target=target)
 
-    async def _first_time(self, body: dict[str, Any], target: ReplyTarget) -> bool:
-        """The gate's answer; a question that cannot be recorded (Slack's last retry) gets the one sentence."""
+    async def _on_direct_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
+        # Top-level DMs are one rolling conversation; a thread in a DM is its own.
+        target = reply_target(body, event)
+        admitted, sign = await self._first_time(body, target)
+        if not admitted:
+            return
+        key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel,
+                              thread=target.thread_ts or "", direct=True)
+        access = self._dm_access(body, event)
+        if access != "allowed":
+            if sign is not None:  # never: a DM refused gets no early sign (_early_target asks the same rule)
+                await asyncio.shield(sign.end())
+            # The same DM rule, and the same sentences, as on every platform.
+            refusal = wording.direct_messages_off() if access == "direct_messages_off" else wording.direct_messages_members_only()
+            await self._surfaces.at(target).show_notice(refusal)
+            return
+        await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id, sign=sign)
+
+    def _early_target(self, body: dict[str, Any]) -> ReplyTarget | None:
+        """Where the sign goes of an event its listener will answer as a question whatever the database says: a
+        mention from someone who may ask, a DM its writer may send. None for the rest (thread follow-ups)."""
+        event = body["event"]
+        if _not_from_a_person(event) or self._identity().wrote(event):
+            return None
+        if event.get("type") == "app_mention":
+            return reply_target(body, event) if self._may_ask(body, event, quiet=True) else None
+        # The assistant pane's listener answers no message with a subtype in its threads (adapters/slack/assistant.py).
+        in_pane = self._slack.assistant and event.get("thread_ts") and event.get("subtype")
+        if event.get("channel_type") == "im" and not in_pane and self._dm_access(body, event, quiet=True) == "allowed":
+            return reply_target(body, event)
+        return None
+
+    async def _first_time(self, body: dict[str, Any], target: ReplyTarget) -> tuple[bool, WorkingSign | None]:
+        """The gate's answer, and the event's early sign when this listener answers it (taken in the gate's step);
+        a question that cannot be recorded (Slack's last retry) gets the one sentence."""
+        event_id = str(body.get("event_id") or "")
         try:
-            return await self._gate.first_time(str(body.get("event_id") or ""))
+            admitted = await self._gate.first_time(event_id)
         except EventNotRecorded:
-            logger.warning("Slack event %s could not be recorded (database down); telling the asker", body.get("event_id"))
+            logger.warning("Slack event %s could not be recorded (database down); telling the asker", event_id)
             await self._surfaces.at(target).show_notice(wording.database_unreachable())
-            return False
+            return False, None
+        return admitted, self.early_signs.take(event_id) if admitted and event_id else None
 
-    def _may_ask(self, body: dict[str, Any], event: dict[str, Any]) -> bool:
+    def _may_ask(self, body: dict[str, Any], event: dict[str, Any], *, quiet: bool = False) -> bool:
         """In a channel: the asker's own workspace must be allowed, not only the channel's."""
-        return self.access.person(str(event.get("user")), asker_teams(event), direct=False, shared=_shared(body)) == "allowed"
+        return self.access.person(str(event.get("user")), asker_teams(event), direct=False, shared=_shared(body),
+                                  quiet=quiet) == "allowed"
+
+    def _dm_access(self, body: dict[str, Any], event: dict[str, Any], *, quiet: bool = False) -> Access:
+        return self.access.person(str(event.get("user")), asker_teams(event), direct=True, shared=_shared(body), quiet=quiet)
 
     async def _answer_with_sign(
         self, event: dict[str, Any], *, key: ConversationKey, target: ReplyTarget, bot_user_id: str,
-        context: Callable[[], Awaitable[tuple[PriorMessage, ...]]] | None = None,
+        context: Callable[[], Awaitable[tuple[PriorMessage, ...]]] | None = None, sign: WorkingSign | None = None,
     ) -> None:
-        """The answer, under its first sign (the thread's status, or 👀 on the question) from now until it ends.
+        """The answer, under its first sign (the thread's status, or 👀 on the question) until it ends: `sign`, the one
+        its record put up, else one from now.
 
         The sign goes up before the thread's earlier messages (`context`) are read: reading may wait on its
         budget, the asker should not."""
-        sign = self._surfaces.sign(target)
+        if sign is None:
+            sign = self._surfaces.sign(target)
         sign.show()
         submitted = False
         try:
@@ -348,7 +392,3 @@ def _malformed(event: dict[str, Any]) -> str | None:
 
 def _shared(body: dict[str, Any]) -> bool:
     return body.get("is_ext_shared_channel") is True
-
-
-def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
-    return str(body.get("team_id") or event.get("team") or "")
