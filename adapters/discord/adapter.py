@@ -156,9 +156,7 @@ class RelayClient(discord.Client):
             intents=intents_for(message_content=message_content),
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout_s,
-            # No cache of the last 1,000 messages: nothing here reads it (edits, reactions and deletes are not
-            # followed; replies and edits go through partial messages), and its ~10 objects a message were walked
-            # by every full collection.
+            # No message cache: nothing reads it (replies and edits use partial messages); full collections walked it.
             max_messages=None,
             # A POST is sent once: its 5xx or lost reply is looked up, not re-sent (transport_http.py).
             http_trace=no_blind_resend(rate_limit_trace()),

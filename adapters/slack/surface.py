@@ -12,6 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Priority, StreamLimits
+from adapters.streaming.clock import asked_at
 from adapters.streaming.transport import LiveText
 from core.approvals import ApprovalView
 from core.citations import Citation
@@ -48,6 +49,14 @@ class ReplyTarget:
     recipient_user: str | None = None
     recipient_team: str | None = None
     question_ts: str | None = None
+
+
+def _ts_seconds(ts: str | None) -> float | None:
+    """A Slack message ts ("seconds.micros") as epoch seconds; None when there is none or it is not one."""
+    try:
+        return float(ts) if ts else None
+    except ValueError:
+        return None
 
 
 class SlackSurfaces:
@@ -142,7 +151,8 @@ class SlackSurface:
             limits=surfaces.limits,
             edit_budget=surfaces.budgets.edit(target.team_id),
             post_budget=surfaces.budgets.post(target.team_id, target.channel),
-            clock=surfaces.clock, since=surfaces.clock.now(),
+            clock=surfaces.clock,
+            since=asked_at(surfaces.clock, _ts_seconds(target.question_ts), time_scale=surfaces.clock.time_scale),
         )
 
     async def post(self, text: str, *, key: str | None = None) -> str:
