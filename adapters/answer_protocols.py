@@ -34,7 +34,7 @@ class Pacing:
     key: Hashable = None  # the streamer's fairness key in shared budgets; None: one per answer
     start_on_first_event: bool = False  # post nothing until the engine says something
     # The answer's age in every budget queue: when its question was asked or taken (on its platform's clock,
-    # streaming/clock.asked_at), so a question that waited for its turn (ANSWERS_IN_FLIGHT_MAX) keeps its place;
+    # streaming/answer_place.asked_at), so a question that waited for its turn (ANSWERS_IN_FLIGHT_MAX) keeps its place;
     # None: when the answer starts playing.
     since: float | None = None
 

@@ -12,7 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Priority, StreamLimits
-from adapters.streaming.clock import asked_at
+from adapters.streaming.answer_place import asked_at
 from adapters.streaming.transport import LiveText
 from core.approvals import ApprovalView
 from core.citations import Citation

@@ -8,7 +8,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.surface import ReplyTarget, SlackSurfaces
 from adapters.slack.transport import ScaledClock, SlackBudgets
-from adapters.streaming.clock import ASKED_AGE_MAX_S, MonotonicClock, asked_at
+from adapters.streaming.answer_place import ASKED_AGE_MAX_S, asked_at
+from adapters.streaming.clock import MonotonicClock
 
 
 def _ts(epoch_s: float) -> str:
