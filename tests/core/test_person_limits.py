@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from datetime import date
+from pathlib import Path
 
+from adapters.console.chat import ConsoleChat
 from core.channels import ChannelSettings, resolve
+from core.config import Settings
 from core.person_limits import PersonLimits, person_ledger
 from core.quota import Grant, QuotaExceeded, TokenQuota
 from core.requests import Actor, ConversationKey, Request
@@ -106,3 +110,31 @@ async def test_exempt_people_are_not_limited_and_approvers_only_when_the_setting
     assert (await lenient.answer(_ask("q approver 2", "U_APPROVER"))).error is None
     assert (await lenient.answer(_ask("q role", "U_ROLE", roles=frozenset({"R_OPS"})))).error is None
     assert (await lenient.answer(_ask("q anyone", "U_ANYONE"))).error is not None
+
+
+async def test_the_terminal_chat_shows_the_same_sentence(db: Database, openai_emulator: OpenAIEmulator) -> None:
+    openai_emulator.script_fn(lambda body: Text("Answered."))
+    engine = make_engine(db, openai_emulator.base_url, user_requests_per_day=1)
+    feed = iter(["first question", "second question"])
+
+    async def read_line(prompt: str) -> str | None:
+        return next(feed, None)
+
+    out = io.StringIO()
+    await ConsoleChat(engine, read_line=read_line, out=out).run()
+    assert "Answered." in out.getvalue()
+    assert SENTENCE.format(n=1, what="questions") in out.getvalue()
+    assert len(openai_emulator.chat_requests) == 1
+
+
+def test_the_limits_are_read_under_the_names_env_example_gives_them(tmp_path: Path) -> None:
+    example = (Path(__file__).resolve().parents[2] / ".env.example").read_text(encoding="utf-8")
+    names = ("USER_REQUESTS_PER_DAY", "USER_TOKENS_PER_DAY", "LIMITS_EXEMPT", "LIMITS_EXEMPT_APPROVERS")
+    assert all(f"\n# {name}=" in example for name in names)
+    env = tmp_path / ".env"
+    env.write_text("USER_REQUESTS_PER_DAY=20\nUSER_TOKENS_PER_DAY=50000\nLIMITS_EXEMPT=U1, U2\n"
+                   "LIMITS_EXEMPT_APPROVERS=true\n", encoding="utf-8")
+    settings = Settings(_env_file=env)
+    assert (settings.user_requests_per_day, settings.user_tokens_per_day) == (20, 50_000)
+    assert settings.limits_exempt == ("U1", "U2") and settings.limits_exempt_approvers is True
+    assert Settings(_env_file=None).user_requests_per_day is None  # unset: no limit
