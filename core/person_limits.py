@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from collections.abc import Collection
 from datetime import datetime, timezone
+
 import psycopg
 from psycopg_pool import PoolTimeout
 
@@ -13,12 +14,17 @@ from core import wording
 from core.agents.run_values import AgentDeps
 from core.api_access import API_PLATFORM
 from core.channels import ChannelConfig
-from core.quota import Charge, DayLedger, QuotaLimit, QuotaRefusal, TokenQuota
+from core.quota import Charge, DayLedger, QuotaLimit, QuotaRefusal, charged
 from core.requests import Actor, ConversationKey
 from core.store.day_counts import DayCounts
 from core.store.db import Database
 
+# `charged` (a resumed run's deps) lives in core.quota, so a resumed run runs no code of this module: it is
+# named here beside `admitted`, its counterpart for a new question.
+__all__ = ["NotAdmitted", "PersonLimits", "admitted", "charged", "person_account", "person_ledger", "person_refusal"]
+
 log = logging.getLogger(__name__)
+
 
 class NotAdmitted(ValueError):
     """A question refused before its run starts: its asker is over a limit, or their count could not be taken.
@@ -69,9 +75,10 @@ class PersonLimits:
 
 async def admitted(deps: AgentDeps, conversation: ConversationKey, user: Actor, channel: ChannelConfig) -> AgentDeps:
     """A new question's deps: its asker's request taken (NotAdmitted when over a limit: nothing is counted), and
-    every model call of its run reserved against their day too."""
-    charge, quota = _charge(deps, conversation, user, channel)
-    if charge is None or quota is None:
+    every model call of its run reserved against their day too (a resumed run's: core.quota.charged)."""
+    quota = deps.quota
+    charge = quota.asker_charge(conversation, user, channel) if quota is not None else None
+    if quota is None or charge is None:
         return deps
     try:
         refusal = await charge.take_request()
@@ -81,19 +88,3 @@ async def admitted(deps: AgentDeps, conversation: ConversationKey, user: Actor, 
     if refusal is not None:
         raise NotAdmitted(refusal.sentence)
     return dataclasses.replace(deps, quota=quota.charging(charge))
-
-
-def charged(deps: AgentDeps, conversation: ConversationKey, user: Actor, channel: ChannelConfig) -> AgentDeps:
-    """A resumed run's deps: its model calls reserved against its asker's day (the question was counted already)."""
-    charge, quota = _charge(deps, conversation, user, channel)
-    if charge is None or quota is None:
-        return deps
-    return dataclasses.replace(deps, quota=quota.charging(charge))
-
-
-def _charge(deps: AgentDeps, conversation: ConversationKey, user: Actor,
-            channel: ChannelConfig) -> tuple[Charge | None, TokenQuota | None]:
-    quota = deps.quota
-    if quota is None or quota.people is None:
-        return None, None
-    return quota.people.charge(conversation, user, channel), quota

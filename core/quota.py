@@ -3,12 +3,13 @@ before it starts and settles what it used — for API keys and for people alike,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from datetime import date, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from core.events import Failed, Usage
 from core.requests import Actor, ConversationKey
@@ -112,6 +113,15 @@ class People(Protocol):
         ...
 
 
+class WithQuota(Protocol):
+    """What `charged` takes: a run's dependencies (a dataclass) holding its quota."""
+
+    quota: TokenQuota | None
+
+
+Deps = TypeVar("Deps", bound=WithQuota)
+
+
 class TokenLedger(Protocol):
     """Accounts found from the conversation at each call (core.store.api_keys.ApiKeyStore: an API conversation's key);
     it reserves through its own DayLedger."""
@@ -162,6 +172,13 @@ class TokenQuota:
         """This quota for one run that also pays into `charge`."""
         return TokenQuota(self._ledgers, people=self.people, charges=(*self._charges, charge))
 
+    def asker_charge(self, conversation: ConversationKey, user: Actor, channel: Any) -> Charge | None:
+        """The asker's own account for a run there (`channel`: its core.channels.ChannelConfig); None: no person's
+        limit applies there, or they are exempt."""
+        if self.people is None or not channel.person_limits.any:
+            return None
+        return self.people.charge(conversation, user, channel)
+
     def applies(self, *, conversation: ConversationKey, user: Actor) -> bool:
         """Whether some account pays for a run there (else its calls reserve nothing, and no prompt is counted)."""
         return bool(self._charges) or any(ledger.account(conversation, user) is not None for ledger in self._ledgers)
@@ -185,6 +202,14 @@ class TokenQuota:
         # The output limit is the call's own unless some day has less left than it asked for.
         return Grant(max_output=want - prompt_tokens if want < asked else None, prompt_tokens=prompt_tokens,
                      held=tuple(held))
+
+
+def charged(deps: Deps, conversation: ConversationKey, user: Actor, channel: Any) -> Deps:
+    """A resumed run's deps (core.agents.AgentDeps): its model calls pay into its asker's day too, as when it was asked
+    (the question took its request then)."""
+    quota = deps.quota
+    charge = quota.asker_charge(conversation, user, channel) if quota is not None else None
+    return deps if quota is None or charge is None else dataclasses.replace(deps, quota=quota.charging(charge))
 
 
 def used_tokens(usage: Usage) -> int:

@@ -7,6 +7,8 @@ import io
 from datetime import date
 from pathlib import Path
 
+import pytest
+
 from adapters.console.chat import ConsoleChat
 from core.channels import ChannelSettings, resolve
 from core.config import Settings
@@ -15,9 +17,11 @@ from core.quota import Grant, QuotaExceeded, TokenQuota
 from core.requests import Actor, ConversationKey, Request
 from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
-from tests.emulators.openai_server import OpenAIEmulator, Text
+from tests.core.engine.support import RecordingTool, last_done, registry_with, resumed_run
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.support.engine import make_engine
 from tests.support.engine import test_settings as make_settings
+from tests.support.observe import record_reported_usage
 
 HERE = ConversationKey(platform="slack", workspace="T1", channel="C1", thread="1.1")
 SENTENCE = "You have reached your limit of {n} {what} for today; it resets at midnight UTC"
@@ -138,3 +142,20 @@ def test_the_limits_are_read_under_the_names_env_example_gives_them(tmp_path: Pa
     assert (settings.user_requests_per_day, settings.user_tokens_per_day) == (20, 50_000)
     assert settings.limits_exempt == ("U1", "U2") and settings.limits_exempt_approvers is True
     assert Settings(_env_file=None).user_requests_per_day is None  # unset: no limit
+
+
+async def test_a_resumed_run_reserves_against_its_askers_day_and_takes_no_request(
+    db: Database, openai_emulator: OpenAIEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported = record_reported_usage(monkeypatch)
+    tool = RecordingTool(requires_approval=True)
+    engine = make_engine(db, openai_emulator.base_url, registry=registry_with(tool), user_requests_per_day=1,
+                         user_tokens_per_day=100_000)
+    openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id="call_dep")]), Text("Deployed."))
+    asker = Actor(id="U_RESUME")
+    paused = await engine.answer(Request(question="deploy prod", conversation=HERE, user=asker))
+    assert paused.continuation_id is not None
+    after = [event async for event in resumed_run(engine, paused.continuation_id, {"call_dep": True}, actor=asker)]
+    assert tool.runs == [{"env": "prod"}] and last_done(after).answer == "Deployed."
+    # One question, though its run went on after the approval; both model calls on the asker's day.
+    assert await person_ledger(db).used("slack:U_RESUME") == (1, reported.prompt_tokens + reported.completion_tokens)
