@@ -272,3 +272,29 @@ async def test_shutdown_takes_down_a_sign_whose_record_is_still_held(
     finally:
         if bot is not None:
             await bot.stop()
+
+
+async def test_past_the_bound_a_questions_sign_goes_up_after_its_record_as_before(
+    db: Database, database_url: str, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, stream_placeholder_after_s=30.0)
+    try:
+        bot.adapter.inbound.early_signs.max_signs = 1
+        openai_emulator.script(Text(ANSWER, chunk_chars=100, delay_s=0.3), Text(ANSWER, chunk_chars=100, delay_s=0.3))
+        first, second = mention(slack, CHANNEL, "first?"), mention(slack, CHANNEL, "second?")
+        async with records_held(database_url):
+            deliveries = [asyncio.create_task(slack.deliver_event(bot.url, first))]
+            assert await eventually(lambda: slack.status_shown(CHANNEL, first["ts"]) is not None, limit_s=HOLD_LOOK_S)
+            # The map is full (the first's sign waits for its listener): the second's record starts without one.
+            deliveries.append(asyncio.create_task(slack.deliver_event(bot.url, second)))
+            await asyncio.sleep(0.3)  # room for a wrong early sign to reach the emulator (the first's took ms)
+            assert set_statuses(slack, CHANNEL, second["ts"]) == []
+            assert len(bot.adapter.inbound.early_signs) == 1
+        assert [(await d).status for d in deliveries] == [200, 200]
+        for event in (first, second):
+            assert await eventually(lambda: [m.text for m in bot_replies(slack, CHANNEL, event["ts"])] == [ANSWER])
+            assert set_statuses(slack, CHANNEL, event["ts"]) == [wording.assistant_thinking()]
+        assert len(bot.adapter.inbound.early_signs) == 0
+    finally:
+        await bot.stop()
