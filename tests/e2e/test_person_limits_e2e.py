@@ -102,3 +102,37 @@ async def test_discord_a_person_over_the_request_limit_gets_the_sentence_and_oth
         answered = await dc.wait_for(lambda: dc.thread_of(other), what="thread")
         await wait_for_text(dc, answered.id, "Answered.")
     assert len(openai_emulator.chat_requests) == 2
+
+
+async def test_discord_twelve_concurrent_questions_on_a_fifty_token_person_settle_within_it(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, tmp_path: Path
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Answer briefly.", encoding="utf-8")
+    openai_emulator.script_fn(lambda body: Text("Within it."))
+    async with running_bot(dc, db, openai_emulator, user_tokens_per_day=TOKENS, system_prompt_file=prompt,
+                           llm_model_overrides={"supports_tools": False}):
+        asked = await asyncio.gather(*(
+            dc.send_user_message(w.channel_id, w.alice, f"q{n}", mentions_bot=True) for n in range(12)
+        ))
+        threads = [await dc.wait_for(lambda: dc.thread_of(message), what="thread") for message in asked]
+
+        def replies() -> list[str]:
+            return [next((m.content for m in dc.messages(t.id) if m.author_id == dc.bot_user_id
+                          and (m.content == "Within it." or m.content.startswith("⚠️"))), "") for t in threads]
+
+        assert await eventually(lambda: all(replies()), limit_s=30), replies()
+    shown = replies()
+    refused = [text for text in shown if text.startswith(LIMIT_SENTENCE.format(n=TOKENS, what="tokens"))]
+    assert shown.count("Within it.") >= 1 and len(refused) >= 1 and len(refused) + shown.count("Within it.") == 12
+    assert all(0 < request["max_tokens"] <= TOKENS for request in openai_emulator.chat_requests)
+    _, settled = await person_ledger(db).used(f"discord:{w.alice}")
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM token_usage WHERE user_id = %s",
+            (str(w.alice),),
+        )
+        (reported,) = await cursor.fetchone()  # type: ignore[misc]
+    assert settled == reported and 0 < settled <= TOKENS, (settled, reported, shown)
