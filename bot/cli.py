@@ -195,7 +195,16 @@ def configure(args: argparse.Namespace) -> Settings:
     args.log_file = (settings.data_dir / CHAT_LOG_FILE).resolve() if on_terminal else None
     if logs is LogsGo.STDERR_WARNINGS and not args.verbose:
         level = max(level, logging.WARNING)
-    setup_logging(level=level, log_format=settings.log_format, secrets=settings.secret_values(), file=args.log_file)
+    secrets = settings.secret_values()
+    try:
+        setup_logging(level=level, log_format=settings.log_format, secrets=secrets, file=args.log_file)
+    except OSError as error:
+        # DATA_DIR cannot take the file (read-only, or not a folder): the log still stays out of the answers,
+        # as warnings and errors only on stderr.
+        unwritable, args.log_file = args.log_file, None
+        setup_logging(level=max(level, logging.WARNING), log_format=settings.log_format, secrets=secrets)
+        log.warning("cannot write the log to %s (%s); only warnings and errors are shown, here", unwritable,
+                    error.strerror or error)
     return settings
 
 

@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 import termios
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import psycopg
@@ -84,24 +84,39 @@ def _env(**values: str) -> dict[str, str]:
     return keep
 
 
+Start = Callable[..., Terminal]
+
+
 @pytest.fixture
-async def chat(database_url: str, openai_emulator: OpenAIEmulator, tmp_path: Path) -> AsyncIterator[Terminal]:
-    master, slave = os.openpty()
-    env = _env(DATABASE_URL=database_url, LLM_BASE_URL=openai_emulator.base_url, DATA_DIR=str(tmp_path / "data"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bot", "chat"], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path,
-        start_new_session=True, preexec_fn=_take_the_terminal,
-    )
-    os.close(slave)
-    terminal = Terminal(process, master)
+async def start_chat(database_url: str, openai_emulator: OpenAIEmulator, tmp_path: Path) -> AsyncIterator[Start]:
+    """Starts `relaybot chat` in a new pseudo-terminal; keywords are settings for its environment."""
+    started: list[Terminal] = []
+
+    def start(**settings: str) -> Terminal:
+        master, slave = os.openpty()
+        env = _env(DATABASE_URL=database_url, LLM_BASE_URL=openai_emulator.base_url, DATA_DIR=str(tmp_path / "data"))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "chat"], stdin=slave, stdout=slave, stderr=slave, env={**env, **settings},
+            cwd=tmp_path, start_new_session=True, preexec_fn=_take_the_terminal,
+        )
+        os.close(slave)
+        started.append(Terminal(process, master))
+        return started[-1]
+
     try:
-        yield terminal
+        yield start
     finally:
-        if process.poll() is None:
-            process.kill()
-            await asyncio.to_thread(process.wait)
-        asyncio.get_running_loop().remove_reader(master)
-        os.close(master)
+        for terminal in started:
+            if terminal.process.poll() is None:
+                terminal.process.kill()
+                await asyncio.to_thread(terminal.process.wait)
+            asyncio.get_running_loop().remove_reader(terminal.master)
+            os.close(terminal.master)
+
+
+@pytest.fixture
+async def chat(start_chat: Start) -> Terminal:
+    return start_chat()  # in the test's loop, which reads the terminal
 
 
 async def _run_outcomes(database_url: str) -> list[tuple[str, str | None]]:
@@ -187,3 +202,20 @@ async def test_help_new_and_sources_are_answered_without_the_model(
     chat.type(b"/quit\n")
     assert await chat.exit_code() == 0
     assert not LOG_LINE.search(chat.screen), chat.screen
+
+
+async def test_where_data_dir_cannot_take_the_log_file_only_warnings_show_and_the_chat_still_works(
+    start_chat: Start, openai_emulator: OpenAIEmulator, tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "data-file"
+    not_a_folder.write_text("")
+    openai_emulator.script(Text("Still here."))
+    chat = start_chat(DATA_DIR=str(not_a_folder))
+    greeting = await chat.expect("you> ")
+    assert f"cannot write the log to {not_a_folder / 'logs' / 'chat.log'}" in greeting and "Logs go to" not in greeting
+    chat.type(b"hello?\n")
+    await chat.expect("Still here.")
+    await chat.expect("you> ")
+    chat.type(b"/quit\n")
+    assert await chat.exit_code() == 0
+    assert " INFO " not in chat.screen and "Traceback" not in chat.screen, chat.screen
