@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.attachments import (
-    IMAGE_ATTACHMENT_MAX_BYTES, IMAGE_CONTENT_TYPES, TEXT_ATTACHMENT_MAX_BYTES, is_text_like, too_large,
+    DOCUMENT_ATTACHMENT_MAX_BYTES, IMAGE_ATTACHMENT_MAX_BYTES, IMAGE_CONTENT_TYPES, TEXT_ATTACHMENT_MAX_BYTES, is_text_like,
+    too_large,
 )
+from core.document_reader import document_kind
 from core.requests import Attachment
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,10 @@ MAX_FILES_PER_MESSAGE = 5
 
 
 def download_cap(filename: str, content_type: str) -> int | None:
-    """Bytes a file may have to be downloaded (text files are read, images go to vision models); None: only named."""
+    """Bytes a file may have to be downloaded (text files and documents are read, images go to vision models); None:
+    only named."""
+    if document_kind(filename, content_type) is not None:
+        return DOCUMENT_ATTACHMENT_MAX_BYTES
     probe = Attachment(filename=filename, content_type=content_type, data=b"")
     if is_text_like(probe):
         return TEXT_ATTACHMENT_MAX_BYTES
@@ -37,7 +42,7 @@ def named_only(filename: str, content_type: str, *, reason: str) -> Attachment:
     return Attachment(filename=filename or "file", content_type=content_type, data=b"", skipped=reason)
 
 
-NOT_READABLE = "not a text file or image I can read"
+NOT_READABLE = "not a text file, document or image I can read"
 TOO_MANY = f"one file too many: I read {MAX_FILES_PER_MESSAGE} per message"
 UNREACHABLE = "a file I could not download"
 INCOMPLETE = "its download ended before the whole file arrived"

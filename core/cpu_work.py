@@ -1,4 +1,4 @@
-"""Input-sized CPU work (page extraction, PDF and Office parsing) in a worker thread, a few at a time: memory is
+"""Input-sized CPU work (page extraction, PDF and Office parsing) in a worker thread or a child, a few at a time: memory is
 bounded by a few inputs' worth however many arrive at once, and past the cores more threads buy no speed."""
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ def _gate() -> asyncio.Semaphore:
     if gate is None:
         gate = _gates[loop] = asyncio.Semaphore(CPU_WORK_AT_ONCE)
     return gate
+
+
+def cpu_turn() -> asyncio.Semaphore:
+    """One of CPU_WORK_AT_ONCE turns (`async with`), for work of this kind done elsewhere (a child process)."""
+    return _gate()
 
 
 async def in_worker(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

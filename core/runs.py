@@ -141,7 +141,7 @@ class Runs:
             async def prepare() -> RunPlan:
                 # Under the lease: the previous run in this conversation has stored its turn.
                 history = await self._needs.history.load(conversation_id, thread_context=request.thread_context)
-                attachments = prepare_attachments(request.attachments, model=self._deps.model)
+                attachments = await prepare_attachments(request.attachments, model=self._deps.model)
                 query = request.question + (f"\n\n{attachments.text}" if attachments.text else "")
                 context = RunContext(
                     conversation_id=conversation_id, conversation=request.conversation, user=request.user, turn_id=turn_id,

@@ -157,6 +157,10 @@ class TokenCounter:
             return IMAGE_PART_TOKENS
         return self.count(str(part.get("text", "")))
 
+    def head(self, text: str, max_tokens: int) -> str:
+        """The longest start of `text` within `max_tokens` (all of it when it fits)."""
+        return self._head(text, max_tokens)[0]
+
     def truncate_middle(self, text: str, max_tokens: int) -> str:
         """Keep the head and tail of `text` within `max_tokens`, marking the cut in the middle."""
         if self.count(text) <= max_tokens:

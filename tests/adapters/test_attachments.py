@@ -71,25 +71,25 @@ async def test_a_download_that_came_short_is_left_out_and_said_never_read_as_the
         [FileOnMessage(filename="server.log", content_type="text/plain", size=len(BIG_TEXT), handle=None)], short
     )
     assert attachment.skipped == INCOMPLETE and attachment.data == b""
-    prepared = prepare_attachments([attachment], model=resolve_model("gpt-4o"))
+    prepared = await prepare_attachments([attachment], model=resolve_model("gpt-4o"))
     assert "server.log" in prepared.notice and INCOMPLETE in prepared.notice
     assert "line 000000" not in prepared.text
 
 
-def test_what_cannot_be_read_is_named_in_one_sentence_and_told_to_the_model() -> None:
+async def test_what_cannot_be_read_is_named_in_one_sentence_and_told_to_the_model() -> None:
     files = [
         Attachment(filename="notes.md", content_type="text/markdown", data=b"# Plan"),
         Attachment(filename="huge.txt", content_type="text/plain", data=OVER_CAP),
         Attachment(filename="photo.png", content_type="image/png", data=b"\x89PNG"),
-        Attachment(filename="archive.zip", content_type="application/zip", data=b"", skipped="not a text file or image I can read"),
+        Attachment(filename="archive.zip", content_type="application/zip", data=b"", skipped="not a text file, document or image I can read"),
     ]
-    prepared = prepare_attachments(files, model=resolve_model("gpt-3.5-turbo"))  # a model without vision
+    prepared = await prepare_attachments(files, model=resolve_model("gpt-3.5-turbo"))  # a model without vision
     assert prepared.notice == (
         "I left out huge.txt (too large: over 200,000 bytes), photo.png (an image, and this model cannot see images)"
-        " and archive.zip (not a text file or image I can read); this answer does not use them."
+        " and archive.zip (not a text file, document or image I can read); this answer does not use them."
     )
     assert "# Plan" in prepared.text and "huge.txt of type text/plain was left out" in prepared.text
-    assert prepare_attachments(files[:1], model=resolve_model("gpt-4o")).notice == ""
+    assert (await prepare_attachments(files[:1], model=resolve_model("gpt-4o"))).notice == ""
 
 
 async def test_the_answer_opens_with_the_left_out_sentence_whatever_the_model_says(

@@ -381,7 +381,7 @@ async def test_text_files_on_the_message_reach_the_model(
     event["files"] = [notes, photo, foreign]
     await slack.deliver_event(bot.url, event)
     # The files left out are named before the answer, whatever the model says.
-    left_out = ("I left out photo.bin (not a text file or image I can read) and other.txt (a file I could not "
+    left_out = ("I left out photo.bin (not a text file, document or image I can read) and other.txt (a file I could not "
                 "download); this answer does not use them.")
     assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], f"{left_out}\n\nFriday."))
     asked = model_request_text(openai_emulator.chat_requests[-1])
