@@ -34,8 +34,8 @@ from core.tokens import get_token_counter
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event, workspace_post_cap
 
-from bench.slack_stream_support import (BotProcess, Limit, Probe, Reading, how_first_text_came, percentile, position_ratios,
-                                        target, tracebacks, wait_until)
+from bench.slack_stream_support import (BotProcess, Limit, LoopLag, Probe, Reading, how_first_text_came, percentile,
+                                        position_ratios, target, tracebacks, wait_until)
 
 # A Slack minute lasts 12 real seconds. Slack time is compressed, the process's own work is not: at
 # 0.05 the CPU time of 100 concurrent answers counted twenty-fold in Slack seconds and showed up as a
@@ -59,6 +59,8 @@ CALLS_PER_ANSWER_TARGET = 6.0
 FIRST_SIGN_TARGET_MS = 100.0
 POSITION_RATIO_TARGET = 1.2
 SENTENCE = "the quick brown fox jumps over the lazy dog. "
+# How long the bench's own loop lag is sampled from the burst on (real seconds): its acks and first signs.
+LAG_WINDOW_S = 2.0
 # A moment for runs to end after their final text arrived (real seconds).
 SETTLE_S = 0.5
 
@@ -194,6 +196,7 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
     label += ", native streaming on (SLACK_NATIVE_STREAMING=auto)" if native else ", post+update (SLACK_NATIVE_STREAMING=off)"
     bot = bot_process(database_url, slack, openai, log_path, name=name, told_cap=told_cap, native=native)
     prefix = "N" if native else "T" if told_cap else "U"
+    burst_lag: LoopLag | None = None
     try:
         port = await bot.start()
         bench = Bench(slack, openai, f"http://127.0.0.1:{port}/slack/events")
@@ -216,6 +219,7 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
         own_limit = (await bot.read(slack.team_id)).workspace_posts
         assert own_limit is not None
         prepared = [bench.prepare(f"C{prefix}MANY{n:04d}") for n in range(CONCURRENT_ANSWERS)]
+        burst_lag = LoopLag(LAG_WINDOW_S)
         burst_acks = await asyncio.gather(*(bench.ask(probe) for probe in prepared))
         many = [bench.probes[tag] for tag in bench.probes if tag not in before]
         await wait_until(lambda: all(read.delivered(p) for p in many), WAIT_LIMIT_S)
@@ -236,6 +240,8 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
         await bench.wait_all(list(bench.probes.values()), bot)
         stopped = await bot.stop()
     finally:
+        if burst_lag is not None:
+            burst_lag.stop()
         await bot.kill()
 
     cap = slack.limits["chat.postMessage/workspace"]
@@ -279,6 +285,9 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
     print(f"{CONCURRENT_ANSWERS} answers: event → first visible sign p50 {percentile(signs, 50):.0f} ms, "
           f"p95 {percentile(signs, 95):.0f} ms, worst {max(signs):.0f} ms real (target ≤ {FIRST_SIGN_TARGET_MS:g} ms "
           f"on every answer): {target(max(signs) <= FIRST_SIGN_TARGET_MS)}")
+    assert burst_lag is not None
+    print(f"  acks of the burst p50 {1000 * percentile(list(burst_acks), 50):.0f} ms after their event; the bench's own loop "
+          f"(the emulators') was up to {1000 * burst_lag.worst_s:.0f} ms late in the {LAG_WINDOW_S:g} s from the burst on")
 
     print(f"single answer: event → first answer text, excluding model delay: {1000 * single_first:.0f} ms real")
     print(f"single answer: final text after the model's last token: {slack_and_real(single_final)} "

@@ -1,4 +1,4 @@
-"""bench/slack_stream.py's bot in a process of its own: engine, SlackAdapter and HTTP server, read and stopped over stdin.
+"""bench/slack_stream.py's bot in a process of its own: engine, SlackAdapter, HTTP server; read and stopped over stdin.
 
 The bench runs the Slack and OpenAI emulators; this process is the bot they talk to, as real Slack and the bot are
 different machines (sharing one event loop, the bot's load delayed the emulator's own readings). Control is JSON

@@ -258,6 +258,29 @@ class BotReading:
                    native=NativeTally(**values["native"]), workspace_posts=Limit(**budget) if budget else None)
 
 
+# How often the bench's own loop is sampled while a burst comes in (real seconds).
+LAG_TICK_S = 0.005
+
+
+class LoopLag:
+    """The bench process's event loop lag for `window_s` from now (how late a short sleep woke), sampled in the
+    background: what the emulator's own timestamps may be late by."""
+
+    def __init__(self, window_s: float) -> None:
+        self.worst_s = 0.0
+        self._until = time.monotonic() + window_s
+        self._task = asyncio.get_running_loop().create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while time.monotonic() < self._until:
+            before = time.monotonic()
+            await asyncio.sleep(LAG_TICK_S)
+            self.worst_s = max(self.worst_s, time.monotonic() - before - LAG_TICK_S)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
 class BotError(RuntimeError):
     """The bot process did not answer, or exited."""
 
