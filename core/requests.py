@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -83,6 +84,16 @@ class ClientTool:
         object.__setattr__(self, "parameters", storable_json(self.parameters))
 
 
+class Reach(enum.Enum):
+    """What a tool may need of the place a question came from, beyond answering it there and then."""
+
+    LATER_POSTS = "later_posts"  # a post in the conversation after the run ends (a reminder), by a process serving it
+    READ_BACK = "read_back"  # the conversation's messages read back from its platform (read_conversation)
+
+
+EVERY_REACH = frozenset(Reach)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Request:
     """One question for the engine."""
@@ -101,6 +112,8 @@ class Request:
     client_tools: tuple[ClientTool, ...] = ()
     # Structured output for the answer (OpenAI's json_object / json_schema), used where the model supports it.
     response_format: dict[str, Any] | None = None
+    # What the asking surface can do: a tool that needs more (ToolSpec.needs) is not offered to the model.
+    reaches: frozenset[Reach] = EVERY_REACH
 
     def __post_init__(self) -> None:
         # The one door for a question's text, whichever platform built it: storable, and capped in size.

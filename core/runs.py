@@ -225,6 +225,7 @@ class Runs:
             # A request may narrow the channel's sources (an API key's), never widen them.
             only = sources if scope.only is None else tuple(n for n in scope.only if n in sources)
             scope = replace(scope, only=only)
+        reachable = self._deps.executor.registry.within_reach(self._needs.base_tools(), request.reaches if request else None)
         return AgentConfig(
             agent_type=agent_type,
             system_prompt=self._needs.system_prompt + (f"\n\n{channel.system_prompt}" if channel and channel.system_prompt else ""),
@@ -233,7 +234,7 @@ class Runs:
             retrieval_doc_tokens=settings.retrieval_doc_tokens,
             temperature=temperature,
             max_tokens=max_tokens if max_tokens and max_tokens > 0 else None,
-            base_tools=tuple(name for name in self._needs.base_tools() if channel is None or channel.allows_tool(name)),
+            base_tools=tuple(name for name in reachable if channel is None or channel.allows_tool(name)),
             source_scope=scope,
             tool_rules=channel.tool_rules if channel is not None else {},
             client_tools=client_tools,

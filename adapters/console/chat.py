@@ -30,10 +30,13 @@ from core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from core.requests import Actor, ConversationKey, Request
+from core.requests import Actor, ConversationKey, Reach, Request
 
 PROMPT = "you> "
 QUIT_WORDS = frozenset({"/quit", "/exit", ":q"})
+# Nothing posts in a terminal after its run (a reminder would never be delivered), and there is no platform to
+# read the conversation back from: tools that need either are not offered here.
+TERMINAL_REACHES: frozenset[Reach] = frozenset()
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +130,10 @@ class ConsoleChat:
     # ----- answers ---------------------------------------------------------------------------------
 
     async def _answer(self, question: str) -> None:
-        request = Request(question=question, conversation=self.conversation, user=self.actor, agent_type=self.agent_type)
+        request = Request(
+            question=question, conversation=self.conversation, user=self.actor, agent_type=self.agent_type,
+            reaches=TERMINAL_REACHES,
+        )
         self._answering, self._run_id, self._stop_asked = True, None, False
         try:
             await self._unless_quit(self.show(self.engine.ask(request)))

@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from core import wording
-from core.requests import ConversationKey, PriorMessage
+from core.requests import ConversationKey, PriorMessage, Reach
 from core.tokens import TokenCounter, get_token_counter
 from core.tools.context import ConversationReader, ConversationUnreadable, ReadScope, ToolContext
 from core.tools.registry import ToolError, ToolSpec
@@ -128,6 +128,7 @@ def read_conversation_tool(*, max_tokens: int = DEFAULT_MAX_TOKENS, counter: Tok
         # It reads only where the asker already is; it does show the model what others wrote there.
         requires_approval=False,
         timeout_s=READ_TIMEOUT_S,
+        needs=frozenset({Reach.READ_BACK}),
         # The token budget cuts first (keeping the newest); this only has to stay out of its way.
         max_output_chars=max(8000, max_tokens * 8),
     )

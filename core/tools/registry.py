@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.requests import Reach
 from core.tools import schema_check, schemas
 from core.tools.context import ToolContext
 
@@ -41,6 +42,8 @@ class ToolSpec:
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     # Run by the asker's client, never here (core/tools/client_tools.py): a call always pauses the run for its result.
     client_side: bool = False
+    # What it needs of the asking surface (core.requests.Reach): not offered where the Request lacks one.
+    needs: frozenset[Reach] = frozenset()
     validator: Any = field(init=False, repr=False, compare=False)  # a schemas.GuardedValidator
 
     def __post_init__(self) -> None:
@@ -115,6 +118,14 @@ class ToolRegistry:
             if provider.owns(name):
                 return provider.specs().get(name)
         return None
+
+    def within_reach(self, names: Iterable[str], reaches: frozenset[Reach] | None) -> tuple[str, ...]:
+        """The names whose tools need nothing the asking surface lacks (`reaches`: a Request's; None for a
+        continuation, whose run already chose its tools)."""
+        return tuple(
+            name for name in names
+            if reaches is None or (spec := self.get(name)) is None or spec.needs <= reaches
+        )
 
     def names(self) -> tuple[str, ...]:
         """Every tool available now; a provider's tools change between calls."""

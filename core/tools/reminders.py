@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from core import wording
+from core.requests import Reach
 from core.tools.context import ToolContext
 from core.tools.registry import ToolError, ToolSpec
 
@@ -57,4 +58,6 @@ CREATE_REMINDER = ToolSpec(
     },
     run=_create,
     requires_approval=True,
+    # Only the row is written here; a process serving the conversation's platform posts it when due.
+    needs=frozenset({Reach.LATER_POSTS}),
 )

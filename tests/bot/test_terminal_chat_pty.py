@@ -190,6 +190,10 @@ async def test_help_new_and_sources_are_answered_without_the_model(
     assert " *[1] Vault" in listed
     assert len(openai_emulator.chat_requests) == 1
 
+    offered = {tool["function"]["name"] for tool in openai_emulator.chat_requests[0].get("tools") or []}
+    # Nothing delivers a reminder in a terminal, and there is no platform to read back: neither tool is offered.
+    assert "calculator" in offered and not {"create_reminder", "read_conversation"} & offered
+
     chat.type(b"/new\n")
     assert "New conversation" in await chat.expect("you> ")
     chat.type(b"something else\n")
