@@ -29,14 +29,15 @@ $(RUNTIME_STAMP): pyproject.toml constraints.txt $(VENV_STAMP)
 	$(INSTALL) -e .
 	touch $@
 
-# Local embeddings: sentence-transformers and PyTorch (torch pinned in constraints.txt).
+# Local embeddings: MiniLM on onnxruntime, no PyTorch.
 $(LOCAL_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
-	@echo "EMBEDDING_PROVIDER=local: installing local embeddings (PyTorch); EMBEDDING_PROVIDER=openai or none needs none of it."
+	@echo "EMBEDDING_PROVIDER=local: installing local embeddings (onnxruntime and MiniLM); EMBEDDING_PROVIDER=openai or none needs none of it."
 	$(INSTALL) -e '.[local]'
 	touch $@
 
+# The tests run both local runtimes, so they add the PyTorch one (torch pinned in constraints.txt).
 $(TEST_STAMP): pyproject.toml constraints.txt $(RUNTIME_STAMP)
-	$(INSTALL) -e '.[local,test]'
+	$(INSTALL) -e '.[local,local-torch,test]'
 	touch $@ $(LOCAL_STAMP)
 
 # MCP servers' tools: the mcp SDK, only when MCP_SERVERS is set.
