@@ -61,6 +61,7 @@ bench: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench.slack_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.discord_stream
 	HF_HUB_OFFLINE=1 $(PY) -m bench.retrieval
+	HF_HUB_OFFLINE=1 $(PY) -m bench.embeddings
 
 clean:
 	rm -rf $(VENV)
