@@ -305,9 +305,9 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
     position, first_s, bound_s, worst_probe = max(ratios, key=lambda r: r[1] / r[2])
     worst = first_s / bound_s
     print(f"  worst answer against the bound of its position: the {position}th showed its first text after "
-          f"{slack_and_real(first_s)}, bound {slack_and_real(bound_s)} (its model's first token, or its position's posts "
-          f"after the first answer's text was ready, whichever is later — at Slack's cap or the bot's budget (burst "
-          f"{own_limit.burst:g}, {60 * own_limit.per_slack_s:.0f}/min), the slower — plus a lone answer's "
+          f"{slack_and_real(first_s)}, bound {slack_and_real(bound_s)} (when posts at Slack's cap or the bot's budget "
+          f"(burst {own_limit.burst:g}, {60 * own_limit.per_slack_s:.0f}/min), the slower, each to the oldest answer "
+          f"whose model's first token had come, would have shown it — plus a lone answer's "
           f"{1000 * overhead_s:.0f} ms real from token to text); ratio "
           f"{worst:.2f} (target ≤ {POSITION_RATIO_TARGET:g}): {target(worst <= POSITION_RATIO_TARGET)}")
     print(f"    that answer: {how_first_text_came(read, worst_probe)}")

@@ -178,41 +178,48 @@ def how_first_text_came(reading: Reading, probe: Probe) -> str:
 
 def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
                     time_scale: float) -> list[tuple[int, float, float, Probe]]:
-    """Each answer's (position, first text, bound, probe) in real seconds after its event, positions by the order the bot
-    showed its first sign (else by its model call); signs shown within SAME_MOMENT_S of each other (a burst's records
-    written in one statement show their signs together) keep the order their events were sent in. The bound is what the posting limits allow the k-th answer (the
-    platform's, and the bot's own budget as it stood when the burst came: the slower): its first text is ready (its
-    model's first token), and k posts fit since the first answer's text was; plus what a lone answer takes from token
-    to text (`overhead_s`)."""
-    def arrived(probe: Probe) -> float:
-        sign = reading.first_sign_at(probe)
-        return sign if sign is not None else probe.model_started_at
-
-    ordered = _in_arrival_order(probes, arrived)
+    """Each answer's (position, first text, bound, probe) in real seconds after its event. Positions are the order the
+    questions were asked (their ts: the bot's budget queues rank answers by it). The bound is when an ideal server
+    would have shown the answer: posts at the slower of the posting limits (the platform's, and the bot's own budget as
+    it stood when the burst came), counted from when the first answer's text was ready, each to the oldest answer whose
+    text is ready (its model's first token) — an answer whose model was late is not owed its position's slot, and
+    a younger one that was ready takes it; plus what a lone answer takes from token to text (`overhead_s`)."""
+    ordered = sorted(probes, key=_asked_at)
     first_ready = min(p.model_first_token_at for p in probes)
+    shown = _ideal_first_posts(
+        ordered, lambda calls: first_ready + max(limit.seconds_for(calls) for limit in limits) * time_scale
+    )
     out = []
     for position, probe in enumerate(ordered, start=1):
         first = reading.first_text_at(probe)
         first_s = (first - probe.sent_at) if first is not None else math.inf
-        posting_s = max(limit.seconds_for(position) for limit in limits) * time_scale
-        bound = max(probe.model_first_token_at, first_ready + posting_s) + overhead_s - probe.sent_at
-        out.append((position, first_s, bound, probe))
+        out.append((position, first_s, shown[probe.tag] + overhead_s - probe.sent_at, probe))
     return out
 
 
-# Signs this close together were shown at one moment: their order says nothing of which question came first.
-SAME_MOMENT_S = 0.005
+def _asked_at(probe: Probe) -> float:
+    try:
+        return float(probe.question_ts)
+    except ValueError:
+        return probe.sent_at
 
 
-def _in_arrival_order(probes: list[Probe], arrived: Any) -> list[Probe]:
-    ordered: list[Probe] = []
-    moment: list[Probe] = []
-    for probe in sorted(probes, key=arrived):
-        if moment and arrived(probe) - arrived(moment[0]) > SAME_MOMENT_S:
-            ordered += sorted(moment, key=lambda p: p.sent_at)
-            moment = []
-        moment.append(probe)
-    return ordered + sorted(moment, key=lambda p: p.sent_at)
+def _ideal_first_posts(ordered: list[Probe], allowed_at: Any) -> dict[str, float]:
+    """When each answer's first post would go (by tag): the k-th post no sooner than `allowed_at(k)` nor than the one
+    before, to the oldest answer ready by then (or, when none is, the first to be ready)."""
+    waiting = list(enumerate(ordered))
+    shown: dict[str, float] = {}
+    previous = -math.inf
+    for calls in range(1, len(ordered) + 1):
+        at = max(allowed_at(calls), previous)
+        ready = [(age, p) for age, p in waiting if p.model_first_token_at <= at]
+        if not ready:
+            at = min(p.model_first_token_at for _, p in waiting)
+            ready = [(age, p) for age, p in waiting if p.model_first_token_at <= at]
+        chosen = min(ready, key=lambda entry: entry[0])
+        waiting.remove(chosen)
+        shown[chosen[1].tag] = previous = at
+    return shown
 
 
 async def wait_until(condition: Any, limit_s: float) -> bool:

@@ -309,6 +309,21 @@ class Runtime:
         await self.db.close()
 
 
+async def warm_up_process() -> None:
+    """Before any event: the page reader's imports and tables, in a worker thread (which still holds the interpreter
+    for most of an import)."""
+    try:
+        await asyncio.to_thread(main_content.warm_up)
+    except Exception:
+        log.exception("could not load the page reader at start; the first page read will try again")
+
+
+def freeze_what_start_built() -> None:
+    """Everything imported and built at start lives as long as the process: moved out of the collector's reach, a full
+    collection no longer walks ~160k objects on the event loop (a 100 ms stall each)."""
+    gc.freeze()
+
+
 async def _warm_up(retriever: Any) -> None:
     try:
         await retriever.warm_up()
@@ -342,15 +357,9 @@ async def serve(settings: Settings) -> int:
     watch = LoopWatch()
     watch.start()
     try:
-        # Before any event: a worker thread still holds the interpreter for most of an import.
-        try:
-            await asyncio.to_thread(main_content.warm_up)
-        except Exception:
-            log.exception("could not load the page reader at start; the first page read will try again")
+        await warm_up_process()
         await runtime.start()
-        # Everything imported and built at start lives as long as the process: moved out of the collector's
-        # reach, a full collection no longer walks ~160k objects on the event loop (a 100 ms stall each).
-        gc.freeze()
+        freeze_what_start_built()
         log.info("relaybot is running")
         await stop.wait()
         log.info("shutting down")
