@@ -26,7 +26,7 @@ from pathlib import Path
 
 from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
-from bot.runtime import freeze_what_start_built, warm_up_process
+from bot.runtime import settle_after_start, warm_up_process
 from core.store.db import Database
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
@@ -105,11 +105,11 @@ async def serve(options: argparse.Namespace) -> None:
     await db.open()
     try:
         bot = Bot(db, options)
-        # As `relaybot run` starts (bot/runtime.serve): without the freeze, every full collection in the burst walked
-        # the ~160k objects start built.
+        # As `relaybot run` starts (bot/runtime.serve): without the freeze and the quiet collector, full collections
+        # in the burst walked the ~160k objects start built and every answer's state.
         await warm_up_process()
         await bot.start()
-        freeze_what_start_built()
+        collector = settle_after_start(lambda: bot.engine.active_runs > 0)
         stopped = False
         try:
             await answer(writer, json.dumps({"port": bot.http.port}))
@@ -127,6 +127,7 @@ async def serve(options: argparse.Namespace) -> None:
         finally:
             if not stopped:
                 await bot.stop()
+            await collector.stop()
     finally:
         await db.close()
 

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 from datetime import timezone
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -19,6 +19,7 @@ from bot.engine_parts import build_engine
 from bot.jobs import expire_approvals, sync_sources
 from bot.platforms import PLATFORMS, ApiLifecycle
 from core import metrics
+from core.collector import QuietCollector
 from core.config import Settings, SettingsError
 from core.engine import Engine
 from core.llm import LLMClient
@@ -318,10 +319,14 @@ async def warm_up_process() -> None:
         log.exception("could not load the page reader at start; the first page read will try again")
 
 
-def freeze_what_start_built() -> None:
+def settle_after_start(busy: Callable[[], bool]) -> QuietCollector:
     """Everything imported and built at start lives as long as the process: moved out of the collector's reach, a full
-    collection no longer walks ~160k objects on the event loop (a 100 ms stall each)."""
+    collection no longer walks ~160k objects on the event loop (a 100 ms stall each); and full collections wait for
+    a moment when `busy()` is false (core/collector.py). Stop the collector returned at shutdown."""
     gc.freeze()
+    collector = QuietCollector(busy)
+    collector.start()
+    return collector
 
 
 async def _warm_up(retriever: Any) -> None:
@@ -356,10 +361,11 @@ async def serve(settings: Settings) -> int:
     # First, so every task of the process is known to it and a stall in startup is seen too.
     watch = LoopWatch()
     watch.start()
+    collector: QuietCollector | None = None
     try:
         await warm_up_process()
         await runtime.start()
-        freeze_what_start_built()
+        collector = settle_after_start(lambda: runtime.engine is not None and runtime.engine.active_runs > 0)
         log.info("relaybot is running")
         await stop.wait()
         log.info("shutting down")
@@ -367,5 +373,7 @@ async def serve(settings: Settings) -> int:
         try:
             await runtime.stop()
         finally:
+            if collector is not None:
+                await collector.stop()
             await watch.stop()
     return 0
