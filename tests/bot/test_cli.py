@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
-import sys
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.emulators.openai_server import OpenAIEmulator
+from tests.support.relaybot_process import reachable_workdir, run_relaybot as _relaybot
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,22 +22,10 @@ def _clean_env(**values: str) -> dict[str, str]:
     return keep
 
 
-async def _relaybot(*args: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", *args, env=env, cwd=cwd,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    return process.returncode or 0, stdout.decode(), stderr.decode()
-
-
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    # The embedded server runs as its own system user when tests run as root, so the folder must be reachable.
-    path = Path(tempfile.mkdtemp(prefix="relaybot-cli-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with reachable_workdir("relaybot-cli-") as path:
+        yield path
 
 
 @pytest.mark.parametrize(
