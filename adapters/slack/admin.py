@@ -45,7 +45,7 @@ TEXT_MAX_CHARS = 3000
 WHO_MAY = "workspace admins and owners (and the people CHANNEL_ADMINS names)"
 # Slack has no roles: approver_roles is the CLI's (and Discord's) to set.
 FORM_FIELDS = ("agent_type", "model", "system_prompt", "approvers", "tools", "followups_need_mention", "sources",
-               "tool_policy")
+               "tool_policy", "user_requests_per_day", "user_tokens_per_day")
 
 
 class SlackAdmin:
@@ -183,6 +183,7 @@ def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
     policy = json.dumps(dict(own.tool_policy), ensure_ascii=False) if own.tool_policy is not None else None
     blocks.append(_input("tool_policy", _text(policy, inherited=FIELDS_BY_NAME["tool_policy"].hint, multiline=True),
                          optional=True))
+    blocks += _person_limit_inputs(view)
     return {
         "type": "modal",
         "callback_id": CALLBACK_ID,
@@ -192,6 +193,19 @@ def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
         "private_metadata": json.dumps({"team": team, "channel": channel}),
         "blocks": blocks,
     }
+
+
+def _person_limit_inputs(view: ChannelView) -> list[dict[str, Any]]:
+    """A person's questions and tokens per day here: the channel's own number, else the one it runs with greyed."""
+    config, own = view.config, view.own
+    return [
+        _input(name, _text(None if own_limit is None else str(own_limit),
+                           inherited="no limit" if limit is None else str(limit)), optional=True)
+        for name, own_limit, limit in (
+            ("user_requests_per_day", own.user_requests_per_day, config.person_limits.requests_per_day),
+            ("user_tokens_per_day", own.user_tokens_per_day, config.person_limits.tokens_per_day),
+        )
+    ]
 
 
 class _FieldError(ValueError):

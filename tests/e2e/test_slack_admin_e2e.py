@@ -129,3 +129,36 @@ async def test_configured_admins_may_and_dms_are_not_channels(
         assert [(e.field, e.after) for e in history] == [("model", "gpt-4o")]
     finally:
         await bot.stop()
+
+
+async def test_an_admin_sets_a_persons_daily_questions_in_the_modal_and_the_next_one_over_it_is_refused(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    limited = "C0000LIMIT"  # a channel of its own: the database is shared by the module's tests
+    slack.make_admin(ALICE)
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    try:
+        await slack.deliver_command(bot.url, slack.slash_command("/relaybot", "", user=ALICE, channel=limited))
+        assert await eventually(lambda: bool(slack.opened_views))
+        [opened] = slack.opened_views
+        blocks = {b.get("block_id"): b for b in opened.view["blocks"]}
+        assert blocks["user_requests_per_day"]["element"]["placeholder"]["text"] == "no limit"
+        assert "initial_value" not in blocks["user_tokens_per_day"]["element"]
+        submitted = slack.view_submission(opened.view_id, {"user_requests_per_day": "1"})
+        answer = await slack.deliver_interaction(bot.url, submitted)
+        assert answer.status == 200 and answer.body == "", "closed: saved"
+        history = await ChannelConfigStore(db).history(f"slack:{slack.team_id}:{limited}")
+        assert {(e.field, e.after) for e in history} == {("user_requests_per_day", 1)}
+
+        openai_emulator.script(Text("One answer today."))
+        first = mention(slack, limited, "first question", user=BOB)
+        await slack.deliver_event(bot.url, first)
+        assert await eventually(lambda: any(m.text == "One answer today." for m in bot_replies(slack, limited, first["ts"])))
+        second = mention(slack, limited, "second question", user=BOB)
+        await slack.deliver_event(bot.url, second)
+        assert await eventually(lambda: any("limit of 1 questions" in m.text for m in bot_replies(slack, limited, second["ts"]))), \
+            [m.text for m in bot_replies(slack, limited, second["ts"])]
+        assert len(openai_emulator.chat_requests) == 1
+    finally:
+        await bot.stop()
