@@ -93,10 +93,14 @@ async def apply_migrations(url: str, *, directory: Traversable = MIGRATIONS_DIR)
                 except psycopg.Error as error:
                     reason = error_reason(error, url=url)
                     raise MigrationError(f"Migration {migration.name} failed and was rolled back ({reason}).") from None
-                log.info("applied migration %s", migration.name)
+                log.debug("applied migration %s", migration.name)
                 applied_now.append(migration.name)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+    if applied_now:
+        # One line, not one a migration: a first start applies them all.
+        log.info("applied %d migration%s (%s)", len(applied_now), "" if len(applied_now) == 1 else "s",
+                 applied_now[0] if len(applied_now) == 1 else f"{applied_now[0]} … {applied_now[-1]}")
     return applied_now
 
 

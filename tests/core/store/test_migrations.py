@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from pathlib import Path
 
@@ -17,6 +18,20 @@ async def test_applies_all_then_nothing(database_url: str) -> None:
     first = await apply_migrations(database_url)
     assert first == [migration.name for migration in discover()]
     assert await apply_migrations(database_url) == []
+
+
+async def test_a_first_start_says_in_one_line_what_it_applied(
+    pg_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "t_migrations_one_line"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    names = [migration.name for migration in discover()]
+    with caplog.at_level(logging.INFO, logger="core.store.migrations"):
+        await apply_migrations(pg_server.replace("/postgres?", f"/{name}?"))
+    said = [record.getMessage() for record in caplog.records if record.levelno >= logging.INFO]
+    assert said == [f"applied {len(names)} migrations ({names[0]} … {names[-1]})"]
 
 
 async def test_two_concurrent_runners_apply_once(pg_server: str, tmp_path: Path) -> None:
