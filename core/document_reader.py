@@ -11,7 +11,7 @@ import os
 import sys
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from core.cpu_work import cpu_turn
 
@@ -25,14 +25,8 @@ DOCUMENT_READ_MEMORY_BYTES = 1_500_000_000
 DOCUMENT_UNPACKED_MAX_BYTES = 50_000_000
 # Text a document may give; the rest is cut in the child, so no more crosses the pipe.
 DOCUMENT_TEXT_MAX_CHARS = 400_000
-DOCUMENT_KINDS = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".html": "html", ".htm": "html"}
-DOCUMENT_CONTENT_TYPES = {
-    "application/pdf": "pdf",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
-    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
-    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
-    "text/html": "html",
-}
+# The loaders' kinds read here (by the loaders' own suffix and content-type tables); text kinds are read as text.
+DOCUMENT_KINDS = frozenset({"pdf", "docx", "pptx", "xlsx", "html"})
 # What the child may see of the bot's environment: never its tokens or keys.
 _CHILD_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TMPDIR")
 _ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +50,11 @@ class Unread:
 
 def document_kind(filename: str, content_type: str) -> str | None:
     """"pdf", "docx", "pptx", "xlsx" or "html" when the file is a document this module reads, by name or type."""
-    kind = DOCUMENT_KINDS.get(PurePath(filename).suffix.lower())
-    return kind or DOCUMENT_CONTENT_TYPES.get(content_type.split(";")[0].strip().lower())
+    # Imported here, not with this module: the engine imports it, and commands that read no file need no loaders
+    # (relaybot run has them from its start).
+    from core.retrieval.loaders import kind_for_file
+
+    return kind_for_file(filename, content_type, kinds=DOCUMENT_KINDS)
 
 
 async def read_document(data: bytes, *, kind: str, filename: str) -> DocumentText | Unread:

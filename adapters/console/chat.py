@@ -118,10 +118,8 @@ class ConsoleChat:
         if not self.last_sources:
             return console_wording.no_sources_yet()
         lines = [f"{wording.sources_title()}:"]
-        for number, item in enumerate(self.last_sources, start=1):
-            where = f" — {item.uri}" if item.uri else ""
-            mark = "*" if number in self.last_cited else " "
-            lines.append(f" {mark}[{number}] {item.title}{where}")
+        lines += [_source_line(number, item, cited=number in self.last_cited)
+                  for number, item in enumerate(self.last_sources, start=1)]
         return "\n".join(lines) + "\n"
 
     def _new_conversation(self) -> ConversationKey:
@@ -205,8 +203,7 @@ class ConsoleChat:
         if cited.citations:
             self._write(f"\n{wording.sources_title()}:\n")
         for citation in cited.citations:
-            where = f" — {citation.item.uri}" if citation.item.uri else ""
-            self._write(f"  [{citation.number}] {citation.item.title}{where}\n")
+            self._write(_source_line(citation.number, citation.item) + "\n")
 
     async def _decide(self, approval: ApprovalRequired) -> AsyncIterator[Event]:
         """Ask for each call's decision at the prompt, then continue the run with them. Ctrl-C here quits: the
@@ -251,3 +248,9 @@ class ConsoleChat:
 
 async def _one(event: Event) -> AsyncIterator[Event]:
     yield event
+
+
+def _source_line(number: int, item: SourceItem, *, cited: bool = False) -> str:
+    """One source as the chat lists it; `*` marks one the last answer cited (/sources)."""
+    where = f" — {item.uri}" if item.uri else ""
+    return f" {'*' if cited else ' '}[{number}] {item.title}{where}"

@@ -188,6 +188,15 @@ def _kind_for_suffix(suffix: str) -> str | None:
     return OFFICE_SUFFIXES.get(suffix)
 
 
+def kind_for_file(filename: str, content_type: str, *, kinds: frozenset[str]) -> str | None:
+    """The kind among `kinds` a file's name says (its suffix), else its content type; None when neither says one."""
+    for kind in (_kind_for_suffix(PurePosixPath(filename).suffix),
+                 _CONTENT_KINDS.get(content_type.split(";")[0].strip().lower())):
+        if kind in kinds:
+            return kind
+    return None
+
+
 def load_file(path: Path) -> LoadedDocument | Skipped:
     """Load one file; any problem becomes a Skipped with the reason."""
     uri = path.resolve().as_uri()
