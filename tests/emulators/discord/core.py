@@ -89,6 +89,8 @@ class EmulatorCore:
         self.faults = Faults()
         # How long Discord remembers a message nonce for enforce_nonce (real seconds, not scaled).
         self.nonce_window_s = NONCE_WINDOW_S
+        # How long an interaction's token works, in seconds; None: Discord's 15 minutes times time_scale.
+        self.token_lifetime_s: float | None = None
 
     # ---- middleware: auth, rate limits, request log --------------------------------------------
 
@@ -262,6 +264,8 @@ class EmulatorCore:
         return message
 
     async def dispatch_message(self, event: str, message: StoredMessage) -> None:
+        if not self.world.bot_may_read(message.channel_id):
+            return  # Discord sends a bot no events of a channel it may not view
         full = message_payload(self.world, message, for_gateway=True)
         mentions_bot = self.world.bot_user_id in message.mention_user_ids
 

@@ -19,6 +19,7 @@ from tests.emulators.discord.interaction_payloads import (
     find_button,
     find_command,
     interaction_payload,
+    message_command_data,
     slash_data,
 )
 from tests.emulators.discord.models import (
@@ -44,6 +45,7 @@ INTERACTION_ACK_DEADLINE_S = 3.0
 WAIT_FOR_INTERVAL_S = 0.01
 COMPONENT_INTERACTION = 3
 COMMAND_INTERACTION = 2
+MESSAGE_COMMAND = 3
 MODAL_SUBMIT_INTERACTION = 5
 BUTTON_COMPONENT = 2
 
@@ -163,6 +165,16 @@ class DiscordEmulator(EmulatorCore):
     def set_nonce_window(self, seconds: float) -> None:
         """How long a message nonce is remembered for enforce_nonce (Discord: a few minutes)."""
         self.nonce_window_s = seconds
+
+    def set_interaction_token_lifetime(self, seconds: float | None) -> None:
+        """How long an interaction's token works from its creation (Discord: 15 minutes; None: that times
+        time_scale): past it, its webhook (followups, edits of its messages) answers 401 Invalid Webhook Token."""
+        self.token_lifetime_s = seconds
+
+    def hide_channel_from_bot(self, channel_id: int) -> None:
+        """The bot may no longer view or read this channel (nor its threads): REST there answers 403 Missing
+        Access, no events come from it, and interactions there say so in app_permissions."""
+        self.world.bot_hidden_channels.add(channel_id)
 
     def set_global_limit(self, config: GlobalLimitConfig | None) -> None:
         """Change (or with None, turn off) the per-bot limit across routes."""
@@ -341,6 +353,27 @@ class DiscordEmulator(EmulatorCore):
         await self._dispatch_interaction(interaction, data)
         return interaction.id
 
+    async def invoke_message_command(self, name: str, target_message_id: int, user_id: int) -> int:
+        """Run a synced message context-menu command (Apps → `name`) on a message; dispatches INTERACTION_CREATE
+        type 2 whose data is command type 3 with `target_id` and the message under `resolved.messages`."""
+        target = self.world.messages[target_message_id]
+        channel = self.world.channels[target.channel_id]
+        command = find_command(self.world, name, channel.guild_id, kind=MESSAGE_COMMAND)
+        if command is None:
+            raise ValueError(f"no synced message command named {name!r}")
+        if channel.guild_id is None and (command.get("dm_permission") is False or command.get("contexts") == [0]):
+            raise ValueError(f"{name!r} is not offered in DMs")
+        interaction = self._new_interaction(COMMAND_INTERACTION, user_id, target.channel_id)
+        await self._dispatch_interaction(interaction, message_command_data(self.world, command, target))
+        return interaction.id
+
+    def dismiss_ephemeral(self, message_id: int) -> None:
+        """The user dismisses an ephemeral message ("Dismiss message"): it is gone, and editing it answers 404."""
+        message = self.world.messages[message_id]
+        if not message.ephemeral:
+            raise ValueError(f"message {message_id} is not ephemeral")
+        message.deleted = True
+
     async def click_custom_id(
         self, channel_id: int, custom_id: str, user_id: int, *, message_id: int | None = None,
         component_type: int = BUTTON_COMPONENT,
@@ -395,6 +428,17 @@ class DiscordEmulator(EmulatorCore):
         """Messages in a channel or thread, oldest first, each with its edit history."""
         found = sorted(self.world.channel_messages(channel_id), key=lambda m: m.id)
         return [m for m in found if include_ephemeral or not m.ephemeral]
+
+    def messages_seen_by(self, channel_id: int, user_id: int) -> list[StoredMessage]:
+        """What one user sees in a channel, oldest first: every message anyone sees, and the ephemeral ones of
+        the interactions that user started (nobody else's)."""
+        def sees(message: StoredMessage) -> bool:
+            if not message.ephemeral:
+                return True
+            interaction = self.world.interactions.get(message.interaction_id or 0)
+            return interaction is not None and interaction.user_id == user_id
+
+        return [m for m in self.messages(channel_id, include_ephemeral=True) if sees(m)]
 
     def message(self, message_id: int) -> StoredMessage:
         return self.world.messages[message_id]

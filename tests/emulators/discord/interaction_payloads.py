@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tests.emulators.discord.models import Interaction, JSONDict
+from tests.emulators.discord.models import Interaction, JSONDict, StoredMessage
 from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
-from tests.emulators.discord.state import ALL_PERMISSIONS, World
+from tests.emulators.discord.state import (
+    ALL_PERMISSIONS,
+    READ_MESSAGE_HISTORY_PERMISSION,
+    VIEW_CHANNEL_PERMISSION,
+    World,
+)
 
 ATTACHMENT_SIZE_LIMIT_BYTES = 10 * 1024 * 1024
 INTERACTION_VERSION = 1
@@ -14,6 +19,7 @@ CONTEXT_GUILD = 0
 CONTEXT_BOT_DM = 1
 OPTION_STRING, OPTION_INTEGER, OPTION_BOOLEAN, OPTION_NUMBER = 3, 4, 5, 10
 SUB_COMMAND, SUB_COMMAND_GROUP = 1, 2
+CHAT_INPUT_COMMAND, USER_COMMAND, MESSAGE_COMMAND = 1, 2, 3
 
 OptionValue = str | int | float | bool
 
@@ -30,7 +36,7 @@ def interaction_payload(world: World, interaction: Interaction, data: JSONDict) 
         "data": data,
         "channel": channel_payload(world, channel),
         "channel_id": str(channel.id),
-        "app_permissions": str(ALL_PERMISSIONS),
+        "app_permissions": str(app_permissions(world, channel.id)),
         "locale": "en-US",
         "entitlements": [],
     }
@@ -56,6 +62,29 @@ def interaction_payload(world: World, interaction: Interaction, data: JSONDict) 
     return payload
 
 
+def app_permissions(world: World, channel_id: int) -> int:
+    """The bot's permissions in a channel, as an interaction there tells them: all of them, less View Channel and
+    Read Message History where the bot may not read (World.bot_hidden_channels)."""
+    if world.bot_may_read(channel_id):
+        return ALL_PERMISSIONS
+    return ALL_PERMISSIONS & ~(VIEW_CHANNEL_PERMISSION | READ_MESSAGE_HISTORY_PERMISSION)
+
+
+def message_command_data(world: World, command: JSONDict, target: StoredMessage) -> JSONDict:
+    """A message context-menu command's `data`: the target message by id, and whole under `resolved.messages`
+    (with its content even without the Message Content intent: Discord exempts an interaction's own messages)."""
+    data: JSONDict = {
+        "id": command["id"],
+        "name": command["name"],
+        "type": MESSAGE_COMMAND,
+        "target_id": str(target.id),
+        "resolved": {"messages": {str(target.id): message_payload(world, target)}},
+    }
+    if "guild_id" in command:
+        data["guild_id"] = command["guild_id"]
+    return data
+
+
 def find_button(components: tuple[JSONDict, ...], custom_id: str) -> JSONDict | None:
     for row in components:
         for child in row.get("components") or []:
@@ -64,9 +93,14 @@ def find_button(components: tuple[JSONDict, ...], custom_id: str) -> JSONDict | 
     return None
 
 
-def find_command(world: World, name: str, guild_id: int | None) -> JSONDict | None:
+def find_command(
+    world: World, name: str, guild_id: int | None, *, kind: int = CHAT_INPUT_COMMAND
+) -> JSONDict | None:
+    """A synced command by name and type (a slash command and a message command may share a name)."""
     candidates = (world.guild_commands.get(guild_id, []) if guild_id is not None else []) + world.global_commands
-    return next((command for command in candidates if command["name"] == name), None)
+    return next(
+        (command for command in candidates if command["name"] == name and int(command.get("type", 1)) == kind), None
+    )
 
 
 def slash_data(command: JSONDict, options: Mapping[str, OptionValue], path: Sequence[str] = ()) -> JSONDict:

@@ -21,6 +21,7 @@ THREAD_ALREADY_CREATED_CODE = 160004
 UNKNOWN_GUILD_CODE = 10004
 UNKNOWN_MEMBER_CODE = 10007
 MISSING_PERMISSIONS_CODE = 50013
+MISSING_ACCESS_CODE = 50001
 
 
 async def read_message_body(core: EmulatorCore, request: web.Request, base_url: str) -> tuple[JSONDict, list[JSONDict]]:
@@ -70,9 +71,13 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
 
     def channel_or_404(request: web.Request) -> Channel | web.Response:
         channel = world.channels.get(int(request.match_info["channel_id"]))
+        if channel is not None and not world.bot_may_read(channel.id):
+            return error_response(403, MISSING_ACCESS_CODE, "Missing Access")
         return channel if channel is not None else error_response(404, UNKNOWN_CHANNEL_CODE, "Unknown Channel")
 
     def message_or_404(request: web.Request) -> StoredMessage | web.Response:
+        if not world.bot_may_read(int(request.match_info["channel_id"])):
+            return error_response(403, MISSING_ACCESS_CODE, "Missing Access")
         message = core.message_in_channel(int(request.match_info["channel_id"]), int(request.match_info["message_id"]))
         return message if message is not None else error_response(404, UNKNOWN_MESSAGE_CODE, "Unknown Message")
 

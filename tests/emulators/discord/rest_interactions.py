@@ -183,7 +183,8 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], *, ack_deadlin
         interaction = world.interactions_by_token.get(request.match_info["token"])
         if interaction is None or request.match_info["application_id"] != str(world.application_id):
             return error_response(404, UNKNOWN_WEBHOOK_CODE, "Unknown Webhook")
-        if time.monotonic() - interaction.created_at > INTERACTION_TOKEN_LIFETIME_S * core.time_scale:
+        lifetime_s = core.token_lifetime_s if core.token_lifetime_s is not None else INTERACTION_TOKEN_LIFETIME_S * core.time_scale
+        if time.monotonic() - interaction.created_at > lifetime_s:
             return error_response(401, INVALID_WEBHOOK_TOKEN_CODE, "Invalid Webhook Token")
         return interaction
 

@@ -20,6 +20,7 @@ from tests.emulators.discord.models import (
 
 ADMINISTRATOR_PERMISSION = 1 << 3
 VIEW_CHANNEL_PERMISSION = 1 << 10
+READ_MESSAGE_HISTORY_PERMISSION = 1 << 16
 ALL_PERMISSIONS = (1 << 51) - 1
 # VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY, EMBED_LINKS, ATTACH_FILES, ADD_REACTIONS,
 # USE_APPLICATION_COMMANDS, CREATE_PUBLIC_THREADS, SEND_MESSAGES_IN_THREADS: a typical @everyone.
@@ -52,6 +53,10 @@ class World:
     dm_channel_by_user: dict[int, int] = field(default_factory=dict)
     # Channels some users may not view (a permission overwrite denying VIEW_CHANNEL); their threads too.
     hidden_channels: dict[int, set[int]] = field(default_factory=dict)
+    # Channels the bot itself may not view or read (its role lacks View Channel / Read Message History there):
+    # REST reads and posts answer 403 Missing Access, its gateway hears nothing of them, and an interaction
+    # there carries app_permissions without those two bits. Interaction responses still work.
+    bot_hidden_channels: set[int] = field(default_factory=set)
     bot_user_id: int = 0
 
     def __post_init__(self) -> None:
@@ -87,6 +92,12 @@ class World:
         if permissions != ALL_PERMISSIONS and any(user_id in self.hidden_channels.get(c, ()) for c in hidden):
             permissions &= ~VIEW_CHANNEL_PERMISSION
         return permissions
+
+    def bot_may_read(self, channel_id: int) -> bool:
+        """Whether the bot may view and read a channel (a thread: its parent too)."""
+        channel = self.channels.get(channel_id)
+        parent = channel.parent_id if channel is not None else None
+        return channel_id not in self.bot_hidden_channels and parent not in self.bot_hidden_channels
 
     def guild_members(self, guild_id: int) -> list[int]:
         # Unless a test names a guild's members, every user is a member of every guild: tests stay short.
