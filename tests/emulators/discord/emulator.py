@@ -14,6 +14,7 @@ from aiohttp import web
 from tests.emulators.discord import rest_channels, rest_interactions
 from tests.emulators.discord.core import API_PREFIX, EmulatorCore
 from tests.emulators.discord.faults import FaultKind
+from tests.emulators.discord.gateway import snowflake_on_shard
 from tests.emulators.discord.interaction_payloads import (
     OptionValue,
     find_button,
@@ -142,6 +143,11 @@ class DiscordEmulator(EmulatorCore):
         """Gateway sessions with an open socket (identified bots)."""
         return self.hub.live_session_count
 
+    @property
+    def live_shards(self) -> list[tuple[int, int]]:
+        """[shard_id, shard_count] of each open gateway session, sorted ((0, 1) for an unsharded one)."""
+        return self.hub.live_shards
+
     def set_rate_limit(self, config: RateLimitConfig | None) -> None:
         """Change (or with None, turn off) the per-channel create+edit budget."""
         self.rate_limit = config
@@ -182,11 +188,14 @@ class DiscordEmulator(EmulatorCore):
 
     # ---- world set-up (before the bot connects: GUILD_CREATE is sent at IDENTIFY) --------------
 
-    def add_guild(self, name: str, *, owner_id: int | None = None, members: Sequence[int] | None = None) -> int:
+    def add_guild(
+        self, name: str, *, owner_id: int | None = None, members: Sequence[int] | None = None,
+        on_shard: tuple[int, int] | None = None,
+    ) -> int:
         """A guild the bot is in; with `members`, only those users (and the bot) belong to it,
-        otherwise every user does."""
+        otherwise every user does. `on_shard` ([shard_id, shard_count]) picks an id Discord routes to that shard."""
         world = self.world
-        guild_id = world.ids.next()
+        guild_id = world.ids.next() if on_shard is None else snowflake_on_shard(world.ids.next(), on_shard)
         # The @everyone role shares the guild's id.
         world.roles[guild_id] = Role(
             id=guild_id, guild_id=guild_id, name="@everyone", permissions=DEFAULT_EVERYONE_PERMISSIONS, position=0

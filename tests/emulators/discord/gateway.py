@@ -1,4 +1,4 @@
-"""The emulator's gateway: HELLO, IDENTIFY → READY + GUILD_CREATE, heartbeats, RESUME, dispatches."""
+"""The emulator's gateway: HELLO, IDENTIFY → READY + GUILD_CREATE, heartbeats, RESUME, dispatches, shards."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ OP_INVALID_SESSION = 9
 OP_HELLO = 10
 OP_HEARTBEAT_ACK = 11
 CLOSE_AUTHENTICATION_FAILED = 4004
+CLOSE_INVALID_SHARD = 4010
 REPLAY_BUFFER_EVENTS = 1_000
 INTENT_GUILDS = 1 << 0
 INTENT_GUILD_MESSAGES = 1 << 9
@@ -34,6 +35,28 @@ INTENT_MESSAGE_CONTENT = 1 << 15
 
 # Given a session, the payload to send it, or None when the session must not get this event.
 PayloadForSession = Callable[["GatewaySession"], JSONDict | None]
+
+
+def shard_of(guild_id: int | None, shard_count: int) -> int:
+    """Discord's rule: a guild's events go to shard (guild_id >> 22) % shard_count; DMs (no guild) to shard 0."""
+    return 0 if guild_id is None else (guild_id >> 22) % shard_count
+
+
+def snowflake_on_shard(snowflake: int, shard: tuple[int, int]) -> int:
+    """The first snowflake from `snowflake` on (a few milliseconds after it) that routes to shard [id, count]."""
+    shard_id, shard_count = shard
+    while shard_of(snowflake, shard_count) != shard_id:
+        snowflake += 1 << 22
+    return snowflake
+
+
+def _guild_of(payload: JSONDict) -> int | None:
+    """The guild an event belongs to, read from its payload as Discord routes it (none: a DM, or no guild)."""
+    raw = payload.get("guild_id") if isinstance(payload, dict) else None
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None  # a malformed payload a test sends on purpose goes where a DM would
 
 
 @dataclass(kw_only=True)
@@ -46,9 +69,15 @@ class GatewaySession:
     seq: int = 0
     sent: list[JSONDict] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # [shard_id, shard_count] from IDENTIFY; a session that names none is the only shard of one.
+    shard: tuple[int, int] = (0, 1)
 
     def has_intent(self, intent: int) -> bool:
         return bool(self.intents & intent)
+
+    def serves(self, guild_id: int | None) -> bool:
+        """Whether this session's shard gets the events of `guild_id` (None: DMs, which go to shard 0)."""
+        return shard_of(guild_id, self.shard[1]) == self.shard[0]
 
     async def send_dispatch(self, event: str, data: JSONDict) -> None:
         async with self.lock:
@@ -74,6 +103,11 @@ class GatewayHub:
     @property
     def live_session_count(self) -> int:
         return sum(1 for s in self.sessions.values() if s.ws is not None and not s.ws.closed)
+
+    @property
+    def live_shards(self) -> list[tuple[int, int]]:
+        """The [shard_id, shard_count] of every session with an open socket, sorted (a shard twice if two run it)."""
+        return sorted(s.shard for s in self.sessions.values() if s.ws is not None and not s.ws.closed)
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)
@@ -113,16 +147,24 @@ class GatewayHub:
         if data.get("token") not in (self._world.bot_token, f"Bot {self._world.bot_token}"):
             await ws.close(code=CLOSE_AUTHENTICATION_FAILED, message=b"Authentication failed.")
             return None
-        session = GatewaySession(session_id=secrets.token_hex(16), intents=int(data.get("intents", 0)), ws=ws)
+        shard = _shard_in(data.get("shard"))
+        if shard is None:
+            await ws.close(code=CLOSE_INVALID_SHARD, message=b"Invalid shard.")
+            return None
+        session = GatewaySession(
+            session_id=secrets.token_hex(16), intents=int(data.get("intents", 0)), ws=ws, shard=shard
+        )
         self.sessions[session.session_id] = session
         world = self._world
+        guild_ids = [guild_id for guild_id in list(world.guilds) if session.serves(guild_id)]
         await session.send_dispatch(
             "READY",
             {
                 "v": 10,
                 "user": user_payload(world, world.bot_user_id),
-                "guilds": [{"id": str(guild_id), "unavailable": True} for guild_id in world.guilds],
+                "guilds": [{"id": str(guild_id), "unavailable": True} for guild_id in guild_ids],
                 "session_id": session.session_id,
+                "shard": list(shard),
                 "resume_gateway_url": self._gateway_url(),
                 "session_type": "normal",
                 "application": {"id": str(world.application_id), "flags": 0},
@@ -132,7 +174,7 @@ class GatewayHub:
                 "geo_ordered_rtc_regions": [],
             },
         )
-        for guild_id in list(world.guilds):
+        for guild_id in guild_ids:
             await session.send_dispatch("GUILD_CREATE", guild_create_payload(world, guild_id))
         return session
 
@@ -161,9 +203,10 @@ class GatewayHub:
         await session.send_dispatch("GUILD_MEMBERS_CHUNK", chunk)
 
     async def dispatch(self, event: str, payload_for: PayloadForSession) -> None:
+        """To every session whose shard the event's guild routes to (DMs and their interactions: shard 0)."""
         for session in list(self.sessions.values()):
             payload = payload_for(session)
-            if payload is not None:
+            if payload is not None and session.serves(_guild_of(payload)):
                 await session.send_dispatch(event, payload)
 
     async def close(self) -> None:
@@ -176,3 +219,13 @@ class GatewayHub:
         for ws in list(self._sockets):
             self._dropped.add(ws)
             await ws.close(code=4000, message=b"emulator dropped the connection")
+
+
+def _shard_in(raw: object) -> tuple[int, int] | None:
+    """IDENTIFY's `shard` as (id, count); absent means (0, 1); None when Discord would refuse it (4010)."""
+    if raw is None:
+        return (0, 1)
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(isinstance(n, int) for n in raw):
+        return None
+    shard_id, shard_count = raw
+    return (shard_id, shard_count) if 0 <= shard_id < shard_count else None
