@@ -5,12 +5,10 @@ and /sources are answered without the model."""
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import re
 import subprocess
 import sys
-import termios
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -18,64 +16,11 @@ import psycopg
 import pytest
 
 from tests.emulators.openai_server import OpenAIEmulator, Text
+from tests.support.pty_terminal import CTRL_C, EXIT_WAIT_S, Terminal, take_the_terminal
 
 REPO = Path(__file__).resolve().parents[2]
-# Bounds on waiting for the screen, never a measure of anything: a slow machine just waits longer.
-SCREEN_WAIT_S = 90.0
-EXIT_WAIT_S = 60.0
-CTRL_C = b"\x03"
 # A log line in the text format (bot/cli.py's LOG_FORMAT), which must never reach the terminal.
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
-
-
-class Terminal:
-    """The chat process with a pseudo-terminal as its controlling terminal, stdin, stdout and stderr."""
-
-    def __init__(self, process: subprocess.Popen[bytes], master: int) -> None:
-        self.process = process
-        self.master = master
-        self.screen = ""
-        self._seen = 0  # where the next expect() starts looking
-        self._changed = asyncio.Event()
-        os.set_blocking(master, False)
-        asyncio.get_running_loop().add_reader(master, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            data = os.read(self.master, 65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:  # EIO: the process closed its end
-            data = b""
-        if not data:
-            asyncio.get_running_loop().remove_reader(self.master)
-        self.screen += data.decode("utf-8", errors="replace")
-        self._changed.set()
-
-    async def expect(self, text: str) -> str:
-        """Wait until `text` shows after what was already expected; what was printed up to it."""
-        async def shown() -> str:
-            while (at := self.screen.find(text, self._seen)) < 0:
-                self._changed.clear()
-                await self._changed.wait()
-            part, self._seen = self.screen[self._seen:at + len(text)], at + len(text)
-            return part
-
-        try:
-            return await asyncio.wait_for(shown(), SCREEN_WAIT_S)
-        except TimeoutError:
-            raise AssertionError(f"{text!r} never showed; the screen:\n{self.screen}") from None
-
-    def type(self, data: bytes) -> None:
-        os.write(self.master, data)
-
-    async def exit_code(self) -> int:
-        return await asyncio.wait_for(asyncio.to_thread(self.process.wait), EXIT_WAIT_S)
-
-
-def _take_the_terminal() -> None:
-    # Run in the child after setsid(): the pty becomes its controlling terminal, so Ctrl-C typed there is SIGINT.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _env(**values: str) -> dict[str, str]:
@@ -97,7 +42,7 @@ async def start_chat(database_url: str, openai_emulator: OpenAIEmulator, tmp_pat
         env = _env(DATABASE_URL=database_url, LLM_BASE_URL=openai_emulator.base_url, DATA_DIR=str(tmp_path / "data"))
         process = subprocess.Popen(
             [sys.executable, "-m", "bot", "chat"], stdin=slave, stdout=slave, stderr=slave, env={**env, **settings},
-            cwd=tmp_path, start_new_session=True, preexec_fn=_take_the_terminal,
+            cwd=tmp_path, start_new_session=True, preexec_fn=take_the_terminal,
         )
         os.close(slave)
         started.append(Terminal(process, master))
