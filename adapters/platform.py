@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
+    from core.names import NameDirectory
 
 
 class Lifecycle(Protocol):
@@ -48,6 +49,8 @@ class Platform:
     # The workspace its DMs are filed under when a DM belongs to none (Discord's "@dm"); None: the DM's own.
     dm_workspace: str | None = None
     emulator: str  # "module:Class" of the loopback server its tests run the real client library against
+    # The CLI's names (core/names.py): its directory over its own door, None where it is not configured.
+    names: Callable[[Settings], NameDirectory | None] | None = None
 
     def configured(self, settings: Settings) -> bool:
         """Whether this process serves the platform (its credentials are set)."""

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
+    from core.names import NameDirectory
 
 # Discord DMs belong to no guild; inbound files them under this workspace (adapters/discord/inbound.py's DM_WORKSPACE).
 DM_WORKSPACE = "@dm"
@@ -33,7 +34,14 @@ async def doctor_line(settings: Settings) -> str:
     return await check_discord(settings)
 
 
+def build_names(settings: Settings) -> NameDirectory | None:
+    from .names import discord_names  # discord.py only when a command reads names
+
+    return discord_names(settings, dm_workspace=DM_WORKSPACE)
+
+
 DISCORD = Platform(
     name=DiscordSettings.platform, settings=DiscordSettings, adapter=build_adapter, doctor=doctor_line,
     workspace_word="GUILD", dm_workspace=DM_WORKSPACE, emulator="tests.emulators.discord:DiscordEmulator",
+    names=build_names,
 )

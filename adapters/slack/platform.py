@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
+    from core.names import NameDirectory
 
 
 def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer) -> PlatformAdapter:
@@ -39,7 +40,13 @@ async def doctor_line(settings: Settings) -> str:
     return line
 
 
+def build_names(settings: Settings) -> NameDirectory | None:
+    from .names import slack_names  # slack_sdk only when a command reads names
+
+    return slack_names(settings)
+
+
 SLACK = Platform(
     name=SlackSettings.platform, settings=SlackSettings, adapter=build_adapter, doctor=doctor_line,
-    workspace_word="TEAM", emulator="tests.emulators.slack:SlackEmulator",
+    workspace_word="TEAM", emulator="tests.emulators.slack:SlackEmulator", names=build_names,
 )

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from tests.emulators.discord import rest_channels, rest_interactions
+from tests.emulators.discord import rest_channels, rest_directory, rest_interactions
 from tests.emulators.discord.core import API_PREFIX, EmulatorCore
 from tests.emulators.discord.faults import FaultKind
 from tests.emulators.discord.gateway import snowflake_on_shard
@@ -89,6 +89,7 @@ class DiscordEmulator(EmulatorCore):
         app = web.Application(middlewares=[self.middleware])
         app.add_routes(rest_channels.build_routes(self, lambda: self.base_url, lambda: self.gateway_url))
         app.add_routes(rest_interactions.build_routes(self, lambda: self.base_url, ack_deadline_s=self._ack_deadline_s))
+        app.add_routes(rest_directory.build_routes(self))
         app.add_routes([web.get("/gateway/", self.hub.handle, name="gateway")])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()

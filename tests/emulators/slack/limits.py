@@ -46,6 +46,9 @@ DEFAULT_LIMITS: dict[str, MethodLimit] = {
     "chat.appendStream": MethodLimit(calls=100, window_s=60.0, burst=20),
     "chat.stopStream": MethodLimit(calls=20, window_s=60.0, burst=5),
     "views.publish": MethodLimit(calls=100, window_s=60.0, burst=20),
+    # Listing a workspace's channels and people: Tier 2 (20+ a minute).
+    "conversations.list": MethodLimit(calls=20, window_s=60.0, burst=5),
+    "users.list": MethodLimit(calls=20, window_s=60.0, burst=5),
 }
 # Everything else: generous, so tests are never throttled by incidental calls.
 GENEROUS_LIMIT = MethodLimit(calls=1000, window_s=60.0, burst=200)

@@ -1,0 +1,102 @@
+"""Slack's half of the CLI's names (core/names.py): conversations.list and users.list, cursor-paged and paced through SlackWeb."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.streaming import CONNECTION_ERRORS, RateBudget, RateLimited, TransientSendError
+from adapters.streaming.transport import PermanentSendError
+from core.config import Settings
+from core.names import Kind, Named, NamesUnreadable
+
+from .budgets import ScaledClock, SlackBudgets
+from .settings import SlackSettings
+from .transport import SlackWeb
+
+# conversations.list and users.list are Tier 2: about 20 calls a minute per workspace.
+LIST_CALLS_PER_MINUTE = 20.0
+# Slack recommends pages of no more than 200; a workspace past MAX_PAGES pages is named in part.
+PAGE_SIZE = 200
+MAX_PAGES = 100
+# What the bot token sees: every public channel, and the private ones the bot is in.
+CHANNEL_TYPES = "public_channel,private_channel"
+
+
+class SlackNames:
+    """Implements core.names.NameDirectory for the bot token's workspace: channels by name, people by display
+    name (also by handle and real name); deleted people and archived channels are left out."""
+
+    def __init__(self, web: SlackWeb, *, share: float) -> None:
+        self._web = web
+        self._share = share
+        self._budgets: dict[tuple[str, str], RateBudget] = {}
+        self._team_id: str | None = None
+
+    async def list(self, kind: Kind, workspace: str) -> Sequence[Named]:
+        method = "conversations.list" if kind == "channel" else "users.list"
+        params: dict[str, Any] = (
+            {"types": CHANNEL_TYPES, "exclude_archived": True} if kind == "channel" else {}
+        )
+        try:
+            await self._check_workspace(workspace)
+            items = await self._pages(method, workspace, params, "channels" if kind == "channel" else "members")
+        except PermanentSendError as error:
+            raise NamesUnreadable(f"Slack refused {method} ({getattr(error, 'code', '') or error})") from None
+        except (RateLimited, TransientSendError, *CONNECTION_ERRORS) as error:
+            raise NamesUnreadable(f"Slack could not be read: {error}") from None
+        if kind == "channel":
+            return [Named(id=str(c["id"]), name=str(c.get("name") or c["id"])) for c in items if c.get("id")]
+        return [_person(member) for member in items if member.get("id") and not member.get("deleted")]
+
+    async def _check_workspace(self, workspace: str) -> None:
+        """The token names one workspace (auth.test, asked once): another's channels are not what it lists."""
+        if self._team_id is None:
+            auth = await self._web.call("auth.test", budget=self._web.budgets.other(workspace, "auth.test"))
+            self._team_id = str(auth.get("team_id") or "")
+        if workspace and self._team_id and workspace != self._team_id:
+            raise NamesUnreadable(f"the bot token is for workspace {self._team_id}, not {workspace}", workspace_only=True)
+
+    async def close(self) -> None:
+        """Nothing held open: slack_sdk opens a session per call when given none."""
+
+    async def _pages(self, method: str, team_id: str, params: dict[str, Any], field: str) -> list[dict[str, Any]]:
+        budget = self._budget(team_id, method)
+        found: list[dict[str, Any]] = []
+        cursor = ""
+        for _ in range(MAX_PAGES):
+            page = {**params, "limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
+            response = await self._web.call(method, budget=budget, **page)
+            found.extend(dict(item) for item in response.get(field) or () if isinstance(item, dict))
+            cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                break
+        return found
+
+    def _budget(self, team_id: str, method: str) -> RateBudget:
+        key = (team_id, method)
+        if key not in self._budgets:
+            self._budgets[key] = RateBudget.per_minute(LIST_CALLS_PER_MINUTE, share=self._share, clock=self._web.clock)
+        return self._budgets[key]
+
+
+def _person(member: dict[str, Any]) -> Named:
+    """A person as Slack shows them: their display name, else their real name, else their handle."""
+    profile = member.get("profile") if isinstance(member.get("profile"), dict) else {}
+    names = [str(n) for n in (profile.get("display_name"), profile.get("real_name"), member.get("real_name"),
+                              member.get("name")) if n]
+    return Named(id=str(member["id"]), name=names[0] if names else str(member["id"]),
+                 also=tuple(dict.fromkeys(names[1:])))
+
+
+def slack_names(settings: Settings) -> SlackNames | None:
+    """The directory over Slack's door, or None where SLACK_BOT_TOKEN is not set."""
+    slack = settings.platform_settings(SlackSettings)
+    if not slack.bot_token:
+        return None
+    clock = ScaledClock()
+    budgets = SlackBudgets(clock=clock, share=slack.rate_share, history_tier=slack.history_tier)
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    return SlackNames(SlackWeb(client, budgets=budgets, clock=clock), share=slack.rate_share)
