@@ -9,11 +9,13 @@ import io
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
+from bot.cli_names import NAME_ERRORS, name_book
 from core.config import Settings
+from core.names import NameBook
 from core.person_limits import person_account, person_ledger
 from core.quota import DayLimits
 from core.store.channel_config import ChannelConfigStore
@@ -24,6 +26,7 @@ from core.store.usage import UsageLine, UsageLog
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
 GROUPINGS = ("channel", "user", "day")
 FORMATS = ("table", "csv", "json")
 _AGO = re.compile(r"^(\d+)\s*([mhdw])$")
@@ -31,6 +34,10 @@ _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 SUM_COLUMNS = ("turns", "tokens_in", "tokens_out", "tokens")
 # By user: what each person used today (UTC) and their limits (empty: none; "exempt": LIMITS_EXEMPT).
 TODAY_COLUMNS = ("requests_today", "requests_per_day", "tokens_today", "tokens_per_day")
+
+
+class PersonError(ValueError):
+    """A --user the CLI cannot read; the message says what to write."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +70,12 @@ class Today:
 
 def add_usage_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     usage = subparsers.add_parser("usage", help="report the tokens used, by channel, user or day")
-    usage.add_argument("--by", choices=GROUPINGS, default="day", help="what to sum by (default: day)")
+    usage.add_argument("--by", choices=GROUPINGS, default=None, help="what to sum by (default: day; user with --user)")
+    usage.add_argument(
+        "--user", metavar="WHO", default=None,
+        help="only this person, by user: PLATFORM:ID or PLATFORM:@name (PLATFORM:WORKSPACE:@name for a name in one "
+        "workspace)",
+    )
     usage.add_argument(
         "--since", type=parse_since, default=None, metavar="WHEN",
         help="only turns since then: a date (2026-01-31), a UTC date and time (2026-01-31T09:00), "
@@ -92,20 +104,62 @@ def parse_since(value: str, *, now: datetime | None = None) -> datetime:
 
 
 async def usage(settings: Settings, args: argparse.Namespace) -> int:
+    by = args.by or ("user" if args.user else "day")
+    if args.user and by != "user":
+        print("relaybot: --user sums by user; leave out --by, or write --by user", file=sys.stderr)
+        return EXIT_USAGE
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    book = name_book(settings)
     try:
+        # The person first: a name nobody has costs no database.
+        only = await person(book, args.user) if args.user else None
         await db.open()
-        lines = await UsageLog(db).report(by=args.by, since=args.since)
-        today, note = await people_today(db, settings) if args.by == "user" else (None, "")
+        lines = await UsageLog(db).report(by=by, since=args.since)
+        today, note = await people_today(db, settings) if by == "user" else (None, "")
+        if only is not None:
+            lines = [line for line in lines if _key(line) == only]
+            today = Today(counted={k: v for k, v in today.counted.items() if k == person_account(*only)},
+                          limits=today.limits, exempt=today.exempt) if today is not None else None
+        named = lines + (_uncounted_lines(lines, today) if today is not None else [])
+        names = await group_names(book, named, by=by) if by in ("user", "channel") else {}
+    except (PersonError, *NAME_ERRORS) as error:
+        print(f"relaybot: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
+        await book.close()
         await db.close()
-    print(render(lines, by=args.by, output=args.format, today=today), end="")
+    print(render(lines, by=by, output=args.format, today=today, names=names), end="")
     if note and args.format == "table":
         print(note)
+    if (unnamed := book.note()) is not None:
+        print(unnamed, file=sys.stderr)
     return EXIT_OK
+
+
+async def person(book: NameBook, text: str) -> tuple[str, str]:
+    """(platform, user id) from `PLATFORM:ID`, `PLATFORM:@name` or `PLATFORM:WORKSPACE:@name`."""
+    parts = text.strip().split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise PersonError(f"{text!r} is not a person: write PLATFORM:ID or PLATFORM:@name")
+    platform, workspace = parts[0], parts[1] if len(parts) == 3 else ""
+    return platform, await book.resolve(platform, workspace, "user", parts[-1])
+
+
+async def group_names(book: NameBook, lines: Sequence[UsageLine], *, by: str) -> dict[tuple[str, ...], str]:
+    """Each row's person or channel named, where the platform can say (rows it cannot name are left out)."""
+    names: dict[tuple[str, ...], str] = {}
+    for line in lines:
+        key = _key(line)
+        if by == "user":
+            name = await book.name_of(key[0], "", "user", key[1])
+        else:
+            name = await book.name_of(key[0], key[1], "channel", key[2])
+        if name:
+            names[key] = f"{'@' if by == 'user' else '#'}{name}"
+    return names
 
 
 async def people_today(db: Database, settings: Settings) -> tuple[Today, str]:
@@ -122,16 +176,22 @@ async def people_today(db: Database, settings: Settings) -> tuple[Today, str]:
     return today, f"The limits shown are the settings'; these places set their own (requests / tokens): {', '.join(own)}"
 
 
-def render(lines: list[UsageLine], *, by: str, output: str, today: Today | None = None) -> str:
-    """The report; by user with `today`, each person's use today against their limits too (as `today` counted it)."""
+def render(
+    lines: list[UsageLine], *, by: str, output: str, today: Today | None = None,
+    names: Mapping[tuple[str, ...], str] | None = None,
+) -> str:
+    """The report; by user with `today`, each person's use today against their limits too (as `today` counted it);
+    with `names` (a row's group values → its person's or channel's name), a name column beside the ids."""
     today = today if by == "user" else None
     if today is not None:
         lines = lines + _uncounted_lines(lines, today)
+    names = names or {}
     if output == "json":
-        return json.dumps([_record(line, today) for line in lines], indent=2) + "\n"
+        return json.dumps([_record(line, today, names) for line in lines], indent=2) + "\n"
     extra = TODAY_COLUMNS if today is not None else ()
-    header = [*_group_columns(lines, by), *SUM_COLUMNS, *extra]
-    rows = [[value for _, value in line.group] + [str(n) for n in _sums(line)]
+    named = ["name"] if names else []
+    header = [*_group_columns(lines, by), *named, *SUM_COLUMNS, *extra]
+    rows = [[value for _, value in line.group] + [names.get(_key(line), "") for _ in named] + [str(n) for n in _sums(line)]
             + ([_cell(value) for value in _today(line, today).cells()] if today is not None else [])
             for line in lines]
     if output == "csv":
@@ -158,8 +218,13 @@ def _sums(line: UsageLine) -> tuple[int, int, int, int]:
     return (line.turns, line.tokens_in, line.tokens_out, line.tokens)
 
 
-def _record(line: UsageLine, today: Today | None = None) -> dict[str, object]:
-    record: dict[str, object] = {**dict(line.group), **dict(zip(SUM_COLUMNS, _sums(line)))}
+def _key(line: UsageLine) -> tuple[str, ...]:
+    return tuple(value for _, value in line.group)
+
+
+def _record(line: UsageLine, today: Today | None = None, names: Mapping[tuple[str, ...], str] | None = None) -> dict[str, object]:
+    name = (names or {}).get(_key(line))
+    record: dict[str, object] = {**dict(line.group), **({"name": name} if name else {}), **dict(zip(SUM_COLUMNS, _sums(line)))}
     if today is not None:
         record.update(zip(TODAY_COLUMNS, _today(line, today).cells()))
     return record
