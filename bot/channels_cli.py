@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from bot.cli_names import NAME_ERRORS, channel_id, labelled_people, labelled_scope, name_book, people_in_changes
 from bot.platforms import PLATFORMS, by_name
 from core import channel_admin
 from core.channels import (
@@ -19,6 +20,7 @@ from core.channels import (
     resolve,
 )
 from core.config import Settings
+from core.names import NameBook
 from core.requests import ConversationKey
 from core.store.channel_config import AuditEntry, ChannelConfigStore, UnknownSource
 from core.store.db import Database
@@ -29,7 +31,7 @@ EXIT_USAGE = 2
 ACCESS_COMMANDS = ("restrict", "open", "grant", "revoke", "access")
 CHANNEL_HELP = " or ".join(platform.channel_scope for platform in PLATFORMS)
 WORKSPACE_HELP = " or ".join(platform.workspace_scope for platform in PLATFORMS)
-SCOPE_HELP = f"{CHANNEL_HELP} for a channel; {WORKSPACE_HELP} for all of them"
+SCOPE_HELP = f"{CHANNEL_HELP} for a channel (CHANNEL an id, or #name); {WORKSPACE_HELP} for all of them"
 # Platforms whose DMs belong to no workspace: `--dms NAME` names all of them.
 DMS_HELP = " or ".join([WORKSPACE_HELP] + [f"{p.name} for {p.name} DMs" for p in PLATFORMS if p.dm_workspace])
 
@@ -112,10 +114,6 @@ def parse_changes(changes: list[str]) -> tuple[dict[str, Any], list[str]]:
 _shown = channel_admin.shown
 
 
-def format_settings(settings: ChannelSettings) -> str:
-    return "; ".join(f"{name}={_shown(value)}" for name, value in settings.to_json().items())
-
-
 def format_history(entries: list[AuditEntry]) -> str:
     if not entries:
         return "No changes recorded."
@@ -125,7 +123,23 @@ def format_history(entries: list[AuditEntry]) -> str:
     )
 
 
-async def show(store: ChannelConfigStore, settings: Settings, scope: str) -> str:
+async def resolved_scope(book: NameBook, text: str, *, channel_required: bool = False) -> str:
+    """The scope with its channel as an id (`#help` looked up on the platform)."""
+    platform, workspace, channel = parse_scope(text, channel_required=channel_required)
+    channel = await channel_id(book, platform, workspace, channel)
+    return f"{platform}:{workspace}" + (f":{channel}" if channel else "")
+
+
+async def described(book: NameBook, scope: str, settings: ChannelSettings) -> str:
+    """A place's own settings as `channels list` shows them: the channel's name and the approvers' beside their ids."""
+    parts = scope.split(":")
+    shown = settings.to_json()
+    if settings.approvers and len(parts) >= 2 and parts[0] in by_name():
+        shown["approvers"] = await labelled_people(book, parts[0], parts[1], list(settings.approvers))
+    return f"{await labelled_scope(book, scope)}  " + "; ".join(f"{name}={_shown(value)}" for name, value in shown.items())
+
+
+async def show(store: ChannelConfigStore, settings: Settings, scope: str, *, book: NameBook) -> str:
     platform, workspace, channel = parse_scope(scope)
     key = ConversationKey(platform=platform, workspace=workspace, channel=channel or "")
     found = await store.settings_for([f"{platform}:{workspace}:{channel}", f"{platform}:{workspace}"])
@@ -134,14 +148,15 @@ async def show(store: ChannelConfigStore, settings: Settings, scope: str) -> str
         workspace=found.get(f"{platform}:{workspace}"), settings=settings,
     )
     rows = [
-        ("agent_type", config.agent_type), ("model", config.model), ("approvers", sorted(config.approvers)),
+        ("agent_type", config.agent_type), ("model", config.model),
+        ("approvers", await labelled_people(book, platform, workspace, sorted(config.approvers))),
         ("approver_roles", sorted(config.approver_roles)), ("followups_need_mention", config.followups_need_mention),
         ("system_prompt", config.system_prompt or None), ("tools", config.tools if config.tools is not None else "every tool"),
         ("tool_policy", {tool: rule.describe() for tool, rule in config.tool_rules.items()} or None),
         ("sources", config.scope.only if config.scope.only is not None else "every source it may see"),
         *channel_admin.limit_rows(config),
     ]
-    lines = [scope]
+    lines = [await labelled_scope(book, scope)]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         lines.append(f"  {name.ljust(width)}  {_shown(value)}  ({config.origins.get(name, 'not set')})")
@@ -154,42 +169,64 @@ async def show(store: ChannelConfigStore, settings: Settings, scope: str) -> str
 async def channels(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot channels list | show SCOPE | set SCOPE FIELD=VALUE… | history [SCOPE]`."""
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    book = name_book(settings)
     try:
-        # Checked before the database opens: a typo costs nothing.
+        # Checked before the database opens: a typo costs nothing (and a name is looked up only once the rest parsed).
         if args.channels_command in ("show", "set"):
             parse_scope(args.scope)
         to_set, to_clear = parse_changes(args.changes) if args.channels_command == "set" else ({}, [])
+        if args.channels_command in ("show", "set") or (args.channels_command == "history" and _is_scope(args.scope)):
+            args.scope = await resolved_scope(book, args.scope)
+        if args.channels_command == "set":
+            platform, workspace, _ = parse_scope(args.scope)
+            to_set, to_clear = parse_changes(await people_in_changes(book, platform, workspace, args.changes))
         await db.open()
         store = ChannelConfigStore(db)
         match args.channels_command:
             case "list":
-                listed = await store.list()
-                print("\n".join(f"{c.scope}  {format_settings(c.settings)}  (by {c.updated_by}, {c.updated_at:%Y-%m-%d %H:%M})"
-                                for c in listed) or "No channel has settings of its own; every one uses the settings.")
+                listed = [f"{await described(book, c.scope, c.settings)}  (by {c.updated_by}, {c.updated_at:%Y-%m-%d %H:%M})"
+                          for c in await store.list()]
+                print("\n".join(listed) or "No channel has settings of its own; every one uses the settings.")
             case "show":
-                print(await show(store, settings, args.scope))
+                print(await show(store, settings, args.scope, book=book))
             case "set":
                 _, changed = await store.update(args.scope, set_fields=to_set, unset=to_clear, actor=cli_actor())
                 print(format_history(changed) if changed else "Nothing changed.")
             case "history":
                 print(format_history(await store.history(args.scope, limit=args.limit)))
+        _say_unnamed(book)
         return EXIT_OK
-    except (UsageError, ChannelSettingsError) as error:
+    except (UsageError, ChannelSettingsError, *NAME_ERRORS) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_USAGE
     finally:
+        await book.close()
         await db.close()
+
+
+def _is_scope(text: str | None) -> bool:
+    try:
+        return text is not None and parse_scope(text) is not None
+    except UsageError:
+        return False
+
+
+def _say_unnamed(book: NameBook) -> None:
+    """The one line saying names could not be read (the output showed ids alone); on stderr, beside the output."""
+    note = book.note()
+    if note:
+        print(note, file=sys.stderr)
 
 
 async def source_access(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot sources restrict | open NAME`, `grant | revoke NAME --channel SCOPE | --dms WORKSPACE`, `access`."""
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    book = name_book(settings)
     try:
         audience = None
         if args.sources_command in ("grant", "revoke"):
             if args.channel:
-                platform, workspace, channel = parse_scope(args.channel, channel_required=True)
-                audience = f"{platform}:{workspace}:{channel}"
+                audience = await resolved_scope(book, args.channel, channel_required=True)
             else:
                 audience = dm_target(args.dms)
         await db.open()
@@ -198,8 +235,9 @@ async def source_access(settings: Settings, args: argparse.Namespace) -> int:
         match args.sources_command:
             case "access":
                 for access in await store.access():
-                    where = ", ".join(access.granted_to) or "nowhere yet"
+                    where = ", ".join([await labelled_scope(book, to) for to in access.granted_to]) or "nowhere yet"
                     print(f"{access.name}  " + (f"restricted; granted to {where}" if access.restricted else "open to all"))
+                _say_unnamed(book)
             case "restrict" | "open":
                 restricted = args.sources_command == "restrict"
                 changed = await store.set_restricted(args.name, restricted, actor=actor)
@@ -216,11 +254,12 @@ async def source_access(settings: Settings, args: argparse.Namespace) -> int:
                 changed = await store.revoke(args.name, audience, actor=actor)
                 print(f'{audience} {"no longer reads" if changed else "had no grant for"} source "{args.name}".')
         return EXIT_OK
-    except UsageError as error:
+    except (UsageError, *NAME_ERRORS) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_USAGE
     except UnknownSource:
         print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
         return EXIT_FAILURE
     finally:
+        await book.close()
         await db.close()

@@ -16,6 +16,7 @@ from aiohttp import web
 from . import events
 from .api import WebApi, error
 from .app_surfaces import AppSurfaces
+from .directory import Directory
 from .modals import Modals, OpenedView
 from .events import Delivery
 from .limits import (
@@ -105,6 +106,8 @@ class SlackEmulator:
         self._api.handlers.update(self._surfaces.handlers())
         self._modals = Modals(self._store)
         self._api.handlers.update(self._modals.handlers())
+        self._directory = Directory(self._store)
+        self._api.handlers.update(self._directory.handlers())
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
         self._faults: dict[str, list[Fault]] = {}
         self._lost_replies: dict[str, int] = {}
@@ -238,6 +241,19 @@ class SlackEmulator:
         status = http_status or (429 if error == "ratelimited" else 200)
         self._faults.setdefault(method, []).append(
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
+
+    def add_channel(self, channel: str, *, name: str, private: bool = False, members: list[str] | None = None,
+                    archived: bool = False, team_id: str | None = None) -> str:
+        """A channel with a name (conversations.list lists it by that name); private with `members` (the bot is
+        a member unless remove_bot_from says otherwise). Returns its id."""
+        if self._store.channel(channel, team_id=team_id or self.team_id, create=True) is None:
+            raise ValueError(f"channel {channel!r} does not belong to team {team_id or self.team_id}")
+        self._directory.names[channel] = name
+        if private:
+            self._store.private_members[channel] = set(members or ())
+        if archived:
+            self._directory.archived.add(channel)
+        return channel
 
     def set_private_members(self, channel: str, users: list[str]) -> None:
         """`channel` is private, with these members (conversations.info says is_private; conversations.members lists them)."""
