@@ -117,7 +117,7 @@ class Runtime:
         self.engine: Engine | None = None
         # Who this process is, for the records of what it streams and for its heartbeat.
         self.owner = process_identity()
-        self.heartbeats = Heartbeats(self.db, owner=self.owner)
+        self.heartbeats = Heartbeats(self.db, owner=self.owner, interval_s=settings.heartbeat_interval_s)
         self.reminders: ReminderService | None = None
         self.api: Any = None  # adapters.http.api.adapter.ApiAdapter when API_ENABLED
         # Lent to tools with the engine; each adapter's reader is registered once the adapters are built.
@@ -170,6 +170,10 @@ class Runtime:
         self.adapters = self._build_adapters(engine)
         for adapter in self.adapters:
             self.readers.register(adapter.platform, adapter.reader)
+            # Its budgets take this process's share among the live processes (core/store/shares.py).
+            follow = getattr(getattr(adapter, "budgets", None), "follow", None)
+            if follow is not None:
+                follow(self.heartbeats.shares)
         notifiers: dict[str, Notifier] = {adapter.platform: adapter.notifier for adapter in self.adapters}
         # Its claims name this process's heartbeat owner, so another process takes them over only if it dies.
         self.reminders = ReminderService(
@@ -238,7 +242,7 @@ class Runtime:
         # Coroutine functions only: apscheduler awaits those; a lambda returning a coroutine would
         # be called and its coroutine never awaited.
         jobs = [
-            (self.heartbeats.beat, HEARTBEAT_INTERVAL_S, "heartbeat"),
+            (self.heartbeats.beat, self.heartbeats.interval_s, "heartbeat"),
             (events.prune, PRUNE_EVENTS_INTERVAL_S, "prune-processed-events"),
             (expire, EXPIRE_APPROVALS_INTERVAL_S, "expire-approvals"),
             (revert_stuck, REVERT_STUCK_INTERVAL_S, "revert-stuck-runs"),

@@ -198,6 +198,10 @@ class Settings(BaseSettings):
     # Shutdown
     shutdown_grace_s: float = Field(default=10.0, ge=0)
 
+    # Several processes: each one's heartbeat (and budget shares refresh) this often; at most the default (10),
+    # which the other stores' stale time (three beats) is counted in.
+    heartbeat_interval_s: float = Field(default=10.0, gt=0, le=10.0)
+
     # Logs and metrics
     log_level: LogLevel = "INFO"
     log_format: LogFormat = "text"

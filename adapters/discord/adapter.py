@@ -42,7 +42,7 @@ from .reader import DiscordReader
 from .settings import DiscordSettings
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from . import transport_calls as calls
-from .transport import DISCORD_WINDOW_S, DiscordBudgets, watch_global_lock
+from .transport import DISCORD_WINDOW_S, DiscordBudgets, bot_key, watch_global_lock
 from .transport_http import no_blind_resend
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class DiscordAdapter:
         self._clock: Clock = clock or MonotonicClock()
         self.budgets = DiscordBudgets(
             calls_per_window=self._discord.channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock,
-            global_calls=self._discord.global_requests_per_s, global_window_s=tuning.global_window_s,
+            global_calls=self._discord.global_requests_per_s, global_window_s=tuning.global_window_s, bot=bot_key(self._discord.token),
         )
         self.gate = Gate(
             platform=PLATFORM, allowed_workspaces=self._discord.guild_ids, setting="DISCORD_GUILD_IDS", dedup=ports.dedup,

@@ -12,7 +12,7 @@ from typing import TypeVar
 import discord
 
 from adapters.streaming import Clock, Priority, RateBudget
-from adapters.streaming.budget_map import BudgetMap
+from adapters.streaming.budget_map import BudgetMap, Shares
 from adapters.streaming.send import send_paced
 
 from .transport_http import guarded, watch_global_lock
@@ -39,6 +39,11 @@ def channel_budget(*, calls_per_window: int, window_s: float, clock: Clock) -> R
     return RateBudget(capacity=burst, refill_per_s=refill, clock=clock)
 
 
+def bot_key(token: str) -> str:
+    """Which bot a token is, among the processes' shares: every process of one bot has its token (never stored)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
+
+
 class DiscordBudgets:
     """One budget per channel or thread, shared by every answer posting or editing there.
 
@@ -49,8 +54,9 @@ class DiscordBudgets:
 
     def __init__(
         self, *, calls_per_window: int, window_s: float, clock: Clock, global_calls: int | None = None,
-        global_window_s: float = 1.0,
+        global_window_s: float = 1.0, bot: str | None = None,
     ) -> None:
+        self._bot = bot  # which bot (bot_key), among the processes' shares
         self._calls = calls_per_window
         self._window_s = window_s
         self._clock = clock
@@ -64,6 +70,16 @@ class DiscordBudgets:
                 capacity=burst, refill_per_s=max(allowed - burst, 1.0) / global_window_s, clock=clock
             )
         self._budgets: BudgetMap[int] = BudgetMap(self._new)
+
+    def follow(self, shares: Shares) -> None:
+        """The per-bot global budget takes this process's share of the bot among the live processes, changed on
+        the heartbeat's beat (core/store/shares.py); each channel's stays whole."""
+        budget = self.global_budget
+        if budget is None or self._bot is None:
+            return
+        scope = f"discord:{self._bot}"
+        shares.follow(lambda: budget.set_share(shares.serve(scope)))
+        budget.set_share(shares.serve(scope))
 
     def __call__(self, channel_id: int) -> RateBudget:
         return self._budgets(channel_id)

@@ -102,11 +102,12 @@ class SlackAdapter:
         )
         self.surfaces = NativeSlackSurfaces(
             native=self.native, client=self.client, budgets=SlackBudgets(
-                clock=clock, share=slack.rate_share, workspace_posts_per_minute=slack.workspace_posts_per_minute,
-                history_tier=slack.history_tier,
+                clock=clock, share=slack.rate_share if "rate_share" in slack.model_fields_set else None,
+                workspace_posts_per_minute=slack.workspace_posts_per_minute, history_tier=slack.history_tier,
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
             feedback=settings.feedback_buttons,
         )
+        self.budgets = self.surfaces.budgets  # the runtime has them follow this process's shares
         self.gate = Gate(platform=PLATFORM, allowed_workspaces=slack.team_ids, setting="SLACK_TEAM_IDS", dedup=ports.dedup)
         self.runner = AnswerRunner(
             platform=PLATFORM, approvals=engine.approvals, live=ports.live, outbox=ports.outbox,

@@ -1,4 +1,4 @@
-"""Slack's rate limits as the bot's rate budgets (one per limit Slack counts, per process), on Slack time."""
+"""Slack's rate limits as the bot's rate budgets (one per limit Slack counts, per process, each its share), on Slack time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from typing import Literal
 
 from adapters.streaming import Clock, RateBudget
-from adapters.streaming.budget_map import BudgetMap
+from adapters.streaming.budget_map import BudgetMap, Shares
 from adapters.streaming.learned_rate import LEARNED_RATE_FLOOR_PER_S
 from adapters.streaming.rate_budget import BURST_SHARE_OF_MINUTE, PLATFORM_BURST_RESERVE_CALLS
 
@@ -54,21 +54,71 @@ class ScaledClock:
         await asyncio.sleep(max(0.0, seconds) * self.time_scale)
 
 
+def workspace_scope(team_id: str) -> str:
+    """A workspace's budgets among the processes' shares (core/store/shares.py)."""
+    return f"slack:{team_id}"
+
+
+def workspace_posts_scope(team_id: str) -> str:
+    """A workspace's chat.postMessage limit among the limits the processes learnt."""
+    return f"slack:{team_id}:chat.postMessage"
+
+
 class SlackBudgets:
-    """One budget per limit Slack counts; per process, each taking `share` of Slack's rate."""
+    """One budget per limit Slack counts; per process, each taking `share` of Slack's rate.
+
+    `share` None (SLACK_RATE_SHARE unset): each workspace's budgets take this process's share of the workspace
+    among the live processes once it `follow`s them (whole until then), changed on the heartbeat's beat; per-channel
+    posting stays whole. A chat.postMessage limit measured by any process (an untold one) is used by all. A `share`
+    given is fixed: `follow` changes nothing."""
 
     def __init__(
-        self, *, clock: Clock, share: float, workspace_posts_per_minute: int | None = None,
+        self, *, clock: Clock, share: float | None, workspace_posts_per_minute: int | None = None,
         history_tier: HistoryTier = "internal",
     ) -> None:
         self._clock = clock
-        self._share = share
+        self._fixed = share is not None
+        self._share = 1.0 if share is None else share
         self.history_tier: HistoryTier = history_tier
         self._workspace_posts_per_minute = workspace_posts_per_minute
         self._edits: BudgetMap[str] = BudgetMap(self._new_edit, keep_idle_s=IDLE_BUDGET_S)
         self._posts: BudgetMap[tuple[str, str]] = BudgetMap(self._new_post, keep_idle_s=IDLE_BUDGET_S)
         self._workspace_posts: BudgetMap[str] = BudgetMap(self._new_workspace_posts, keep_idle_s=IDLE_BUDGET_S)
         self._reads: BudgetMap[tuple[str, str]] = BudgetMap(self._new_read, keep_idle_s=IDLE_BUDGET_S)
+        self._shares: Shares | None = None
+        self._adopted: dict[str, float] = {}  # the measured chat.postMessage limit each workspace's budget took
+
+    def follow(self, shares: Shares) -> None:
+        """From now on, the workspaces' budgets take their shares (and measured limits) from `shares`, unless fixed."""
+        if self._fixed:
+            return
+        self._shares = shares
+        shares.follow(self._reshare)
+        self._reshare()
+
+    def _reshare(self) -> None:
+        for team_id, budget in self._edits.items() + self._workspace_posts.items():
+            budget.set_share(self._share_of(team_id))
+        for (team_id, _), budget in self._reads.items():
+            budget.set_share(self._share_of(team_id))
+        for team_id, budget in self._workspace_posts.items():
+            self._take_measured(team_id, budget)
+
+    def _share_of(self, team_id: str) -> float:
+        return self._share if self._shares is None else self._shares.serve(workspace_scope(team_id))
+
+    def _shared(self, team_id: str, whole: RateBudget) -> RateBudget:
+        """`whole` (built for all of Slack's rate) at this process's share of the workspace."""
+        whole.set_share(self._share_of(team_id))
+        return whole
+
+    def _take_measured(self, team_id: str, budget: RateBudget) -> None:
+        if self._shares is None or self._workspace_posts_per_minute:
+            return
+        measured = self._shares.learned(workspace_posts_scope(team_id))
+        if measured is not None and self._adopted.get(team_id) != measured:
+            self._adopted[team_id] = measured
+            budget.take_measured(measured)
 
     def edit(self, team_id: str) -> RateBudget:
         return self._edits(team_id)
@@ -101,32 +151,49 @@ class SlackBudgets:
     def _new_read(self, key: tuple[str, str]) -> RateBudget:
         history = key[1] in ("conversations.replies", "conversations.history")
         calls = READ_CALLS_PER_MINUTE[self.history_tier] if history else READ_CALLS_PER_MINUTE["internal"]
+        if self._shares is not None:
+            return self._shared(key[0], RateBudget.per_minute(calls, clock=self._clock))
         return RateBudget.per_minute(calls, share=self._share, clock=self._clock)
 
     def _new_edit(self, team_id: str) -> RateBudget:
+        if self._shares is not None:
+            return self._shared(team_id, RateBudget.per_minute(
+                EDIT_CALLS_PER_MINUTE, clock=self._clock, platform_burst=EDIT_BURST_CALLS
+            ))
         return RateBudget.per_minute(
             EDIT_CALLS_PER_MINUTE, share=self._share, clock=self._clock, platform_burst=EDIT_BURST_CALLS
         )
 
     def _new_post(self, key: tuple[str, str]) -> RateBudget:
+        share = self._share if self._shares is None else 1.0
         return RateBudget(
-            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * self._share, clock=self._clock,
+            capacity=POST_BURST_CALLS, refill_per_s=POST_CALLS_PER_S * share, clock=self._clock,
             parent=self.workspace_posts(key[0]),
         )
 
     def _new_workspace_posts(self, team_id: str) -> RateBudget:
+        if self._shares is None:
+            return self._workspace_posts_at(self._share)
+        budget = self._shared(team_id, self._workspace_posts_at(1.0))
+        shares = self._shares
+        budget.on_measured = lambda per_s: shares.learn(workspace_posts_scope(team_id), per_s)
+        self._adopted.pop(team_id, None)
+        self._take_measured(team_id, budget)
+        return budget
+
+    def _workspace_posts_at(self, share: float) -> RateBudget:
         told = self._workspace_posts_per_minute
         if told:
             # The burst keeps a few calls back: one sent while the process is busy with many answers
             # reaches Slack bunched with the calls after it. Window-safe still (the refill gains them).
-            burst = max(1.0, told * self._share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
-            sized = RateBudget.per_minute(told, share=self._share, clock=self._clock, burst=burst)
+            burst = max(1.0, told * share * BURST_SHARE_OF_MINUTE - PLATFORM_BURST_RESERVE_CALLS)
+            sized = RateBudget.per_minute(told, share=share, clock=self._clock, burst=burst)
             # Trusted at least half-way: 429s of other causes (a busy Slack) never talk it down to a trickle.
             return RateBudget(
                 capacity=sized.capacity, refill_per_s=sized.refill_per_s, clock=self._clock, learns=True,
                 learned_floor_per_s=sized.refill_per_s / 2, known_limit=True,
             )
-        guess = RateBudget.per_minute(UNKNOWN_WORKSPACE_POSTS_PER_MINUTE, share=self._share, clock=self._clock)
+        guess = RateBudget.per_minute(UNKNOWN_WORKSPACE_POSTS_PER_MINUTE, share=share, clock=self._clock)
         return RateBudget(
             capacity=min(guess.capacity, UNKNOWN_WORKSPACE_POSTS_BURST), refill_per_s=guess.refill_per_s,
             clock=self._clock, learns=True, learned_floor_per_s=LEARNED_RATE_FLOOR_PER_S, known_limit=False,

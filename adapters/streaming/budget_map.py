@@ -1,14 +1,27 @@
-"""Rate budgets by key (a channel, a workspace), made on first use and dropped once idle."""
+"""Rate budgets by key (a channel, a workspace), made on first use and dropped once idle; the shares they may follow."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from .rate_budget import RateBudget
 
 K = TypeVar("K", bound=Hashable)
+
+
+class Shares(Protocol):
+    """This process's share of each platform budget among the live processes, and the limits they learnt
+    (core/store/shares.py's BudgetShares): read from memory, changed on the heartbeat's beat."""
+
+    def serve(self, scope: str) -> float: ...
+
+    def follow(self, changed: Callable[[], None]) -> None: ...
+
+    def learned(self, scope: str) -> float | None: ...
+
+    def learn(self, scope: str, per_s: float) -> None: ...
 
 
 class BudgetMap(Generic[K]):
@@ -29,6 +42,12 @@ class BudgetMap(Generic[K]):
             budget = self._held[key] = self._make(key)
         self._kept[key] = budget
         return budget
+
+    def items(self) -> list[tuple[K, RateBudget]]:
+        """Every budget in use: kept, or still held by an answer."""
+        found = dict(self._held.items())
+        found.update(self._kept)
+        return list(found.items())
 
     def __len__(self) -> int:
         """Budgets kept (one dropped while still held is not counted)."""

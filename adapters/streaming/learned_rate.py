@@ -50,6 +50,27 @@ class RateLearner:
         self._granted_since_overload = 0
         self._measures: deque[tuple[float, float]] = deque()  # (when, calls/s) two overloads measured lately
 
+    @property
+    def measures(self) -> int:
+        """How many measures it keeps (one more after an overload that measured the limit)."""
+        return len(self._measures)
+
+    @property
+    def latest_measure(self) -> float | None:
+        return self._measures[-1][1] if self._measures else None
+
+    def adopt(self, now: float, per_s: float) -> None:
+        """A measure made elsewhere (another process, in this learner's units): a ceiling as if measured here."""
+        self._measures.append((now, per_s))
+
+    def rescale(self, factor: float) -> None:
+        """Its budget now takes `factor` times the share it took: every rate and count it knows follows."""
+        capacity, refill = self._initial
+        self._initial = (max(1.0, capacity * factor), refill * factor)
+        self._floor_per_s *= factor
+        self._most_accepted = int(self._most_accepted * factor)
+        self._measures = deque((when, rate * factor) for when, rate in self._measures)
+
     def granted(self, now: float) -> None:
         """A call was granted at `now`."""
         self._granted_since_overload += 1

@@ -20,12 +20,12 @@ Sizing from a published rate (`RateBudget.per_minute`) comes in two kinds:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from .answer_place import answer_since, counted_as_queued
 from .clock import Clock
 from .fair_queue import FairQueue, Priority, Waiter
-from .learned_rate import LEARNED_RATE_FLOOR_PER_S, RateLearner
+from .learned_rate import LEARNED_RATE_FLOOR_PER_S, LEARNED_RATE_UNDER_MEASURED, RateLearner
 
 # Float refills land a hair under a whole token; count those as whole so the wait loop ends.
 TOKEN_EPSILON = 1e-9
@@ -88,6 +88,13 @@ class RateBudget:
         self._paused_until = float("-inf")
         self._queue = FairQueue()
         self._dispatcher: asyncio.Task[None] | None = None
+        # Its numbers stand for this share of the limit they were built for (`set_share`); at share 0 it grants
+        # nothing. The learner's numbers are in the last share above 0.
+        self._share = 1.0
+        self._learner_share = 1.0
+        self._whole = (self._capacity, self._refill_per_s)
+        # Told the platform's rate (calls a second, for the whole limit) when two overloads here measured it.
+        self.on_measured: Callable[[float], None] | None = None
 
     @classmethod
     def per_minute(
@@ -137,6 +144,54 @@ class RateBudget:
     @property
     def refill_per_s(self) -> float:
         return self._refill_per_s
+
+    @property
+    def share(self) -> float:
+        return self._share
+
+    def set_share(self, share: float) -> None:
+        """From now on, `share` of the limit its numbers were built for (0: nothing until a share comes back), the
+        burst too (at least one call). Callers waiting stay queued in their order; tokens over the new share are given up."""
+        if not 0 <= share <= 1:
+            raise ValueError("share must be in [0, 1]")
+        if share == self._share:
+            return
+        self._refill()
+        before, self._share = self._share, share
+        if share > 0:
+            whole_capacity, whole_refill = self._whole
+            self._capacity = max(1.0, whole_capacity * share)
+            self._refill_per_s = whole_refill * share
+            if self._learner is not None:
+                self._learner.rescale(share / self._learner_share)
+                self._learner_share = share
+            kept = self._tokens * share / before if share < before else self._tokens
+            self._tokens = min(self._capacity, kept)
+        else:
+            self._tokens = 0.0
+        if self._queue.has_waiters():
+            self._restart_dispatcher()
+
+    def take_measured(self, per_s: float) -> None:
+        """Another process measured the platform's limit at `per_s` calls a second (the whole limit): this budget
+        goes no faster than its share of a little under it, and grows back no further, as if measured here."""
+        if self._learner is None or per_s <= 0:
+            return
+        self._refill()
+        own = per_s * self._learner_share
+        self._learner.adopt(self._clock.now(), own)
+        slower = own * LEARNED_RATE_UNDER_MEASURED
+        if self._share > 0 and slower < self._refill_per_s:
+            factor = slower / self._refill_per_s
+            self._refill_per_s = slower
+            self._capacity = max(1.0, self._capacity * factor)
+            self._tokens = min(self._tokens, self._capacity)
+            self._keep_whole()
+
+    def _keep_whole(self) -> None:
+        """The learner changed the numbers: they stand for the share in use."""
+        if self._share > 0:
+            self._whole = (self._capacity / self._share, self._refill_per_s / self._share)
 
     async def acquire(
         self,
@@ -272,6 +327,7 @@ class RateBudget:
 
     def _slow_down(self, resume_at: float) -> None:
         assert self._learner is not None
+        measures = self._learner.measures
         rate = self._learner.slower(self._clock.now(), resume_at, self._refill_per_s)
         if rate is None:
             return
@@ -279,11 +335,19 @@ class RateBudget:
         self._refill_per_s *= factor
         self._capacity = max(1.0, self._capacity * factor)
         self._tokens = min(self._tokens, self._capacity)
+        self._keep_whole()
+        measured = self._learner.latest_measure
+        if self.on_measured is not None and measured is not None and self._learner.measures > measures:
+            self.on_measured(measured / self._learner_share)
 
     def _refill(self) -> None:
         now = self._clock.now()
+        if self._share == 0:
+            self._tokens, self._updated_at = 0.0, now
+            return
         if self._learner is not None and (grown := self._learner.recovered(now, self._capacity, self._refill_per_s)):
             self._capacity, self._refill_per_s = grown
+            self._keep_whole()
         if now > self._updated_at:
             elapsed = now - self._updated_at
             self._tokens = min(self._capacity, self._tokens + elapsed * self._refill_per_s)
@@ -292,7 +356,7 @@ class RateBudget:
     def _take(self, reserve: float = 0.0) -> bool:
         """One token, if `reserve` more stay in the bucket after it."""
         self._refill()
-        if self._clock.now() < self._paused_until or self._tokens < 1 + reserve - TOKEN_EPSILON:
+        if self._share == 0 or self._clock.now() < self._paused_until or self._tokens < 1 + reserve - TOKEN_EPSILON:
             return False
         self._tokens = max(0.0, self._tokens - 1)
         if self._learner is not None:
@@ -306,6 +370,8 @@ class RateBudget:
     async def _dispatch(self) -> None:
         # One task per budget hands out tokens while anyone waits, then ends.
         while self._queue.has_waiters():
+            if self._share == 0:
+                return  # set_share starts it again
             reserve = self._reserve_for(self._queue.next_level())
             if self._take(reserve):
                 self._queue.pop_next().future.set_result(None)
