@@ -282,3 +282,36 @@ def stop_shortcut_not_mine() -> str:
 
 def stop_shortcut_no_answer() -> str:
     return "That message is not an answer I am still writing, so there is nothing to stop."
+
+# ----- Discord's private answers and message commands (adapters/discord/private_answers.py, message_commands.py) -----
+
+def private_moved_to_dm() -> str:
+    return ("Your private answer continues here: Discord lets me update a private reply for 15 minutes only, "
+            "and not at all once it is dismissed.")
+
+
+def private_approval_in_dm() -> str:
+    return "I need your approval before I go on: the request is in your DMs with me, where only you see it."
+
+
+def about_message(author: str, text: str) -> str:
+    """The question "Ask relaybot about this" asks: the message itself, said to be someone's."""
+    return f"About this message from {author}:\n\n{text}"
+
+
+def summarise_request() -> str:
+    return "Summarise this conversation: its main points, what was decided, and what is still open."
+
+
+def cannot_read_here_answered_privately() -> str:
+    return ("I can't read this channel (I may not read its messages here, or the Message Content intent is off), "
+            "so I answered from this message alone, and only you can see it.")
+
+
+def cannot_read_here_to_summarise() -> str:
+    return ("I can't read this channel (I may not read its messages here, or the Message Content intent is off), "
+            "so I can't summarise it.")
+
+
+def nothing_to_summarise() -> str:
+    return "I found no messages with text here to summarise."

@@ -1,4 +1,5 @@
-"""Discord's `/ask`: deferred at once, then answered by edits of the interaction's response, in a thread, DM or channel."""
+"""Discord's `/ask`: deferred at once, then answered by edits of the interaction's response, in a thread, DM or channel;
+with `private: True` only the asker sees it (adapters/discord/private_answers.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from adapters import wording
 from adapters.answers import AnswerRunner
 from adapters.gate import Gate
 from core.engine import Engine
-from core.requests import ConversationKey, Request
+from core.requests import Request
 
 from . import transport_calls as calls
-from .inbound import DM_WORKSPACE, DiscordAccess, actor_of, guild_of, thread_key
-from .surface import PLATFORM, DiscordSurfaces
-from .transport import NO_PINGS
+from .inbound import DiscordAccess, actor_of, guild_of
+from .interaction_answers import InteractionAnswers, conversation_of, refuse
+from .message_commands import DiscordMessageCommands
+from .surface import DiscordSurfaces
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +37,29 @@ class DiscordCommands:
         self._surfaces = surfaces
         self._gate = gate
         self._access = access
+        self._answers = InteractionAnswers(surfaces)
 
     def add_to(self, tree: app_commands.CommandTree[discord.Client]) -> None:
-        """Defines `/ask` on the client's command tree (synced at start when its definition changed)."""
+        """Defines `/ask`, and the message commands (message_commands.py), on the client's command tree (synced at
+        start when their definition changed)."""
 
         @tree.command(name=COMMAND, description="Ask relaybot a question")
-        @app_commands.describe(question="What do you want to know?")
-        async def ask(interaction: discord.Interaction, question: app_commands.Range[str, 1, QUESTION_MAX_CHARS]) -> None:
-            await self.on_ask(interaction, question)
+        @app_commands.describe(
+            question="What do you want to know?",
+            private="Only you see the answer, its sources and any approval it needs (default: everyone here)",
+        )
+        async def ask(
+            interaction: discord.Interaction, question: app_commands.Range[str, 1, QUESTION_MAX_CHARS],
+            private: bool = False,
+        ) -> None:
+            await self.on_ask(interaction, question, private=private)
 
-    async def on_ask(self, interaction: discord.Interaction, question: str) -> None:
+        DiscordMessageCommands(
+            engine=self._engine, runner=self._runner, surfaces=self._surfaces, gate=self._gate, access=self._access,
+            message_content=tree.client.intents.message_content,
+        ).add_to(tree)
+
+    async def on_ask(self, interaction: discord.Interaction, question: str, *, private: bool = False) -> None:
         with self._gate.track():
             if not self._gate.accepting:
                 await calls.respond(interaction, wording.shutting_down())
@@ -53,34 +68,16 @@ class DiscordCommands:
                 await calls.respond(interaction, wording.not_enabled_here())
                 return
             # Deferred at once: Discord wants an answer within 3 s; the answer streams by edits.
-            await calls.acknowledge(interaction, thinking=True)
-            channel = interaction.channel
-            channel_id = interaction.channel_id or 0
+            await calls.acknowledge(interaction, thinking=True, ephemeral=private)
             if interaction.guild_id is None:
                 # Checked after deferring: a member lookup may take longer than Discord's 3 s.
                 refusal = await self._access.refusal(interaction.user.id)
                 if refusal is not None:
-                    await _refuse_ask(interaction, refusal)
+                    await refuse(interaction, refusal)
                     return
-                key = ConversationKey(platform=PLATFORM, workspace=DM_WORKSPACE, channel=str(channel_id), direct=True)
-            elif isinstance(channel, discord.Thread):
-                key = thread_key(interaction.guild_id, channel)
-            else:
-                # A one-off conversation: /ask in a channel has no thread to continue in.
-                key = ConversationKey(
-                    platform=PLATFORM,
-                    workspace=str(interaction.guild_id),
-                    channel=str(channel_id),
-                    thread=f"ask-{interaction.id}",
-                )
-            surface = self._surfaces.for_interaction(interaction, workspace=key.workspace, thread=key.thread)
+            key = conversation_of(interaction, one_off=private)
+            surface = await self._answers.surface(interaction, key, private=private)
+            if surface is None:
+                return
             request = Request(question=question.strip(), conversation=key, user=actor_of(interaction.user))
             self._runner.submit(self._engine.ask(request), surface)
-
-
-async def _refuse_ask(interaction: discord.Interaction, text: str) -> None:
-    """The deferred /ask response becomes the refusal, and nothing else happens."""
-    try:
-        await calls.update_original(interaction, content=text, allowed_mentions=NO_PINGS)
-    except Exception:
-        log.exception("could not refuse an /ask")

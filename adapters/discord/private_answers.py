@@ -1,0 +1,81 @@
+"""Private answers on Discord: only the asker sees the answer, its sources and notices; its approval waits in their DMs.
+
+An answer streams into the interaction's ephemeral response (transport_private.py). Its sources and notices are
+ephemeral followups. An approval cannot be an ephemeral message: Discord lets the bot edit one for the token's
+15 minutes only (expiry could not close its buttons), and a click on it would resume the run where the channel
+sees it; so the request is posted in the asker's DMs, where the asker (who may always decide their own request)
+clicks it and the resumed answer streams, and the private answer says so. The answer's records (repair, the
+outbox) are kept under the asker's DM channel, so nothing a crash leaves behind is ever posted in the channel."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import discord
+
+from adapters import wording
+from core.approvals import ApprovalView
+from core.citations import Citation
+
+from . import render
+from .surface import DiscordSurface, DiscordSurfaces
+from .transport import fresh_nonce, send_reliably
+from .transport_private import PrivateTransport, open_dm
+
+log = logging.getLogger(__name__)
+
+
+class PrivateSurface(DiscordSurface):
+    """A DiscordSurface whose messages only the asker sees: the answer through a PrivateTransport, its approval
+    in their DMs (the surface's channel), everything else beside the answer."""
+
+    def __init__(self, *, transport: PrivateTransport, **fields: Any) -> None:
+        super().__init__(transport=transport, **fields)
+        self.private = transport
+
+    async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
+        embed = render.sources_embed(citations)
+        if embed is None:
+            return
+        nonce = fresh_nonce()
+        await send_reliably(self._budget, lambda: self.private.note(embed=embed, nonce=nonce), clock=self._clock)
+
+    async def show_notice(self, text: str) -> None:
+        nonce = fresh_nonce()
+        await send_reliably(self._budget, lambda: self.private.note(text, nonce=nonce), clock=self._clock)
+
+    async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        ref = await super().show_approval(view)
+        try:
+            await self.show_notice(wording.private_approval_in_dm())
+        except Exception:
+            # The request is posted and clickable in the DMs; only the pointer to it is missing.
+            log.exception("could not tell the asker that a private answer's approval is in their DMs")
+        return ref
+
+
+class PrivateAnswers:
+    """Makes the surface of each private answer; they share the channel budgets, limits and clock of every answer."""
+
+    def __init__(self, surfaces: DiscordSurfaces) -> None:
+        self._surfaces = surfaces
+        self._background: set[asyncio.Task[None]] = set()  # unused: a private answer shows no typing
+
+    async def surface(
+        self, interaction: discord.Interaction, *, workspace: str, thread: str, preface: str | None = None,
+    ) -> PrivateSurface:
+        """The private surface of a deferred (ephemeral) interaction, `preface` shown before the answer. Raises when
+        the asker's DM channel cannot be opened: without it nothing could carry the answer past 15 minutes."""
+        dm = await open_dm(interaction.user)
+        transport = PrivateTransport(interaction, dm=dm, moved_sentence=wording.private_moved_to_dm())
+        surfaces = self._surfaces
+        if preface is not None:
+            await send_reliably(surfaces.budgets(dm.id), lambda: transport.preface(preface), clock=surfaces.clock)
+        # The DM channel is the answer's place: its budget, its records, and where its approval goes.
+        return PrivateSurface(
+            transport=transport, channel=dm, channel_id=dm.id, workspace=workspace, thread=thread,
+            budgets=surfaces.budgets, limits=surfaces.limits, clock=surfaces.clock, show_typing=False,
+            background=self._background, feedback=surfaces.feedback,
+        )

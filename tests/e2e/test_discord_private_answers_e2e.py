@@ -1,0 +1,135 @@
+"""Discord's private answers end to end (issue 27, "Private answers"): `/ask private:True` streams into an ephemeral
+response only the asker sees, with its sources; past the interaction token's life (or a dismissed message) the rest
+goes to the asker's DMs after a sentence; a failure is a sentence; an approval waits in the asker's DMs."""
+
+from __future__ import annotations
+
+from adapters import wording
+from core.store.db import Database
+from tests.adapters.discord.harness import DeployTool, World, approval_message, bot_messages, button_ids, make_world, running_bot
+from tests.emulators.discord import DiscordEmulator, StoredMessage
+from tests.emulators.openai_server import Call, Fault, OpenAIEmulator, Text, ToolCalls
+from tests.support.retriever import InMemoryRetriever, MemoryDoc
+
+ANSWER = "Staging passwords rotate monthly [1]."
+ROTATION = MemoryDoc(title="Rotation policy", uri="https://wiki.example/rotation", text="staging password rotation is monthly")
+
+
+def seen_by(dc: DiscordEmulator, channel_id: int, user_id: int) -> list[StoredMessage]:
+    """The bot's messages one user sees in a channel (ephemeral ones included)."""
+    return [m for m in dc.messages_seen_by(channel_id, user_id) if m.author_id == dc.bot_user_id]
+
+
+def private_texts(dc: DiscordEmulator, w: World) -> list[str]:
+    return [m.content for m in seen_by(dc, w.channel_id, w.alice) if m.ephemeral and not m.embeds]
+
+
+async def ask_privately(dc: DiscordEmulator, w: World, question: str) -> int:
+    return await dc.invoke_slash("ask", {"question": question, "private": True}, w.alice, w.channel_id)
+
+
+async def test_a_private_ask_streams_into_an_ephemeral_response_only_the_asker_sees_with_its_sources(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text(ANSWER, chunk_chars=3, delay_s=0.03))
+    async with running_bot(dc, db, openai_emulator, retriever=InMemoryRetriever(docs=[ROTATION])):
+        asked = await ask_privately(dc, w, "how often do staging passwords rotate?")
+        await dc.wait_for(lambda: private_texts(dc, w) == [ANSWER], what="the private answer")
+        [sources] = await dc.wait_for(lambda: [m for m in seen_by(dc, w.channel_id, w.alice) if m.embeds], what="sources")
+    deferred, *rest = dc.interaction_responses(asked)
+    assert deferred.callback_type == 5 and deferred.ephemeral
+    [answer] = [m for m in seen_by(dc, w.channel_id, w.alice) if m.content == ANSWER]
+    assert answer.ephemeral and answer.edit_count >= 2  # streamed: edited as it grew
+    assert sources.ephemeral and "Rotation policy" in sources.embeds[0]["description"]
+    # Nothing public: the channel and everyone else see none of it, and no DM was needed.
+    assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
+    assert bot_messages(dc, dc.dm_channel_id(w.alice)) == []
+    # The question went to the model with the channel's documents, as a public /ask there would.
+    assert "staging password rotation is monthly" in str(openai_emulator.chat_requests[-1]["messages"])
+
+
+async def test_past_the_token_expiry_a_private_answer_continues_in_the_askers_dms_with_a_sentence(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    long_answer = "word " * 80 + "[1]."
+    openai_emulator.script(Text(long_answer, chunk_chars=8, delay_s=0.05))
+    async with running_bot(dc, db, openai_emulator, retriever=InMemoryRetriever(docs=[ROTATION])):
+        await ask_privately(dc, w, "staging password rotation, at length")
+        shown = await dc.wait_for(lambda: [t for t in private_texts(dc, w) if "word" in t], what="a first private edit")
+        # The interaction's 15 minutes are over (the emulator's knob: no test waits 15 minutes).
+        dc.set_interaction_token_lifetime(0.0)
+        dm = dc.dm_channel_id(w.alice)
+
+        def dm_answer() -> list[StoredMessage] | None:
+            found = bot_messages(dc, dm)
+            texts = [m.content for m in found if not m.embeds]
+            return found if texts[1:] == [long_answer.strip()] and any(m.embeds for m in found) else None
+
+        moved = await dc.wait_for(dm_answer, 20, what="the rest of the answer in the DMs")
+    sentence, answer, sources = moved
+    assert sentence.content == wording.private_moved_to_dm()
+    assert answer.content == long_answer.strip() and "Rotation policy" in sources.embeds[0]["description"]
+    # The private message keeps what it showed when the token ran out: the start of the answer, no more.
+    [private] = private_texts(dc, w)
+    assert shown and private != long_answer.strip() and long_answer.startswith(private.removesuffix(" ▌"))
+    assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
+
+
+async def test_a_dismissed_private_answer_continues_in_the_askers_dms(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    long_answer = "line " * 60
+    openai_emulator.script(Text(long_answer, chunk_chars=8, delay_s=0.05))
+    async with running_bot(dc, db, openai_emulator):
+        await ask_privately(dc, w, "a long one")
+        [first] = await dc.wait_for(
+            lambda: [m for m in seen_by(dc, w.channel_id, w.alice) if "line" in m.content], what="a first private edit"
+        )
+        dc.dismiss_ephemeral(first.id)
+        dm = dc.dm_channel_id(w.alice)
+        await dc.wait_for(
+            lambda: [m.content.strip() for m in bot_messages(dc, dm)] == [wording.private_moved_to_dm(), long_answer.strip()],
+            20, what="the answer in the DMs",
+        )
+    assert bot_messages(dc, w.channel_id) == []
+
+
+async def test_a_failing_model_gives_the_asker_a_private_sentence_never_a_stuck_thinking(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Fault("500"), Fault("500"), Fault("500"), Fault("500"))
+    async with running_bot(dc, db, openai_emulator):
+        asked = await ask_privately(dc, w, "fail please")
+        [shown] = await dc.wait_for(
+            lambda: [t for t in private_texts(dc, w) if t.startswith("⚠️")] or None, what="the failure sentence"
+        )
+    original = dc.message(dc.interaction(asked).original_message_id or 0)
+    assert original.ephemeral and not original.flags & 128  # no longer "thinking…"
+    assert "▌" not in shown and bot_messages(dc, w.channel_id) == []
+
+
+async def test_a_private_answers_approval_waits_in_the_askers_dms_and_resumes_there(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed to prod."))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry()):
+        await ask_privately(dc, w, "deploy please")
+        dm = dc.dm_channel_id(w.alice)
+        approval = await dc.wait_for(lambda: approval_message(dc, dm), what="the approval in the DMs")
+        await dc.wait_for(lambda: wording.private_approval_in_dm() in private_texts(dc, w), what="the pointer to it")
+        assert tool.runs == [] and "deploy" in approval.content
+        approve, _ = button_ids(approval)
+        await dc.click_button(approval.id, approve, w.alice)
+        await dc.wait_for(lambda: any(m.content == "Deployed to prod." for m in bot_messages(dc, dm)), what="resumed")
+    assert tool.runs == [{"env": "prod"}]
+    assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
