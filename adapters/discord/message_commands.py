@@ -1,5 +1,6 @@
 """Discord's message commands (a message's Apps menu): "Ask relaybot about this" answered where the message is,
-"Ask relaybot privately", and "Summarise this thread" (to the one who asks), read through the conversation reader.
+"Ask relaybot privately", and "Summarise this thread" answered there too, read through the conversation reader
+(the same three as Slack's message shortcuts).
 
 Each is a one-off conversation in the message's channel (a thread's parent): the channel's sources, its thread or
 channel read back as context. Where the bot may not read the channel (no View Channel / Read Message History
@@ -117,12 +118,13 @@ class DiscordMessageCommands:
             self._runner.submit(self._engine.ask(request), surface)
 
     async def on_summarise(self, interaction: discord.Interaction, message: discord.Message) -> None:
-        """The thread (or channel) the message is in, summarised for the one who asked: the summary is theirs to read,
-        nobody else's to be shown."""
+        """The thread (or channel) the message is in, summarised there; where the bot may not read it, the asker alone
+        is told so."""
         with self._gate.track():
-            if not await self._admitted(interaction, private=True):
+            readable = self.can_read(interaction)
+            if not await self._admitted(interaction, private=not readable):
                 return
-            if not self.can_read(interaction):
+            if not readable:
                 await refuse(interaction, wording.cannot_read_here_to_summarise())
                 return
             where, scope = _read_place(interaction)
@@ -137,7 +139,7 @@ class DiscordMessageCommands:
                 await refuse(interaction, wording.nothing_to_summarise())
                 return
             key = conversation_of(interaction, one_off=True)
-            surface = await self._answers.surface(interaction, key, private=True)
+            surface = await self._answers.surface(interaction, key, private=False)
             if surface is None:
                 return
             request = Request(

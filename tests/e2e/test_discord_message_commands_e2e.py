@@ -1,6 +1,6 @@
 """Discord's message commands end to end (issue 27, "Shortcuts on any message"): "Ask relaybot about this" answers
 where the message is (or privately), "Summarise this thread" reads the thread through the conversation reader and
-answers the asker; where the bot cannot read the channel it answers privately and says so."""
+answers there; where the bot cannot read the channel it answers privately and says so."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ async def test_ask_relaybot_privately_answers_only_the_asker(
     assert "it started after the runner upgrade on Tuesday" in prompt(openai_emulator)
 
 
-async def test_summarise_this_thread_reads_it_through_the_reader_and_answers_the_asker_privately(
+async def test_summarise_this_thread_reads_it_through_the_reader_and_answers_in_the_thread(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
 ) -> None:
     dc = discord_emulator
@@ -76,14 +76,14 @@ async def test_summarise_this_thread_reads_it_through_the_reader_and_answers_the
     async with running_bot(dc, db, openai_emulator, discord_message_content_intent=True):
         thread, question = await a_thread_with_a_question(dc, w)
         reads = len(dc.requests_to("message_list"))
-        await dc.invoke_message_command(SUMMARISE, question, w.alice)
-        await dc.wait_for(lambda: [m.content for m in privately_seen(dc, thread, w.alice)] == [
+        summarised = await dc.invoke_message_command(SUMMARISE, question, w.alice)
+        await dc.wait_for(lambda: [m.content for m in bot_messages(dc, thread)] == [
             "Staging deploys fail since Tuesday's runner upgrade; exit 137."], what="the summary")
     assert len(dc.requests_to("message_list")) > reads  # read back from Discord
     said = prompt(openai_emulator)
     assert wording.summarise_request() in said
     assert "it started after the runner upgrade on Tuesday" in said and "why does the job exit with code 137?" in said
-    assert bot_messages(dc, thread) == [] and privately_seen(dc, thread, w.bob) == []
+    assert not dc.interaction_responses(summarised)[0].ephemeral and privately_seen(dc, thread, w.alice) == []
 
 
 async def test_where_the_bot_cannot_read_the_channel_it_answers_privately_and_says_so(
