@@ -1,11 +1,13 @@
-"""Whether this process takes an event: not shutting down, an allowed workspace, and new (not a redelivery)."""
+"""Whether this process takes an event: not shutting down, an allowed workspace, new (not a redelivery), and
+within a channel's answer-everything cap."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Iterator
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -21,8 +23,14 @@ RECORD_TIMEOUT_S = 2.0
 ADMITTED_MAX = 10_000
 
 Admission = Literal["new", "taken", "unavailable"]
+# An unmentioned top-level message in a respond_to=all channel: answered, told once a window to mention the bot
+# (one sentence), or marked with a reaction (the rest of that window), so none is dropped without a sign.
+CapTurn = Literal["answer", "tell", "mark"]
+CAP_WINDOW_S = 60.0
+CAP_CHANNELS_MAX = 10_000
+OVER_CAP_REACTION = "✋"  # Slack names it raised_hand
 
-__all__ = ["DATABASE_DOWN", "Admission", "EventNotRecorded", "Gate"]
+__all__ = ["DATABASE_DOWN", "Admission", "AnswerAllCap", "CapTurn", "EventNotRecorded", "Gate"]
 
 
 class Gate:
@@ -114,3 +122,40 @@ class Gate:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout_s)
+
+
+class AnswerAllCap:
+    """At most `per_minute` unmentioned answers per channel in any 60 s (RESPOND_ALL_PER_MINUTE, per process):
+    a #help channel in a flood must not spend the model's budget, or the platform's, on every line. A mention is
+    never counted nor capped."""
+
+    def __init__(self, *, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self._answered: OrderedDict[str, deque[float]] = OrderedDict()
+        self._told: dict[str, float] = {}
+
+    def take(self, channel: str) -> CapTurn:
+        now = self.clock()
+        times = self._answered.pop(channel, None) or deque()
+        while times and now - times[0] >= CAP_WINDOW_S:
+            times.popleft()
+        self._answered[channel] = times  # most recently seen last, so the idlest go first past the bound
+        while len(self._answered) > CAP_CHANNELS_MAX:
+            dropped, _ = self._answered.popitem(last=False)
+            self._told.pop(dropped, None)
+        if len(times) < self.per_minute:
+            times.append(now)
+            return "answer"
+        told = self._told.get(channel)
+        if told is None or now - told >= CAP_WINDOW_S:
+            self._told[channel] = now
+            return "tell"
+        return "mark"
+
+
+def over_cap_sentence(per_minute: int) -> str:
+    """What the first message past the cap is told in its thread (later ones get OVER_CAP_REACTION)."""
+    many = "one message" if per_minute == 1 else f"{per_minute} messages"
+    return (f"✋ I answer at most {many} a minute here without a mention, and that is reached: mention me to have "
+            f"this one answered (messages marked {OVER_CAP_REACTION} were not answered either).")

@@ -18,6 +18,7 @@ from core.channels import (
     channel_scope,
     dm_audience,
     resolve,
+    respond_to_refusal,
 )
 from core.config import Settings
 from core.names import NameBook
@@ -48,8 +49,9 @@ def add_channels_command(subparsers: argparse._SubParsersAction) -> None:  # typ
     show.add_argument("scope", metavar="SCOPE", help=SCOPE_HELP)
     change = actions.add_parser(
         "set", help="set fields (FIELD=VALUE; an empty VALUE clears the field)",
-        description=f"Fields: {', '.join(FIELD_NAMES)}. Lists are comma-separated; followups_need_mention is "
-        'true or false; tool_policy is JSON, e.g. \'{"read_url": "always"}\'; user_requests_per_day and '
+        description=f"Fields: {', '.join(FIELD_NAMES)}. Lists are comma-separated; respond_to is mentions, threads "
+        'or all; followups_need_mention (its older spelling: true is mentions, false threads) is true or false; '
+        'tool_policy is JSON, e.g. \'{"read_url": "always"}\'; user_requests_per_day and '
         "user_tokens_per_day are whole numbers (a person's limits per UTC day there).",
     )
     change.add_argument("scope", metavar="SCOPE", help=SCOPE_HELP)
@@ -151,6 +153,7 @@ async def show(store: ChannelConfigStore, settings: Settings, scope: str, *, boo
         ("agent_type", config.agent_type), ("model", config.model),
         ("approvers", await labelled_people(book, platform, workspace, sorted(config.approvers))),
         ("approver_roles", sorted(config.approver_roles)), ("followups_need_mention", config.followups_need_mention),
+        ("respond_to", config.respond_to),
         ("system_prompt", config.system_prompt or None), ("tools", config.tools if config.tools is not None else "every tool"),
         ("tool_policy", {tool: rule.describe() for tool, rule in config.tool_rules.items()} or None),
         ("sources", config.scope.only if config.scope.only is not None else "every source it may see"),
@@ -180,6 +183,9 @@ async def channels(settings: Settings, args: argparse.Namespace) -> int:
         if args.channels_command == "set":
             platform, workspace, _ = parse_scope(args.scope)
             to_set, to_clear = parse_changes(await people_in_changes(book, platform, workspace, args.changes))
+        refusal = respond_to_refusal(to_set, settings.platform_defaults(parse_scope(args.scope)[0])) if to_set else None
+        if refusal is not None:
+            raise UsageError(refusal)
         await db.open()
         store = ChannelConfigStore(db)
         match args.channels_command:

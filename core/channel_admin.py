@@ -15,8 +15,12 @@ from core.channels import (
     ChannelConfig,
     ChannelResolver,
     ChannelSettings,
+    RESPOND_TO,
     ChannelSettingsError,
     channel_scope,
+    cleared_with,
+    respond_to_refusal,
+    superseded,
 )
 from core.config import Settings
 from core.requests import Actor, ConversationKey
@@ -48,6 +52,7 @@ FIELDS: tuple[EditableField, ...] = (
     EditableField(name="approver_roles", label="Approver roles", kind="list", hint="role ids, comma-separated"),
     EditableField(name="tools", label="Tools", kind="list", hint="tool names, comma-separated; empty: every tool"),
     EditableField(name="followups_need_mention", label="Follow-ups need a mention", kind="flag", hint="true or false"),
+    EditableField(name="respond_to", label="Answers without a mention", kind="choice", hint=", ".join(RESPOND_TO)),
     EditableField(name="sources", label="Sources", kind="list", hint="source names, comma-separated; empty: every one"),
     EditableField(name="tool_policy", label="Tool approval rules (JSON)", kind="json",
                   hint='e.g. {"read_url": "always"}'),
@@ -75,6 +80,10 @@ def parse_value(name: str, text: str) -> Any:
         if lowered not in TRUE_WORDS + FALSE_WORDS:
             raise ChannelSettingsError("followups_need_mention is true or false")
         return lowered in TRUE_WORDS
+    if name == "respond_to" and value.lower() not in RESPOND_TO:
+        raise ChannelSettingsError(f"respond_to is one of {', '.join(RESPOND_TO)}")
+    if name == "respond_to":
+        return value.lower()
     if name in COUNT_FIELDS:
         if not value.isdigit():
             raise ChannelSettingsError(f"{name} is a whole number of at least 0")
@@ -105,7 +114,7 @@ def parse_changes(words: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         else:
             to_set[name] = parse_value(name, value)
     ChannelSettings.from_json(to_set)  # the shapes (e.g. a tool rule), before anything is written
-    return to_set, to_clear
+    return to_set, [*to_clear, *superseded(to_set), *cleared_with(to_clear)]
 
 
 def diff(own: ChannelSettings, submitted: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -149,7 +158,7 @@ def summary(config: ChannelConfig) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, Any]] = [
         ("agent_type", config.agent_type), ("model", config.model), ("approvers", sorted(config.approvers)),
         ("approver_roles", sorted(config.approver_roles)), ("followups_need_mention", config.followups_need_mention),
-        ("system_prompt", config.system_prompt or None),
+        ("respond_to", config.respond_to), ("system_prompt", config.system_prompt or None),
         ("tools", config.tools if config.tools is not None else "every tool"),
         ("tool_policy", {tool: rule.describe() for tool, rule in config.tool_rules.items()} or None),
         ("sources", config.scope.only if config.scope.only is not None else "every source it may see"),
@@ -219,6 +228,7 @@ class ChannelAdmin:
     def __init__(self, *, store: ChannelAdminStore, resolver: ChannelResolver, settings: Settings) -> None:
         self._store = store
         self._resolver = resolver
+        self._settings = settings
         self.rule = AdminRule(users=frozenset(settings.channel_admins), roles=frozenset(settings.channel_admin_roles))
 
     def may_change(self, actor: Actor) -> bool:
@@ -235,7 +245,11 @@ class ChannelAdmin:
         self, key: ConversationKey, *, set_fields: Mapping[str, Any], unset: Collection[str], actor: str
     ) -> list[AuditEntry]:
         """Applies a change (ChannelSettingsError when a value is wrong: nothing is written); the audit rows."""
-        _, entries = await self._store.update(channel_scope(key), set_fields=set_fields, unset=list(unset), actor=actor)
+        refusal = respond_to_refusal(set_fields, self._settings.platform_defaults(key.platform))
+        if refusal is not None:
+            raise ChannelSettingsError(refusal)
+        unset = [*unset, *(name for name in [*superseded(set_fields), *cleared_with(list(unset))] if name not in unset)]
+        _, entries = await self._store.update(channel_scope(key), set_fields=set_fields, unset=unset, actor=actor)
         return entries
 
     async def history(self, key: ConversationKey, *, limit: int = 10) -> list[AuditEntry]:

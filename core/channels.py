@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from core.config import Settings
 from core.platform_settings import PlatformDefaults
@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 
 SETTINGS_ORIGIN = "settings"
 DMS = "dms"
+# What a channel answers without a mention: nothing (mentions), follow-ups in the bot's threads (threads), or also
+# every new top-level message from a person (all). A mention and a DM are answered in every mode.
+RespondTo = Literal["mentions", "threads", "all"]
+RESPOND_TO: tuple[RespondTo, ...] = ("mentions", "threads", "all")
+# The older field, still read and set: true is `mentions`, false is `threads`; at one level respond_to wins.
+LEGACY_RESPOND_FIELD = "followups_need_mention"
 
 
 class ChannelSettingsError(ValueError):
@@ -33,7 +39,8 @@ class ChannelSettings:
     model: str | None = None
     approvers: tuple[str, ...] | None = None
     approver_roles: tuple[str, ...] | None = None
-    followups_need_mention: bool | None = None
+    followups_need_mention: bool | None = None  # the older spelling of respond_to (LEGACY_RESPOND_FIELD)
+    respond_to: RespondTo | None = None
     system_prompt: str | None = None  # a paragraph added to the system prompt
     tools: tuple[str, ...] | None = None  # the tools offered besides internal_search; None: every one
     tool_policy: Mapping[str, Any] | None = None  # tool → approval rule, as TOOL_APPROVAL_POLICY writes it
@@ -83,6 +90,10 @@ def _checked(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ChannelSettingsError("followups_need_mention must be true or false")
         return value
+    if name == "respond_to":
+        if value not in RESPOND_TO:
+            raise ChannelSettingsError(f"respond_to is one of {', '.join(RESPOND_TO)}")
+        return value
     if name == "tool_policy":
         if not isinstance(value, Mapping):
             raise ChannelSettingsError('tool_policy must be an object of tool → "always" | "never" | {"when": …}')
@@ -103,7 +114,8 @@ class ChannelConfig:
     model: str
     approvers: frozenset[str]
     approver_roles: frozenset[str]
-    followups_need_mention: bool
+    followups_need_mention: bool  # respond_to == "mentions", for the readers of the older field
+    respond_to: RespondTo
     system_prompt: str  # the added paragraph; "" for none
     tools: tuple[str, ...] | None
     tool_rules: Mapping[str, PolicyRule]
@@ -113,6 +125,16 @@ class ChannelConfig:
 
     def allows_tool(self, name: str) -> bool:
         return self.tools is None or name in self.tools
+
+    @property
+    def answers_followups(self) -> bool:
+        """Follow-ups without a mention in threads the bot answers in."""
+        return self.respond_to != "mentions"
+
+    @property
+    def answers_everything(self) -> bool:
+        """Every new top-level message from a person, without a mention."""
+        return self.respond_to == "all"
 
 
 # ----- where a conversation's settings live ---------------------------------------------------------
@@ -147,7 +169,7 @@ def settings_defaults(settings: Settings, platform: str, defaults: PlatformDefau
         model=settings.llm_model,
         approvers=tuple(settings.approvers),
         approver_roles=tuple(settings.approver_roles),
-        followups_need_mention=defaults.followups_need_mention,
+        respond_to=respond_to_of(defaults.followups_need_mention),
         user_requests_per_day=settings.user_requests_per_day,
         user_tokens_per_day=settings.user_tokens_per_day,
     )
@@ -167,16 +189,19 @@ def resolve(
     origins: dict[str, str] = {}
     for name in FIELD_NAMES:
         for origin, level in levels:
-            value = getattr(level, name)
+            value = _respond_to_at(level) if name == "respond_to" else getattr(level, name)
             if value is not None:
                 values[name], origins[name] = value, origin
                 break
+    # The older field is read through respond_to, so both say the same and come from the same level.
+    origins[LEGACY_RESPOND_FIELD] = origins["respond_to"]
     return ChannelConfig(
         agent_type=values["agent_type"],
         model=values["model"],
         approvers=frozenset(values.get("approvers", ())),
         approver_roles=frozenset(values.get("approver_roles", ())),
-        followups_need_mention=bool(values["followups_need_mention"]),
+        followups_need_mention=values["respond_to"] == "mentions",
+        respond_to=values["respond_to"],
         system_prompt=values.get("system_prompt", ""),
         tools=values.get("tools"),
         tool_rules=_rules(values.get("tool_policy") or {}),
@@ -185,6 +210,41 @@ def resolve(
                                 tokens_per_day=values.get("user_tokens_per_day")),
         origins=origins,
     )
+
+
+def respond_to_of(followups_need_mention: bool) -> RespondTo:
+    """The older field's value as respond_to: a mention needed in threads is `mentions`, none needed `threads`."""
+    return "mentions" if followups_need_mention else "threads"
+
+
+def _respond_to_at(level: ChannelSettings) -> RespondTo | None:
+    if level.respond_to is not None:
+        return level.respond_to
+    return None if level.followups_need_mention is None else respond_to_of(level.followups_need_mention)
+
+
+def superseded(to_set: Mapping[str, Any]) -> list[str]:
+    """The fields a change clears at its level besides the ones it names: respond_to and the older
+    followups_need_mention say one thing, so setting either clears the other there (the audit records it)."""
+    if "respond_to" in to_set and LEGACY_RESPOND_FIELD not in to_set:
+        return [LEGACY_RESPOND_FIELD]
+    if LEGACY_RESPOND_FIELD in to_set and "respond_to" not in to_set:
+        return ["respond_to"]
+    return []
+
+
+def cleared_with(to_clear: Sequence[str]) -> list[str]:
+    """Clearing either spelling of what a channel answers clears both (the next level's value applies)."""
+    extra = {"respond_to": LEGACY_RESPOND_FIELD, LEGACY_RESPOND_FIELD: "respond_to"}
+    return [extra[name] for name in to_clear if name in extra and extra[name] not in to_clear]
+
+
+def respond_to_refusal(to_set: Mapping[str, Any], defaults: PlatformDefaults) -> str | None:
+    """Why a change cannot be made where the platform's settings say the bot cannot read every message's text
+    (answering everything needs it); None when it can."""
+    if to_set.get("respond_to") == "all" and defaults.cannot_read_every_message:
+        return f"respond_to=all needs the bot to read every message, and {defaults.cannot_read_every_message}"
+    return None
 
 
 def _rules(policy: Mapping[str, Any]) -> dict[str, PolicyRule]:

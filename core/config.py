@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     user_tokens_per_day: int | None = Field(default=None, ge=0)
     limits_exempt: CommaList = ()
     limits_exempt_approvers: bool = False
+    # A channel set to respond_to=all answers at most this many unmentioned top-level messages a minute (per
+    # process); past it a message gets one sentence (the first a minute) or a ✋ reaction, and a mention still works.
+    respond_all_per_minute: int = Field(default=10, ge=1)
     # A reminder whose delivery fails is retried with backoff until this long after its due time.
     reminder_retry_grace_s: float = Field(default=900.0, gt=0)
     tool_approval_overrides: Annotated[dict[str, bool], NoDecode] = Field(default_factory=dict)

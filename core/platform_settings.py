@@ -17,6 +17,8 @@ class PlatformDefaults:
     """What every channel of a platform runs with until an admin sets otherwise (core/channels.py's last level)."""
 
     followups_need_mention: bool = True  # a platform that says nothing answers only mentions in threads
+    # Why the bot cannot read the text of every message it is sent ("" when it can): respond_to=all is refused then.
+    cannot_read_every_message: str = ""
 
 
 class PlatformSettings(BaseSettings):

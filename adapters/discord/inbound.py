@@ -1,4 +1,5 @@
-"""Messages → Request → engine.ask → the answer, played in the right thread or DM; who may ask (DiscordAccess)."""
+"""Messages → Request → engine.ask → the answer, played in the right thread or DM (a respond_to=all channel's
+top-level messages too); who may ask (DiscordAccess)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import discord
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import DATABASE_DOWN, Gate
+from adapters.gate import DATABASE_DOWN, OVER_CAP_REACTION, AnswerAllCap, Gate, over_cap_sentence
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
 from adapters.streaming import Priority
 from core.config import DirectMessagePolicy
@@ -35,6 +36,8 @@ MEMBERSHIP_CACHE_S = 600.0
 MEMBERSHIP_CACHE_MAX_USERS = 10_000
 MEMBER_LOOKUP_TIMEOUT_S = 10.0
 
+# The message types that are a person writing (not a join, a pin, a boost or a thread's start).
+PERSON_MESSAGE_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 DirectMessageVerdict = Literal["allowed", "closed", "not_member", "unknown"]
 # Whether a user is a member of a guild: True, False (Discord said 404), or it raises (unknown).
 MemberLookup = Callable[[int, int], Awaitable[bool]]
@@ -145,6 +148,7 @@ class DiscordInbound:
         conversations: KnownConversations,
         access: DiscordAccess,
         follow_unmentioned: bool,
+        answer_all_cap: AnswerAllCap | None = None,
     ) -> None:
         self._engine = engine
         self._runner = runner
@@ -152,8 +156,10 @@ class DiscordInbound:
         self._gate = gate
         self._conversations = conversations
         self._access = access
-        # With the message-content intent, follow-ups in the bot's own threads need no mention.
+        # With the message-content intent, follow-ups in the bot's own threads need no mention, and a
+        # respond_to=all channel's top-level messages are answered (without it their text is blank).
         self._follow_unmentioned = follow_unmentioned
+        self.answer_all_cap = answer_all_cap or AnswerAllCap(per_minute=engine.settings.respond_all_per_minute)
 
     async def on_message(self, me: discord.ClientUser, message: discord.Message) -> None:
         # Nothing redelivers a gateway message: one that cannot be recorded is held until the database is back.
@@ -185,16 +191,18 @@ class DiscordInbound:
                 known = await self._conversations.exists(key)
                 if not mentioned and not (
                     self._follow_unmentioned and known and channel.owner_id == me.id
-                    and not (await self._engine.channel(key)).followups_need_mention
+                    and (await self._engine.channel(key)).answers_followups
                 ):
                     return
                 if not known:
                     thread_context = await _thread_context(channel, before=message, me=me)
-            elif mentioned and isinstance(channel, discord.TextChannel):
+            elif isinstance(channel, discord.TextChannel) and (mentioned or await self._answers_everything(message)):
                 key = None  # the thread is created below, once the event is known to be new
             else:
                 return
             if not await self._gate.first_time(str(message.id)):
+                return
+            if key is None and not mentioned and not await self._within_cap(message):
                 return
             if guild_id is None:
                 refusal = await self._access.refusal(message.author.id)
@@ -216,6 +224,34 @@ class DiscordInbound:
                 thread_context=thread_context,
             )
             self._runner.submit(self._engine.ask(request), surface)
+
+    async def _answers_everything(self, message: discord.Message) -> bool:
+        """A person's top-level message in a respond_to=all channel, which this bot can read."""
+        if not self._follow_unmentioned or message.type not in PERSON_MESSAGE_TYPES or message.webhook_id is not None:
+            return False
+        assert message.guild is not None
+        key = ConversationKey(platform=PLATFORM, workspace=str(message.guild.id), channel=str(message.channel.id))
+        try:
+            return (await self._engine.channel(key)).answers_everything
+        except Exception:
+            # Nobody asked the bot: settings it cannot read cost this message its answer, never a stranger a sentence.
+            log.warning("could not read the settings of channel %s; a top-level message there is not answered",
+                        message.channel.id, exc_info=True)
+            return False
+
+    async def _within_cap(self, message: discord.Message) -> bool:
+        """RESPOND_ALL_PER_MINUTE: past it, the first message of the minute is told to mention the bot, the rest marked."""
+        assert message.guild is not None
+        turn = self.answer_all_cap.take(f"{message.guild.id}:{message.channel.id}")
+        if turn == "tell":
+            await _reply_once(ChannelTransport(message.channel, reply_to=message.id),
+                              over_cap_sentence(self.answer_all_cap.per_minute))
+        elif turn == "mark":
+            try:
+                await calls.react(message, OVER_CAP_REACTION)
+            except Exception as exc:
+                log.info("could not mark message %s over the cap: %r", message.id, exc)
+        return turn == "answer"
 
     async def _place(
         self, message: discord.Message, key: ConversationKey | None

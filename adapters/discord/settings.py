@@ -51,4 +51,9 @@ class DiscordSettings(PlatformSettings):
         return bool(self.token)
 
     def defaults(self) -> PlatformDefaults:
-        return PlatformDefaults(followups_need_mention=not self.message_content_intent)
+        return PlatformDefaults(
+            followups_need_mention=not self.message_content_intent,
+            cannot_read_every_message="" if self.message_content_intent else (
+                "the Message Content intent is off: turn it on for the bot in Discord's Developer Portal and set "
+                "DISCORD_MESSAGE_CONTENT_INTENT=true"),
+        )

@@ -93,6 +93,11 @@ async def show_typing(channel: discord.abc.Messageable) -> None:
     await guarded(channel.typing())
 
 
+async def react(message: discord.Message, emoji: str) -> None:
+    """The bot's reaction on a message (adding it twice is harmless)."""
+    await guarded(message.add_reaction(emoji))
+
+
 async def open_thread(message: discord.Message, *, name: str) -> discord.Thread:
     """Opens a thread on `message` once: a thread from a message has the message's id, so after a reply that
     never came (or a retry told it exists) the thread is read instead of opened again."""

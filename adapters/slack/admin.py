@@ -20,7 +20,7 @@ from core.channel_admin import (
     diff,
     parse_value,
 )
-from core.channels import ChannelSettingsError
+from core.channels import RESPOND_TO, ChannelSettingsError
 from core.requests import Actor, ConversationKey
 
 from .render import sentence
@@ -44,8 +44,10 @@ PROMPT_MAX_CHARS = 3000
 TEXT_MAX_CHARS = 3000
 WHO_MAY = "workspace admins and owners (and the people CHANNEL_ADMINS names)"
 # Slack has no roles: approver_roles is the CLI's (and Discord's) to set.
-FORM_FIELDS = ("agent_type", "model", "system_prompt", "approvers", "tools", "followups_need_mention", "sources",
-               "tool_policy", "user_requests_per_day", "user_tokens_per_day")
+FORM_FIELDS = ("agent_type", "model", "system_prompt", "approvers", "tools", "followups_need_mention", "respond_to",
+               "sources", "tool_policy", "user_requests_per_day", "user_tokens_per_day")
+RESPOND_TO_TEXT = {"mentions": "Only when mentioned", "threads": "Also follow-ups in its threads",
+                   "all": "Every new message here (answered in its thread)"}
 
 
 class SlackAdmin:
@@ -170,6 +172,7 @@ def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
     if config.followups_need_mention:
         flag["initial_options"] = [flag["options"][0]]
     blocks.append(_input("followups_need_mention", flag, optional=True))
+    blocks.append(_input("respond_to", _respond_to_select(view)))
     if 0 < len(view.source_names) <= SELECT_OPTIONS_MAX:
         sources = {"type": "multi_static_select", "action_id": ACTION,
                    "options": [_option(name, name) for name in view.source_names],
@@ -193,6 +196,17 @@ def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
         "private_metadata": json.dumps({"team": team, "channel": channel}),
         "blocks": blocks,
     }
+
+
+def _respond_to_select(view: ChannelView) -> dict[str, Any]:
+    """What the channel answers without a mention; a channel whose older followups_need_mention says it shows that
+    value (saving it writes respond_to in its place)."""
+    config, own = view.config, view.own
+    options = [_option(f"Not set here ({RESPOND_TO_TEXT[config.respond_to].lower()})", INHERIT)]
+    options += [_option(RESPOND_TO_TEXT[name], name) for name in RESPOND_TO]
+    chosen = own.respond_to or (config.respond_to if own.followups_need_mention is not None else INHERIT)
+    return {"type": "static_select", "action_id": ACTION, "options": options,
+            "initial_option": next(o for o in options if o["value"] == chosen)}
 
 
 def _person_limit_inputs(view: ChannelView) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Slack events → engine requests: mentions, DMs and thread follow-ups, each answered once; thread context
-and files read the same way as on every platform."""
+"""Slack events → engine requests: mentions, DMs, thread follow-ups and (respond_to=all) a channel's top-level
+messages, each answered once; thread context and files read the same way as on every platform."""
 
 from __future__ import annotations
 
@@ -10,22 +10,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters import wording
 from adapters.answers import AnswerRunner
-from adapters.gate import Admission, EventNotRecorded, Gate
-from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_capped, read_files
+from adapters.gate import Admission, AnswerAllCap, EventNotRecorded, Gate, over_cap_sentence
+from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES
 from core import metrics
 from core.config import DirectMessagePolicy, Settings
 from core.engine import Engine
 from core.ports import KnownConversations
-from core.requests import Actor, Attachment, ConversationKey, PriorMessage, Request
+from core.requests import Actor, ConversationKey, PriorMessage, Request
 
 from .early_signs import EarlySigns, reply_target
+from .files import SlackFiles
 from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
@@ -33,8 +32,7 @@ from .working import WorkingSign
 
 logger = logging.getLogger(__name__)
 
-SLACK_HOST_SUFFIX = ".slack.com"
-DOWNLOAD_TIMEOUT_S = 20.0
+OVER_CAP_REACTION = "raised_hand"  # ✋, adapters/gate.py's OVER_CAP_REACTION by its Slack name
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 # Message subtypes that are a person writing: a file share, and a thread reply also sent to the channel.
 PERSON_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
@@ -97,7 +95,8 @@ class SlackInbound:
         self._runner = runner
         self._surfaces = surfaces
         self._conversations = conversations
-        self._session: aiohttp.ClientSession | None = None
+        self._files = SlackFiles(api_url=self._slack.api_url, bot_token=self._slack.bot_token)
+        self.answer_all_cap = AnswerAllCap(per_minute=settings.respond_all_per_minute)
         self._identity = identity  # the bot as auth.test told it (what Bolt's context says too)
         self.early_signs = EarlySigns()
         self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages)
@@ -107,13 +106,11 @@ class SlackInbound:
         return self._surfaces.client
 
     async def open(self) -> None:
-        self._session = aiohttp.ClientSession()
+        await self._files.open()
 
     async def close(self) -> None:
         await self.early_signs.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._files.close()
 
     async def record(self, body: dict[str, Any], *, retry_num: int) -> bool:
         """Before the ack, a question's durable record (its dedup row). False: do not ack, Slack redelivers it;
@@ -164,13 +161,14 @@ class SlackInbound:
             if event.get("channel_type") == "im":
                 await self._on_direct_message(body, event, bot)
                 return
-            # A channel message: only follow-ups in threads the bot already answers, without a mention
-            # (a mention arrives as app_mention too and is answered there), where the channel's settings
-            # (SLACK_THREAD_FOLLOWUPS unless `relaybot channels set` says otherwise) let them in.
+            # A channel message without a mention (a mention arrives as app_mention too and is answered there):
+            # a top-level one where the channel answers everything, else only follow-ups in threads the bot
+            # already answers, where respond_to (SLACK_THREAD_FOLLOWUPS unless a channel says otherwise) lets them in.
+            if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
+                return
             thread_ts = event.get("thread_ts")
             if not thread_ts or thread_ts == event.get("ts"):
-                return
-            if bot.user_id and f"<@{bot.user_id}" in str(event.get("text", "")):
+                await self._on_top_level(body, event, bot)
                 return
             target = reply_target(body, event)
             try:
@@ -184,9 +182,38 @@ class SlackInbound:
             key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=str(thread_ts))
             if not await self._conversations.exists(key) or not self._may_ask(body, event):
                 return
-            if (await self._engine.channel(key)).followups_need_mention:
+            if not (await self._engine.channel(key)).answers_followups:
                 return
             await self._answer_with_sign(event, key=key, bot_user_id=bot.user_id, target=target)
+
+    async def _on_top_level(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
+        """A person's new top-level message: answered in its thread where the channel is respond_to=all, within
+        RESPOND_ALL_PER_MINUTE; past it, told once to mention the bot, then marked."""
+        ts = str(event["ts"])
+        target = replace(reply_target(body, event), thread_ts=ts)
+        key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=ts)
+        try:
+            if not (await self._engine.channel(key)).answers_everything:
+                return
+            # Recorded only here: most channel messages are in no answer-everything channel and need no record.
+            if not self._may_ask(body, event) or not await self._gate.first_time(str(body.get("event_id") or "")):
+                return
+        except Exception:
+            # Nobody asked the bot: a database that is down costs this message its answer, never a stranger a sentence.
+            logger.warning("could not take a top-level message in %s (settings or record unreadable); not answered",
+                           target.channel, exc_info=True)
+            return
+        turn = self.answer_all_cap.take(f"{target.team_id}:{target.channel}")
+        if turn == "answer":
+            await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id)
+        elif turn == "tell":
+            await self._surfaces.at(target).show_notice(over_cap_sentence(self.answer_all_cap.per_minute))
+        else:
+            try:
+                await self._surfaces.web.now(target.team_id, "reactions.add", channel=target.channel, timestamp=ts,
+                                             name=OVER_CAP_REACTION)
+            except Exception as exc:
+                logger.info("could not mark a message over the cap in %s: %s", target.channel, exc)
 
     async def _on_direct_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         # Top-level DMs are one rolling conversation; a thread in a DM is its own.
@@ -268,7 +295,7 @@ class SlackInbound:
         """True once the answer is submitted (its sign then ends with it); False when there is nothing to answer."""
         text = str(event.get("text", ""))
         question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
-        attachments = await self._files(list(event.get("files") or []))
+        attachments = await self._files.read(list(event.get("files") or []))
         # The asker is the recipient of a native stream in a channel (Slack needs them and their own team).
         asker = str(event.get("user", ""))
         surface = self._surfaces.at(replace(target, recipient_user=asker or None,
@@ -296,53 +323,6 @@ class SlackInbound:
         except Exception:
             logger.exception("could not read thread %s in %s; answering without it", thread_ts, channel)
             return ()
-
-    async def _files(self, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
-        """The message's files by the shared rules; the bot token goes only to Slack's own hosts
-        (or the configured API host), never to a URL that merely claims to be a file."""
-        if not files or self._session is None:
-            return ()
-        trusted = {urlsplit(self._slack.api_url).netloc.lower()}
-        found = [
-            FileOnMessage(
-                filename=str(info.get("name") or "file"), content_type=str(info.get("mimetype") or ""),
-                size=int(info.get("size") or 0), handle=info,
-            )
-            for info in files
-        ]
-
-        async def download(file: FileOnMessage, cap: int) -> bytes | None:
-            url = str(file.handle.get("url_private_download") or file.handle.get("url_private") or "")
-            if not _trusted(url, trusted):
-                logger.warning("not sending the bot token to %s for Slack file %s", urlsplit(url).netloc or "an empty URL",
-                               file.handle.get("id"))
-                return None
-            return await self._download(url, file, cap)
-
-        return await read_files(found, download)
-
-    async def _download(self, url: str, file: FileOnMessage, cap: int) -> bytes | None:
-        assert self._session is not None
-        try:
-            async with self._session.get(
-                url, headers={"Authorization": f"Bearer {self._slack.bot_token or ''}"},
-                timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S),
-            ) as response:
-                # Without a valid token Slack answers 200 with its HTML sign-in page instead of the file.
-                if response.status != 200 or (response.content_type == "text/html" and "html" not in file.content_type):
-                    logger.warning("could not download Slack file %s: %s %s", file.filename, response.status,
-                                   response.content_type)
-                    return None
-                return await read_capped(response.content.read, cap)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            logger.warning("could not download Slack file %s: %r", file.filename, exc)
-            return None
-
-
-def _trusted(url: str, trusted_hosts: set[str]) -> bool:
-    parts = urlsplit(url)
-    host = parts.netloc.lower()
-    return host in trusted_hosts or (parts.scheme == "https" and (host == "slack.com" or host.endswith(SLACK_HOST_SUFFIX)))
 
 
 def is_question_event(body: dict[str, Any]) -> bool:

@@ -132,6 +132,7 @@ class StoredMessage:
     webhook_id: int | None = None
     interaction_id: int | None = None
     deleted: bool = False
+    reactions: dict[str, list[int]] = field(default_factory=dict)  # emoji → the users who reacted, in order
 
     @property
     def content(self) -> str:

@@ -209,6 +209,15 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         payload = await open_thread(core, message, name, owner_id=world.bot_user_id)
         return json_response(payload, status=201)
 
+    async def add_reaction(request: web.Request) -> web.Response:
+        message = message_or_404(request)
+        if isinstance(message, web.Response):
+            return message
+        users = message.reactions.setdefault(request.match_info["emoji"], [])
+        if world.bot_user_id not in users:
+            users.append(world.bot_user_id)
+        return web.Response(status=204)
+
     async def trigger_typing(request: web.Request) -> web.Response:
         channel = channel_or_404(request)
         if isinstance(channel, web.Response):
@@ -258,6 +267,8 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
             create_thread_from_message,
             name="thread_from_message",
         ),
+        web.put(f"{api}/channels/{{channel_id:\\d+}}/messages/{{message_id:\\d+}}/reactions/{{emoji}}/@me", add_reaction,
+                name="reaction_add"),
         web.post(f"{api}/channels/{{channel_id:\\d+}}/typing", trigger_typing, name="typing"),
         web.post(f"{api}/users/@me/channels", create_dm, name="dm_create"),
         web.get(f"{api}/guilds/{{guild_id:\\d+}}/members/{{user_id:\\d+}}", get_member, name="member_get"),
