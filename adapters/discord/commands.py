@@ -16,7 +16,7 @@ from core.requests import Request
 
 from . import transport_calls as calls
 from .inbound import DiscordAccess, actor_of, guild_of
-from .interaction_answers import InteractionAnswers, conversation_of, refuse
+from .interaction_answers import InteractionAnswers, conversation_of, reaches, refuse
 from .message_commands import DiscordMessageCommands
 from .surface import DiscordSurfaces
 
@@ -79,5 +79,8 @@ class DiscordCommands:
             surface = await self._answers.surface(interaction, key, private=private)
             if surface is None:
                 return
-            request = Request(question=question.strip(), conversation=key, user=actor_of(interaction.user))
+            request = Request(
+                question=question.strip(), conversation=key, user=actor_of(interaction.user),
+                reaches=reaches(private=private),
+            )
             self._runner.submit(self._engine.ask(request), surface)

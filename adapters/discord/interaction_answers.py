@@ -9,7 +9,7 @@ import discord
 
 from adapters import wording
 from core import wording as engine_wording
-from core.requests import ConversationKey
+from core.requests import EVERY_REACH, ConversationKey, Reach
 
 from . import transport_calls as calls
 from .inbound import DM_WORKSPACE, thread_key
@@ -18,6 +18,14 @@ from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
 from .transport import NO_PINGS
 
 log = logging.getLogger(__name__)
+
+# What a private answer's run may reach: reading the conversation back, never a later post (a reminder would be
+# posted in the channel, for everyone, when it falls due).
+PRIVATE_REACHES = frozenset({Reach.READ_BACK})
+
+
+def reaches(*, private: bool) -> frozenset[Reach]:
+    return PRIVATE_REACHES if private else EVERY_REACH
 
 
 class InteractionAnswers:

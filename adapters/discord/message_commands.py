@@ -24,7 +24,7 @@ from core.tools.context import ConversationUnreadable, ReadScope
 
 from . import render
 from . import transport_calls as calls
-from .interaction_answers import InteractionAnswers, conversation_of, refuse
+from .interaction_answers import InteractionAnswers, conversation_of, reaches, refuse
 from .inbound import DM_WORKSPACE, DiscordAccess, actor_of, guild_of
 from .reader import DiscordReader, history
 from .surface import PLATFORM, DiscordSurfaces
@@ -113,7 +113,7 @@ class DiscordMessageCommands:
                 return
             request = Request(
                 question=wording.about_message(message.author.display_name, text), conversation=key,
-                user=actor_of(interaction.user), thread_context=context,
+                user=actor_of(interaction.user), thread_context=context, reaches=reaches(private=private),
             )
             self._runner.submit(self._engine.ask(request), surface)
 

@@ -4,7 +4,14 @@ goes to the asker's DMs after a sentence; a failure is a sentence; an approval w
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from adapters import wording
+from bot.runtime import build_registry
+from core.retrieval.ingest import IngestRequest, ingest
+from core.retrieval.search import PgRetriever
+from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
 from tests.adapters.discord.harness import DeployTool, World, approval_message, bot_messages, button_ids, make_world, running_bot
 from tests.emulators.discord import DiscordEmulator, StoredMessage
@@ -133,3 +140,45 @@ async def test_a_private_answers_approval_waits_in_the_askers_dms_and_resumes_th
         await dc.wait_for(lambda: any(m.content == "Deployed to prod." for m in bot_messages(dc, dm)), what="resumed")
     assert tool.runs == [{"env": "prod"}]
     assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
+
+
+def offered_tools(request: dict) -> set[str]:
+    return {tool["function"]["name"] for tool in request.get("tools") or []}
+
+
+async def test_a_private_answer_sees_the_sources_of_the_channel_it_was_asked_in_and_offers_no_reminders(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, tmp_path: Path
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    finance = dc.add_channel(w.guild_id, "finance")
+    documents = await finance_documents(db, tmp_path, grant=f"discord:{w.guild_id}:{finance}")
+    openai_emulator.script(Text("Ask in the finance channel."), Text("It is 4 million crowns [1]."))
+    # The registry relaybot run builds: create_reminder and read_conversation among its tools.
+    async with running_bot(dc, db, openai_emulator, retriever=documents, registry=build_registry()):
+        # Alice may read #finance, yet asked in #general: the answer sees what #general may, no more.
+        await ask_privately(dc, w, "what is the zeppelin budget?")
+        await dc.wait_for(lambda: private_texts(dc, w) == ["Ask in the finance channel."], what="the #general answer")
+        await dc.invoke_slash("ask", {"question": "what is the zeppelin budget?", "private": True}, w.alice, finance)
+        await dc.wait_for(
+            lambda: [m.content for m in seen_by(dc, finance, w.alice) if not m.embeds] == ["It is 4 million crowns [1]."],
+            what="the #finance answer",
+        )
+    in_general, in_finance = openai_emulator.chat_requests
+    assert "4 million crowns" not in json.dumps(in_general) and "4 million crowns" in json.dumps(in_finance)
+    assert "create_reminder" not in offered_tools(in_general) | offered_tools(in_finance)
+    assert "read_conversation" in offered_tools(in_general)
+
+
+async def finance_documents(db: Database, root: Path, *, grant: str) -> PgRetriever:
+    """A finance source restricted to the channel `grant` names (as tests/e2e/test_source_scoping_e2e.py sets it up)."""
+    async with db.connection() as conn:
+        await conn.execute("DELETE FROM sources")
+        await conn.execute("DELETE FROM channel_config")
+    (root / "finance").mkdir()
+    (root / "finance" / "budget.md").write_text("# Zeppelin budget\n\nThe zeppelin budget is 4 million crowns.\n")
+    await ingest(db, IngestRequest(source="finance", exposure="prefetch", targets=[str(root / "finance")]), embedder=None)
+    store = ChannelConfigStore(db)
+    await store.set_restricted("finance", True, actor="cli:test")
+    await store.grant("finance", grant, actor="cli:test")
+    return PgRetriever(db, None)
