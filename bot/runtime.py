@@ -40,6 +40,7 @@ from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
 from core.store.run_stops import RunStopStore
+from core.store.shard_leases import ShardLeases
 from core.tokens import get_token_counter
 from core.tools import ToolRegistry, ToolServices, builtin_registry
 from core.tools.mcp.tools import McpTools
@@ -226,6 +227,11 @@ class Runtime:
                     adapters.append(platform.adapter(settings=self.settings, engine=engine, ports=ports, http=self.http))
         except ValueError as error:
             raise SettingsError(f"{error}.") from None
+        for adapter in adapters:
+            # A platform whose events are split among the live processes (shards) claims its part by lease.
+            use_shard_leases = getattr(adapter, "use_shard_leases", None)
+            if use_shard_leases is not None:
+                use_shard_leases(ShardLeases(self.db, owner=self.owner))
         return adapters
 
     def _schedule_jobs(self, engine: Engine, reminders: ReminderService, notifiers: dict[str, Notifier]) -> None:

@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -40,6 +39,8 @@ from .inbound import DiscordAccess, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
 from .settings import DiscordSettings
+from .shards import (RECONNECT_GRACE_S, GatewayWatch, RetiredClients, ShardKeeper, ShardLeasePort, Shards, shard_plan,
+                     tolerate_malformed_events)
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from . import transport_calls as calls
 from .transport import DISCORD_WINDOW_S, DiscordBudgets, bot_key, watch_global_lock
@@ -51,8 +52,6 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 READY_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
 DOCTOR_TIMEOUT_S = 10.0
-# A gateway reconnecting for longer than this makes the process not ready (a short resume is normal).
-RECONNECT_GRACE_S = 30.0
 _ID = re.compile(r"/\d+")
 
 
@@ -84,34 +83,6 @@ def intents_for(*, message_content: bool) -> discord.Intents:
     return intents
 
 
-class GatewayWatch:
-    """Whether the gateway can be counted on: READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._ready_seen = False
-        self._down_since: float | None = None
-
-    def up(self) -> None:
-        """READY or RESUMED."""
-        self._ready_seen = True
-        self._down_since = None
-
-    def down(self) -> None:
-        """The gateway connection closed; discord.py reconnects (or the adapter is closing)."""
-        if self._down_since is None:
-            self._down_since = self._clock.now()
-
-    def reason(self) -> str | None:
-        if not self._ready_seen:
-            return "the gateway has not sent READY yet"
-        if self._down_since is not None:
-            down_s = self._clock.now() - self._down_since
-            if down_s > RECONNECT_GRACE_S:
-                return f"the gateway has been reconnecting for {down_s:.0f} s"
-        return None
-
-
 def rate_limit_trace() -> aiohttp.TraceConfig:
     """Counts every 429 discord.py receives (it waits them out itself, so our code never sees most of them),
     by HTTP method and route, ids left out."""
@@ -125,34 +96,15 @@ def rate_limit_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-def tolerate_malformed_events(parsers: dict[str, Callable[[Any], None]]) -> None:
-    """Makes discord.py drop a gateway event it cannot parse (logged) instead of ending the gateway task.
-
-    A parser's KeyError or TypeError (an event missing a field) would otherwise leave the connect loop for
-    good: the bot would stay up but hear nothing more."""
-
-    def tolerant(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
-        def parse_or_drop(data: Any) -> None:
-            try:
-                parse(data)
-            except Exception:
-                log.exception("dropped a malformed %s gateway event", event)
-                metrics.record_malformed_event(platform=PLATFORM)
-
-        return parse_or_drop
-
-    for event, parse in list(parsers.items()):
-        parsers[event] = tolerant(event, parse)
-
-
 class RelayClient(discord.Client):
     """Routes messages to DiscordInbound, /ask to DiscordCommands and clicks to DiscordClicks, and tells the GatewayWatch."""
 
     def __init__(
         self, *, inbound: DiscordInbound, commands: DiscordCommands, clicks: DiscordClicks, message_content: bool,
-        guild_ready_timeout_s: float, watch: GatewayWatch, state: AppState,
+        guild_ready_timeout_s: float, watch: GatewayWatch, state: AppState, **sharding: Any,
     ) -> None:
         super().__init__(
+            **sharding,
             intents=intents_for(message_content=message_content),
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout_s,
@@ -213,6 +165,10 @@ class RelayClient(discord.Client):
         self.watch.down()
 
 
+class ShardedRelayClient(RelayClient, discord.AutoShardedClient):
+    """A RelayClient running the shards it is given (shard_count, shard_ids): fixed once it connects."""
+
+
 class DiscordAdapter:
     """The Discord platform adapter (adapters/base.py PlatformAdapter)."""
 
@@ -233,6 +189,12 @@ class DiscordAdapter:
         self._settings = settings
         self._tuning = tuning
         self._clock: Clock = clock or MonotonicClock()
+        # DISCORD_SHARD_COUNT / _IDS (adapters/discord/shards.py); leases come from use_shard_leases.
+        self._plan = shard_plan(self._discord)
+        self._shards = ShardKeeper(self._plan)
+        self._engine, self._ports = engine, ports
+        self._retired = RetiredClients(answering=lambda: self.runner.inflight, grace_s=settings.shutdown_grace_s,
+                                       close_timeout_s=CLOSE_TIMEOUT_S, clock=self._clock)
         self.budgets = DiscordBudgets(
             calls_per_window=self._discord.channel_budget_per_5s, window_s=tuning.budget_window_s, clock=self._clock,
             global_calls=self._discord.global_requests_per_s, global_window_s=tuning.global_window_s, bot=bot_key(self._discord.token),
@@ -257,16 +219,20 @@ class DiscordAdapter:
         )
         self._connection: asyncio.Task[None] | None = None
 
-    def _build_client(self, engine: Engine, ports: AdapterPorts) -> RelayClient:
+    def _build_client(self, engine: Engine, ports: AdapterPorts, shards: Shards = ()) -> RelayClient:
         """The discord.py client with a handler for each kind of event: messages, /ask, approval, Stop and 👍/👎
-        clicks, /relaybot config."""
+        clicks, /relaybot config; an AutoShardedClient over `shards` when DISCORD_SHARD_COUNT is set."""
         limits = render.stream_limits(
             min_edit_interval_s=self._tuning.min_edit_interval_s, backoff_base_s=self._tuning.backoff_base_s,
             placeholder_after_s=self._settings.stream_placeholder_after_s,
         )
         surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock, feedback=self._settings.feedback_buttons)
         runner, gate, access = self.runner, self.gate, self.access
-        client = RelayClient(
+        sharding: dict[str, Any] = {}
+        if self._plan.count is not None:
+            sharding = {"shard_count": self._plan.count, "shard_ids": list(shards)}
+        client = (ShardedRelayClient if sharding else RelayClient)(
+            **sharding,
             inbound=DiscordInbound(
                 engine=engine, runner=runner, surfaces=surfaces, gate=gate, access=access, conversations=ports.conversations,
                 follow_unmentioned=self._discord.message_content_intent,
@@ -306,6 +272,18 @@ class DiscordAdapter:
         watch_global_lock(self.client.http)
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
+        if self._plan.count is not None:
+            assert self.client.user is not None
+            # Fixed once it connects: a shard taken over later starts a new client (_follow_shards).
+            self.client.shard_ids = list(await self._shards.at_start(str(self.client.user.id)))
+        if self._shards.standing_by:
+            self.watch.up()
+            log.info("Discord: no shard is free; standing by as %s", self.client.user)
+            return
+        await self._connect_until_ready()
+        log.info("Discord connected as %s", self.client.user)
+
+    async def _connect_until_ready(self) -> None:
         self._connect()
         assert self._connection is not None
         ready = asyncio.create_task(self.client.wait_until_ready())
@@ -318,7 +296,31 @@ class DiscordAdapter:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
         self.watch.up()  # READY is in: on_ready may not have run yet
-        log.info("Discord connected as %s", self.client.user)
+
+    def use_shard_leases(self, leases: ShardLeasePort) -> None:
+        """With DISCORD_SHARD_COUNT, this process's shards are claimed by lease among the bot's live processes
+        (bot/runtime.py hands them in before start)."""
+        self._shards.leases = leases
+
+    async def _follow_shards(self) -> None:
+        """On every beat: a shard whose process died is taken over (or one taken by DISCORD_SHARD_IDS elsewhere
+        given up) by a new client over the new shards; the old one hears nothing more once the new is ready."""
+        shards = await self._shards.on_beat() if self.gate.accepting else None
+        if shards is None:
+            return
+        assert self._discord.token
+        old, old_connection = self.client, self._connection
+        client = self._build_client(self._engine, self._ports, shards)
+        await calls.login(client, self._discord.token)
+        watch_global_lock(client.http)
+        self.client, self._connection = client, None
+        if shards:
+            try:
+                # Both clients hear the shards they share meanwhile: the gate takes each event once.
+                await self._connect_until_ready()
+            except (TimeoutError, discord.DiscordException, OSError):
+                log.exception("the client over Discord shards %s is not ready yet; it goes on connecting", shards)
+        self._retired.add(old, old_connection)
 
     def _connect(self) -> None:
         # Every event handler discord.py starts comes from this task, and inherits the platform.
@@ -339,6 +341,7 @@ class DiscordAdapter:
         """At start and every few seconds: reconnect a gateway that gave up, repair what dead processes left
         streaming, deliver finals nobody is delivering."""
         with observe.platform_scope(PLATFORM):
+            await self._follow_shards()
             ended = self._gateway_ended()
             if ended is not None and self.gate.accepting:
                 log.error("%s; connecting again", ended)
@@ -350,7 +353,9 @@ class DiscordAdapter:
             await self.runner.deliver_pending(delivery, finder=delivery)
 
     async def readiness(self) -> str | None:
-        """READY seen, and not reconnecting for more than RECONNECT_GRACE_S."""
+        """READY seen, and not reconnecting for more than RECONNECT_GRACE_S (or standing by without a shard)."""
+        if self._shards.standing_by and not self.client.is_closed():
+            return None
         if self.client.is_closed() and self._connection is None:
             return "the gateway is not connected"
         return self._gateway_ended() or self.watch.reason()
@@ -370,6 +375,7 @@ class DiscordAdapter:
         answers = self.runner.cancel_all()
         if answers:
             await asyncio.wait(answers, timeout=CLOSE_TIMEOUT_S)
+        await self._retired.close()
         await self.client.close()
         if self._connection is not None:
             try:

@@ -1,4 +1,4 @@
-"""DISCORD_*: Discord's settings group — the bot token, where Discord is, which guilds, and the request budgets."""
+"""DISCORD_*: Discord's settings group — the bot token, where Discord is, which guilds, the request budgets and shards."""
 
 from __future__ import annotations
 
@@ -30,8 +30,12 @@ class DiscordSettings(PlatformSettings):
     message_content_intent: bool = False
     channel_budget_per_5s: int = Field(default=4, ge=1)
     global_requests_per_s: int = Field(default=50, ge=1)  # Discord's documented per-bot limit
+    # Unset: one gateway session gets every guild. Set: this process runs the shards DISCORD_SHARD_IDS names
+    # ("0-3,7"), or, without it, the ones it claims by lease in Postgres (adapters/discord/shards.py).
+    shard_count: int | None = Field(default=None, ge=1)
+    shard_ids: CommaList = ()
 
-    @field_validator("guild_ids", mode="before")
+    @field_validator("guild_ids", "shard_ids", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         return split_commas(value)

@@ -38,7 +38,7 @@ class ShardLeases:
 
     async def claim(self, *, bot: str, shard_count: int, fixed: Sequence[int] | None = None) -> Claim:
         """Once at start and on every beat: the shards this process holds now, and None; or (), and the refusal
-        sentence when live processes of the bot run another shard count (this process is then no member).
+        sentence when live processes of the bot run another shard count (nothing is written then).
 
         `fixed` (DISCORD_SHARD_IDS) are taken whoever held them; otherwise this process keeps what it holds and
         takes free shards (never leased, or their owner's heartbeat stale) up to its fair part of those the fixed
@@ -59,10 +59,7 @@ class ShardLeases:
             members = [(str(owner), int(count), bool(pinned)) for owner, count, pinned in await cursor.fetchall()]
             mismatched = [(owner, count) for owner, count, _ in members if count != shard_count]
             if mismatched:
-                await conn.execute(
-                    "DELETE FROM discord_shard_members WHERE bot_id = %s AND owner = %s", (bot, self.owner)
-                )
-                await conn.execute("DELETE FROM discord_shard_leases WHERE bot_id = %s AND owner = %s", (bot, self.owner))
+                # Nothing written: a newcomer stays no member, a running process keeps what it holds.
                 return (), refusal(shard_count=shard_count, others=mismatched)
             await conn.execute(
                 "INSERT INTO discord_shard_members (bot_id, owner, shard_count, fixed) VALUES (%s, %s, %s, %s)"
