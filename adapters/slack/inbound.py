@@ -193,15 +193,23 @@ class SlackInbound:
         target = replace(reply_target(body, event), thread_ts=ts)
         key = ConversationKey(platform=PLATFORM, workspace=target.team_id, channel=target.channel, thread=ts)
         try:
-            if not (await self._engine.channel(key)).answers_everything:
-                return
-            # Recorded only here: most channel messages are in no answer-everything channel and need no record.
-            if not self._may_ask(body, event) or not await self._gate.first_time(str(body.get("event_id") or "")):
-                return
+            everything = (await self._engine.channel(key)).answers_everything
         except Exception:
-            # Nobody asked the bot: a database that is down costs this message its answer, never a stranger a sentence.
-            logger.warning("could not take a top-level message in %s (settings or record unreadable); not answered",
+            # Whether the channel answers everything is unknown: a sentence could land under anyone's chatter.
+            logger.warning("could not read the settings of %s; a top-level message there is not answered",
                            target.channel, exc_info=True)
+            return
+        if not everything or not self._may_ask(body, event):
+            return
+        try:
+            # Recorded only here: most channel messages are in no answer-everything channel and need no record.
+            if not await self._gate.first_time(str(body.get("event_id") or "")):
+                return
+        except EventNotRecorded:
+            # Acked already (only questions are recorded before the ack), so nothing redelivers it: the one sentence.
+            logger.warning("a top-level message in %s could not be recorded (database down); telling the asker",
+                           target.channel)
+            await self._surfaces.at(target).show_notice(wording.database_unreachable())
             return
         turn = self.answer_all_cap.take(f"{target.team_id}:{target.channel}")
         if turn == "answer":
