@@ -104,8 +104,8 @@ class NameBook:
         self._opens = dict(opens)
         self._directories: dict[str, NameDirectory | None] = {}
         self._lists: dict[tuple[str, str, Kind], dict[str, Named]] = {}
-        # (platform, kind, workspace or "" for all of them) → why
-        self._unreadable: dict[tuple[str, Kind, str], str] = {}
+        self._down: dict[str, str] = {}  # platform → why none of its names can be read (unreachable, token refused)
+        self._unreadable: dict[tuple[str, Kind, str], str] = {}  # (platform, kind, workspace) → why not that list
         self._absent: set[str] = set()  # platforms without a directory here
 
     async def resolve(self, platform: str, workspace: str, kind: Kind, text: str) -> str:
@@ -134,10 +134,11 @@ class NameBook:
 
     def note(self) -> str | None:
         """One line saying which platforms' names could not be read (ids shown alone), or None."""
-        if not self._unreadable:
+        if not self._down and not self._unreadable:
             return None
-        why = "; ".join(f"{platform}{':' + workspace if workspace else ''} {NOUNS[kind][1]}: {reason}"
-                        for (platform, kind, workspace), reason in sorted(self._unreadable.items()))
+        why = "; ".join([f"{platform}: {reason}" for platform, reason in sorted(self._down.items())] + [
+            f"{platform}:{workspace} {NOUNS[kind][1]}: {reason}"
+            for (platform, kind, workspace), reason in sorted(self._unreadable.items())])
         return f"Names could not be read, so ids are shown alone ({why})."
 
     async def close(self) -> None:
@@ -161,10 +162,14 @@ class NameBook:
         try:
             listed = await directory.list(kind, workspace)
         except NamesUnreadable as error:
-            self._unreadable[platform, kind, workspace if error.workspace_only else ""] = str(error)
+            if error.workspace_only:
+                self._unreadable[platform, kind, workspace] = str(error)
+            else:
+                # Its other lists would fail the same way, each after its own retries: none is tried.
+                self._down[platform] = str(error)
             return None
         self._lists[key] = {entry.id: entry for entry in listed}
         return self._lists[key]
 
     def _failure(self, platform: str, kind: Kind, workspace: str) -> str | None:
-        return self._unreadable.get((platform, kind, "")) or self._unreadable.get((platform, kind, workspace))
+        return self._down.get(platform) or self._unreadable.get((platform, kind, workspace))

@@ -21,6 +21,8 @@ T = TypeVar("T")
 # Discord's most members in one page of GET /guilds/{id}/members, and the bot's guilds in one page.
 MEMBERS_PAGE = 1000
 GUILDS_PAGE = 200
+# Tries of one read (429s and failures alike): a command waits for names a little, not as a delivery would.
+READ_ATTEMPTS = 3
 # A 429 longer than this is not slept out inside discord.py: it comes back as RateLimited, to the budget.
 MAX_RATELIMIT_WAIT_S = 5.0
 
@@ -69,4 +71,4 @@ class DirectoryDoor:
     async def _paced(self, make_call: Callable[[], Awaitable[T]]) -> T:
         # Behind the answers of a running bot in the same budget's terms: a command can wait.
         return await send_paced(lambda: guarded(make_call()), budget=self._budget, clock=self._clock,
-                                priority=Priority.INTERMEDIATE)
+                                priority=Priority.INTERMEDIATE, attempts=READ_ATTEMPTS)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.streaming import CONNECTION_ERRORS, RateBudget, RateLimited, TransientSendError
+from adapters.streaming.send import send_paced
 from adapters.streaming.transport import PermanentSendError
 from core.config import Settings
 from core.names import Kind, Named, NamesUnreadable
@@ -21,6 +23,10 @@ LIST_CALLS_PER_MINUTE = 20.0
 # Slack recommends pages of no more than 200; a workspace past MAX_PAGES pages is named in part.
 PAGE_SIZE = 200
 MAX_PAGES = 100
+# A command waits for names a little, not as long as a delivery would: tries of one page (429s and failures alike),
+# and seconds before one is given up.
+LIST_ATTEMPTS = 3
+LIST_TIMEOUT_S = 10
 # What the bot token sees: every public channel, and the private ones the bot is in.
 CHANNEL_TYPES = "public_channel,private_channel"
 
@@ -54,7 +60,8 @@ class SlackNames:
     async def _check_workspace(self, workspace: str) -> None:
         """The token names one workspace (auth.test, asked once): another's channels are not what it lists."""
         if self._team_id is None:
-            auth = await self._web.call("auth.test", budget=self._web.budgets.other(workspace, "auth.test"))
+            auth = await send_paced(lambda: self._web.once("auth.test"), clock=self._web.clock,
+                                    budget=self._web.budgets.other(workspace, "auth.test"), attempts=LIST_ATTEMPTS)
             self._team_id = str(auth.get("team_id") or "")
         if workspace and self._team_id and workspace != self._team_id:
             raise NamesUnreadable(f"the bot token is for workspace {self._team_id}, not {workspace}", workspace_only=True)
@@ -68,7 +75,9 @@ class SlackNames:
         cursor = ""
         for _ in range(MAX_PAGES):
             page = {**params, "limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
-            response = await self._web.call(method, budget=budget, **page)
+            # The door's one translated try, paced on the list's budget and tried LIST_ATTEMPTS times.
+            response = await send_paced(partial(self._web.once, method, **page), budget=budget, clock=self._web.clock,
+                                        attempts=LIST_ATTEMPTS)
             found.extend(dict(item) for item in response.get(field) or () if isinstance(item, dict))
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:
@@ -98,5 +107,6 @@ def slack_names(settings: Settings) -> SlackNames | None:
         return None
     clock = ScaledClock()
     budgets = SlackBudgets(clock=clock, share=slack.rate_share, history_tier=slack.history_tier)
-    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    # No retry handler of slack_sdk's own: the attempts above are the only ones.
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url, timeout=LIST_TIMEOUT_S, retry_handlers=[])
     return SlackNames(SlackWeb(client, budgets=budgets, clock=clock), share=slack.rate_share)

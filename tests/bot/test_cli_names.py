@@ -63,8 +63,10 @@ async def test_a_channel_and_people_named_on_slack_are_stored_as_their_ids_and_s
     slack_world(slack_emulator)
     settings = slack_settings(slack_emulator, database_url, tmp_path)
     team = slack_emulator.team_id
+    slack_emulator.fail_next("users.list")  # a 429: the door waits it out and asks again
 
     assert await cli(settings, "channels", "set", f"slack:{team}:#help", "model=big", "approvers=@sam,U0ALEX2") == 0
+    assert [c.status for c in slack_emulator.calls if c.method == "users.list"][:2] == [429, 200]
     out = capsys.readouterr().out
     assert f"slack:{team}:C0HELP" in out and "U0SAM, U0ALEX2" in out
     # A name past the first page, and a private channel the bot is in.
@@ -253,8 +255,19 @@ async def test_a_channel_and_a_member_named_on_discord_are_read_per_guild(
     err = capsys.readouterr().err
     assert "could be any of 2 people" in err and str(ids["alex1"]) in err and str(ids["alex2"]) in err
 
+    # A report's rows name no guild: the people of every guild the bot is in are read.
+    db = Database(url=database_url, data_dir=tmp_path)
+    await db.open()
+    try:
+        await _record(UsageLog(db), platform="discord", workspace=str(guild), channel=str(ids["help"]),
+                      user=str(ids["sam"]), tokens=5)
+    finally:
+        await db.close()
+    assert await cli(settings, "usage", "--by", "user", "--format", "csv") == 0
+    assert f"discord,{ids['sam']},@sam," in capsys.readouterr().out
+
     routes = [r.route for r in discord_emulator.world.request_log]
-    assert "guild_channels_list" in routes and "guild_members_list" in routes
+    assert "guild_channels_list" in routes and "guild_members_list" in routes and "my_guilds_list" in routes
     assert all(r.status == 200 for r in discord_emulator.world.request_log if r.route.startswith("guild_"))
 
 
