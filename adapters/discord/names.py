@@ -35,12 +35,12 @@ class DiscordNames:
         self._opened = False
 
     async def list(self, kind: Kind, workspace: str) -> Sequence[Named]:
+        if workspace and workspace == self._dm_workspace:
+            return []  # DMs have no names to look up
         try:
             if not self._opened:
                 await self._door.open()
                 self._opened = True
-            if workspace and workspace == self._dm_workspace:
-                return []  # DMs have no names to look up
             if kind == "channel":
                 return await self._channels(int(workspace))
             guilds = [int(workspace)] if workspace else await self._served_guilds()

@@ -255,6 +255,11 @@ async def test_a_channel_and_a_member_named_on_discord_are_read_per_guild(
     err = capsys.readouterr().err
     assert "could be any of 2 people" in err and str(ids["alex1"]) in err and str(ids["alex2"]) in err
 
+    # DMs have no names: showing a DM's settings asks Discord nothing, not even a login.
+    before = len(discord_emulator.world.request_log)
+    assert await cli(settings, "channels", "show", "discord:@dm:123") == 0
+    assert capsys.readouterr().out.startswith("discord:@dm:123\n") and len(discord_emulator.world.request_log) == before
+
     # A report's rows name no guild: the people of every guild the bot is in are read.
     db = Database(url=database_url, data_dir=tmp_path)
     await db.open()
