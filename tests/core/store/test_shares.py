@@ -296,3 +296,24 @@ async def test_slack_rate_share_set_is_a_fixed_override(db: Database) -> None:
                 RateBudget.per_minute(300, share=0.25, clock=FakeClock()).refill_per_s
             )
         await other.stop()
+
+
+async def test_discords_global_budget_follows_the_bots_share_and_its_channels_stay_whole(db: Database) -> None:
+    from adapters.discord.transport import DiscordBudgets, bot_key
+
+    await clean(db)
+    first, second = stepped(db, "first"), stepped(db, "second")
+    budgets = DiscordBudgets(calls_per_window=4, window_s=5.0, clock=FakeClock(), global_calls=50, bot=bot_key("token"))
+    whole = budgets.global_budget.refill_per_s if budgets.global_budget else 0.0
+    budgets.follow(first.shares)
+    await first.beat()
+    assert budgets.global_budget is not None and budgets.global_budget.share == 1.0
+    second.shares.serve(f"discord:{bot_key('token')}")
+    await beat_all([second, first, second])
+    assert budgets.global_budget.share == 0.5 and budgets.global_budget.refill_per_s == pytest.approx(whole / 2)
+    assert budgets(123).share == 1.0
+    # Another bot's processes are not counted for this one.
+    other_bot = stepped(db, "other-bot")
+    other_bot.shares.serve(f"discord:{bot_key('another token')}")
+    await beat_all([other_bot, first])
+    assert budgets.global_budget.share == 0.5
