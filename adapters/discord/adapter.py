@@ -189,8 +189,7 @@ class DiscordAdapter:
         self._settings = settings
         self._tuning = tuning
         self._clock: Clock = clock or MonotonicClock()
-        # DISCORD_SHARD_COUNT / _IDS (adapters/discord/shards.py); leases come from use_shard_leases.
-        self._plan = shard_plan(self._discord)
+        self._plan = shard_plan(self._discord)  # DISCORD_SHARD_COUNT / _IDS; leases come from use_shard_leases
         self._shards = ShardKeeper(self._plan)
         self._engine, self._ports = engine, ports
         self._retired = RetiredClients(answering=lambda: self.runner.inflight, grace_s=settings.shutdown_grace_s,
@@ -228,9 +227,8 @@ class DiscordAdapter:
         )
         surfaces = DiscordSurfaces(budgets=self.budgets, limits=limits, clock=self._clock, feedback=self._settings.feedback_buttons)
         runner, gate, access = self.runner, self.gate, self.access
-        sharding: dict[str, Any] = {}
-        if self._plan.count is not None:
-            sharding = {"shard_count": self._plan.count, "shard_ids": list(shards)}
+        count = self._plan.count
+        sharding: dict[str, Any] = {} if count is None else {"shard_count": count, "shard_ids": list(shards)}
         client = (ShardedRelayClient if sharding else RelayClient)(
             **sharding,
             inbound=DiscordInbound(
@@ -273,8 +271,7 @@ class DiscordAdapter:
         # Before the gateway: no new answer can be streaming yet, so every record left is a dead one.
         await self.maintain()
         if self._plan.count is not None:
-            assert self.client.user is not None
-            # Fixed once it connects: a shard taken over later starts a new client (_follow_shards).
+            assert self.client.user is not None  # fixed once it connects; a takeover starts a new client
             self.client.shard_ids = list(await self._shards.at_start(str(self.client.user.id)))
         if self._shards.standing_by:
             self.watch.up()
@@ -298,25 +295,22 @@ class DiscordAdapter:
         self.watch.up()  # READY is in: on_ready may not have run yet
 
     def use_shard_leases(self, leases: ShardLeasePort) -> None:
-        """With DISCORD_SHARD_COUNT, this process's shards are claimed by lease among the bot's live processes
-        (bot/runtime.py hands them in before start)."""
+        """With DISCORD_SHARD_COUNT, shards are claimed by lease among the bot's live processes (before start)."""
         self._shards.leases = leases
 
     async def _follow_shards(self) -> None:
-        """On every beat: a shard whose process died is taken over (or one taken by DISCORD_SHARD_IDS elsewhere
-        given up) by a new client over the new shards; the old one hears nothing more once the new is ready."""
+        """On every beat: shards taken over (their process died) or given up start a new client; the old one hears
+        nothing once the new is ready (both hear the shards they share meanwhile: the gate takes each event once)."""
         shards = await self._shards.on_beat() if self.gate.accepting else None
         if shards is None:
             return
-        assert self._discord.token
         old, old_connection = self.client, self._connection
         client = self._build_client(self._engine, self._ports, shards)
-        await calls.login(client, self._discord.token)
+        await calls.login(client, self._discord.token or "")
         watch_global_lock(client.http)
         self.client, self._connection = client, None
         if shards:
             try:
-                # Both clients hear the shards they share meanwhile: the gate takes each event once.
                 await self._connect_until_ready()
             except (TimeoutError, discord.DiscordException, OSError):
                 log.exception("the client over Discord shards %s is not ready yet; it goes on connecting", shards)
