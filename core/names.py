@@ -40,11 +40,12 @@ class NameDirectory(Protocol):
 class NamesUnreadable(Exception):
     """The platform could not be read (not configured, refused, unreachable); the message says why.
 
-    `workspace_only`: only this workspace cannot be read (the bot is not in it); others still may be."""
+    `list_only`: only this list cannot be read (a workspace the bot is not in, a scope the app lacks); the
+    platform's other lists still may be."""
 
-    def __init__(self, message: str, *, workspace_only: bool = False) -> None:
+    def __init__(self, message: str, *, list_only: bool = False) -> None:
         super().__init__(message)
-        self.workspace_only = workspace_only
+        self.list_only = list_only
 
 
 class NameNotFound(ValueError):
@@ -162,7 +163,7 @@ class NameBook:
         try:
             listed = await directory.list(kind, workspace)
         except NamesUnreadable as error:
-            if error.workspace_only:
+            if error.list_only:
                 self._unreadable[platform, kind, workspace] = str(error)
             else:
                 # Its other lists would fail the same way, each after its own retries: none is tried.

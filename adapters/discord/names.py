@@ -49,15 +49,15 @@ class DiscordNames:
                 people.update((person.id, person) for person in await self._members(guild_id))
             return list(people.values())
         except ValueError:
-            raise NamesUnreadable(f"{workspace!r} is not a guild id", workspace_only=True) from None
+            raise NamesUnreadable(f"{workspace!r} is not a guild id", list_only=True) from None
         except discord.LoginFailure:
             raise NamesUnreadable("Discord refused the bot token") from None
         except discord.Forbidden as error:
             if error.code == MISSING_ACCESS and kind == "user":
                 raise NamesUnreadable("listing members needs the Server Members intent on the Bot page") from None
-            raise NamesUnreadable(f"Discord refused the list (403, code {error.code})", workspace_only=True) from None
+            raise NamesUnreadable(f"Discord refused the list (403, code {error.code})", list_only=True) from None
         except discord.NotFound:
-            raise NamesUnreadable(f"the bot is not in guild {workspace}", workspace_only=True) from None
+            raise NamesUnreadable(f"the bot is not in guild {workspace}", list_only=True) from None
         except (PermanentSendError, RateLimited, TransientSendError, discord.HTTPException, aiohttp.ClientError,
                 *CONNECTION_ERRORS) as error:
             raise NamesUnreadable(f"Discord could not be read: {error}") from None

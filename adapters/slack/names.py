@@ -27,6 +27,8 @@ MAX_PAGES = 100
 # and seconds before one is given up.
 LIST_ATTEMPTS = 3
 LIST_TIMEOUT_S = 10
+# The scopes each list needs (Slack answers missing_scope without them).
+SCOPES = {"conversations.list": "channels:read and groups:read", "users.list": "users:read"}
 # What the bot token sees: every public channel, and the private ones the bot is in.
 CHANNEL_TYPES = "public_channel,private_channel"
 
@@ -50,7 +52,9 @@ class SlackNames:
             await self._check_workspace(workspace)
             items = await self._pages(method, workspace, params, "channels" if kind == "channel" else "members")
         except PermanentSendError as error:
-            raise NamesUnreadable(f"Slack refused {method} ({getattr(error, 'code', '') or error})") from None
+            code = str(getattr(error, "code", "") or error)
+            needs = f": the app needs the {SCOPES[method]} scope" if code == "missing_scope" else ""
+            raise NamesUnreadable(f"Slack refused {method} ({code}{needs})", list_only=bool(needs)) from None
         except (RateLimited, TransientSendError, *CONNECTION_ERRORS) as error:
             raise NamesUnreadable(f"Slack could not be read: {error}") from None
         if kind == "channel":
@@ -64,7 +68,7 @@ class SlackNames:
                                     budget=self._web.budgets.other(workspace, "auth.test"), attempts=LIST_ATTEMPTS)
             self._team_id = str(auth.get("team_id") or "")
         if workspace and self._team_id and workspace != self._team_id:
-            raise NamesUnreadable(f"the bot token is for workspace {self._team_id}, not {workspace}", workspace_only=True)
+            raise NamesUnreadable(f"the bot token is for workspace {self._team_id}, not {workspace}", list_only=True)
 
     async def close(self) -> None:
         """Nothing held open: slack_sdk opens a session per call when given none."""

@@ -181,6 +181,23 @@ async def test_where_the_platform_cannot_be_read_ids_show_alone_with_one_line_sa
     assert "cannot read slack's channels" in capsys.readouterr().err
 
 
+async def test_without_the_scope_to_list_channels_ids_show_alone_and_a_name_is_refused_saying_which_scope(
+    slack_emulator: SlackEmulator, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack_world(slack_emulator)
+    slack_emulator.refuse("conversations.list", "missing_scope")
+    settings = slack_settings(slack_emulator, database_url, tmp_path)
+    team = slack_emulator.team_id
+    assert await cli(settings, "channels", "set", f"slack:{team}:C0SCOPE", "approvers=@sam") == 0  # people still read
+    capsys.readouterr()
+    assert await cli(settings, "channels", "show", f"slack:{team}:C0SCOPE") == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == f"slack:{team}:C0SCOPE" and "U0SAM (@sam)" in captured.out
+    assert "channels:read and groups:read scope" in captured.err
+    assert await cli(settings, "channels", "set", f"slack:{team}:#help", "model=x") == 2
+    assert "channels:read and groups:read scope" in capsys.readouterr().err
+
+
 async def test_the_slack_token_of_another_workspace_names_nothing_here(
     slack_emulator: SlackEmulator, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -43,7 +43,14 @@ class Directory:
     def _private(self, channel_id: str) -> bool:
         return channel_id.startswith("G") or channel_id in self._store.private_members
 
+    def _refused(self, method: str, needed: str) -> JsonDict | None:
+        """SlackEmulator.refuse(method): every call answers its error, as for an app without the scope."""
+        code = self._store.refusals.get(method)
+        return {"ok": False, "error": code, "needed": needed, "provided": "chat:write"} if code else None
+
     async def conversations_list(self, team: Team, params: JsonDict) -> JsonDict:
+        if refused := self._refused("conversations.list", "channels:read,groups:read"):
+            return refused
         types = {t.strip() for t in str(params.get("types") or "public_channel").split(",")}
         skip_archived = str(params.get("exclude_archived", "")).lower() in ("1", "true")
         listed: list[JsonDict] = []
@@ -62,6 +69,8 @@ class Directory:
         return {"ok": True, "channels": page, "response_metadata": {"next_cursor": cursor}}
 
     async def users_list(self, team: Team, params: JsonDict) -> JsonDict:
+        if refused := self._refused("users.list", "users:read"):
+            return refused
         people = [u for u in self._store.users.values() if u.team_id == team.team_id]
         page, cursor = _page(people, params)
         members = [{
