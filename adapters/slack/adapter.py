@@ -104,6 +104,7 @@ class SlackAdapter:
             native=self.native, client=self.client, budgets=SlackBudgets(
                 clock=clock, share=slack.rate_share if "rate_share" in slack.model_fields_set else None,
                 workspace_posts_per_minute=slack.workspace_posts_per_minute, history_tier=slack.history_tier,
+                status_per_minute=slack.status_per_minute,
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
             feedback=settings.feedback_buttons,
         )
@@ -250,6 +251,7 @@ class SlackAdapter:
             handler, self._socket_handler = self._socket_handler, None
             await close_socket(handler.client)
         await self.inbound.close()
+        await self.surfaces.signs.close()
         session, self.client.session = self.client.session, None
         if session is not None:
             await session.close()

@@ -24,6 +24,18 @@ POST_BURST_CALLS = 2.0
 HistoryTier = Literal["internal", "limited"]
 READ_CALLS_PER_MINUTE: dict[HistoryTier, float] = {"internal": 50.0, "limited": 1.0}
 READ_PAGE_MESSAGES: dict[HistoryTier, int] = {"internal": 200, "limited": 15}
+# The other methods' tiers (calls a minute per workspace), for those that are not Tier 3: the deadline lane's
+# reactions and modals, App Home. assistant.threads.setStatus has "special" limits, with no number given
+# (SLACK_STATUS_PER_MINUTE; 429s slow it down either way).
+METHOD_CALLS_PER_MINUTE: dict[str, float] = {
+    "reactions.remove": 20.0,  # Tier 2
+    "views.open": 100.0, "views.push": 100.0, "views.update": 100.0, "views.publish": 100.0,  # Tier 4
+    "chat.postEphemeral": 100.0, "users.info": 100.0, "chat.getPermalink": 100.0,  # Tier 4
+}
+STATUS_METHOD = "assistant.threads.setStatus"
+DEFAULT_STATUS_PER_MINUTE = 600
+# A status is one call per answer, shown at once: a burst of questions may take this many seconds' calls together.
+STATUS_BURST_S = 10.0
 # Where the bot starts when SLACK_WORKSPACE_POSTS_PER_MINUTE is unset (Slack gives no number); 429s
 # teach it the real limit. Five posts a second is far more than a team's answers need, and close
 # enough to a low limit that two overloads find it.
@@ -74,9 +86,10 @@ class SlackBudgets:
 
     def __init__(
         self, *, clock: Clock, share: float | None, workspace_posts_per_minute: int | None = None,
-        history_tier: HistoryTier = "internal",
+        history_tier: HistoryTier = "internal", status_per_minute: int = DEFAULT_STATUS_PER_MINUTE,
     ) -> None:
         self._clock = clock
+        self._status_per_minute = float(status_per_minute)
         self._fixed = share is not None
         self._share = 1.0 if share is None else share
         self.history_tier: HistoryTier = history_tier
@@ -140,7 +153,8 @@ class SlackBudgets:
         return self._reads((team_id, "chat.delete"))
 
     def other(self, team_id: str, method: str) -> RateBudget:
-        """Any other method (users.info, views.publish …): Tier 3 at least, on a budget of its own."""
+        """Any other method (users.info, views.publish, reactions.add …) on a budget of its own: its tier's rate
+        (METHOD_CALLS_PER_MINUTE), Tier 3 when not listed."""
         return self._reads((team_id, method))
 
     @property
@@ -149,11 +163,18 @@ class SlackBudgets:
         return READ_PAGE_MESSAGES[self.history_tier]
 
     def _new_read(self, key: tuple[str, str]) -> RateBudget:
-        history = key[1] in ("conversations.replies", "conversations.history")
-        calls = READ_CALLS_PER_MINUTE[self.history_tier] if history else READ_CALLS_PER_MINUTE["internal"]
+        method, burst = key[1], None
+        if method in ("conversations.replies", "conversations.history"):
+            calls = READ_CALLS_PER_MINUTE[self.history_tier]
+        elif method == STATUS_METHOD:
+            calls = self._status_per_minute
+            burst = calls * STATUS_BURST_S / 60.0
+        else:
+            calls = METHOD_CALLS_PER_MINUTE.get(method, READ_CALLS_PER_MINUTE["internal"])
         if self._shares is not None:
-            return self._shared(key[0], RateBudget.per_minute(calls, clock=self._clock))
-        return RateBudget.per_minute(calls, share=self._share, clock=self._clock)
+            return self._shared(key[0], RateBudget.per_minute(calls, clock=self._clock, burst=burst))
+        return RateBudget.per_minute(calls, share=self._share, clock=self._clock,
+                                     burst=None if burst is None else max(1.0, burst * self._share))
 
     def _new_edit(self, team_id: str) -> RateBudget:
         if self._shares is not None:

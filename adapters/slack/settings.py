@@ -29,6 +29,9 @@ class SlackSettings(PlatformSettings):
     # Slack documents a workspace-wide chat.postMessage limit without a number: set it when known;
     # either way the bot learns it from 429s.
     workspace_posts_per_minute: int | None = Field(default=None, ge=1)
+    # assistant.threads.setStatus has "special" limits, documented without a number: the status budget (calls a
+    # minute per workspace; a burst of ten seconds' calls), slowed by 429s either way.
+    status_per_minute: int = Field(default=600, ge=1)
     # conversations.replies / history limits: "internal" (Tier 3, ~50 a minute) or "limited" (1 a minute,
     # 15 messages a page: commercially distributed apps outside the Marketplace). Sizes the read budget.
     history_tier: Literal["internal", "limited"] = "internal"

@@ -55,7 +55,6 @@ class SlackWeb:
         self._client = client
         self.budgets = budgets
         self.clock = clock
-        self._paused_until: dict[tuple[str, str], float] = {}
 
     async def once(self, method: str, **arguments: Any) -> dict[str, Any]:
         """One try of `method` ("chat.update"); Slack's failures translated (RateLimited, TransientSendError,
@@ -76,14 +75,16 @@ class SlackWeb:
         )
 
     async def now(self, team_id: str, method: str, **arguments: Any) -> dict[str, Any]:
-        """A call with a deadline: sent at once, never waiting behind deliveries; a 429 pauses only this lane."""
-        lane = (team_id, method)
-        if self._paused_until.get(lane, float("-inf")) > self.clock.now():
-            raise RateLimited(self._paused_until[lane] - self.clock.now(), f"{method} paused by a 429")
+        """A call with a deadline: sent at once or not at all, never waiting behind deliveries. It takes a call of
+        the method's own budget in the workspace (its tier): with none left it is not sent (RateLimited, as Slack
+        would have refused it); a 429 pauses only that budget."""
+        budget = self.budgets.other(team_id, method)
+        if not budget.try_acquire(Priority.FINAL):
+            raise RateLimited(1.0 / max(budget.refill_per_s, 1e-9), f"{method} is over its budget; not sent")
         try:
             return await self.once(method, **arguments)
         except RateLimited as exc:
-            self._paused_until[lane] = self.clock.now() + exc.retry_after_s
+            budget.penalize(exc.retry_after_s, wide=False)
             raise
 
     async def post(

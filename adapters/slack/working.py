@@ -11,7 +11,7 @@ from typing import Any, Literal
 from slack_sdk.errors import SlackApiError
 
 from adapters import wording
-from adapters.streaming import Clock
+from adapters.streaming import Clock, RateLimited
 from adapters.streaming.transport import PermanentSendError
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,28 @@ class SlackSigns:
         self.web = web  # transport.SlackWeb: every call on its deadline lane (`now`), never the posting budget
         self.clock = clock
         self._refused: dict[tuple[str, str], float] = {}
+        self._later: set[asyncio.Task[None]] = set()
+
+    def take_away_later(self, team_id: str, method: str, arguments: dict[str, Any]) -> None:
+        """A sign's removal its method's budget had no call for now: sent when the budget allows, beside the
+        answers (their end never waits for it); a close drops what is left, as a cosmetic call."""
+        async def send() -> None:
+            try:
+                await self.web.call(method, budget=self.web.budgets.other(team_id, method), **arguments)
+            except Exception as exc:
+                logger.info("could not take the working sign away in %s: %s", arguments.get("channel")
+                            or arguments.get("channel_id"), exc)
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def close(self) -> None:
+        tasks, self._later = set(self._later), set()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     def at(self, place: SignPlace) -> WorkingSign:
         return WorkingSign(self, place)
@@ -88,17 +110,24 @@ class WorkingSign:
         if not task.done():
             task.cancel()  # a call that hangs is given up: the answer's end is not held for a sign
             await asyncio.wait({task})
-        place, web = self.place, self._signs.web
+        place, signs = self.place, self._signs
+        removal: tuple[str, dict[str, Any]] | None = None
+        if self.shown == "reaction":
+            removal = "reactions.remove", {"channel": place.channel, "timestamp": place.question_ts, "name": REACTION}
+        elif self.shown == "status" and not self._replied:
+            removal = "assistant.threads.setStatus", {"channel_id": place.channel, "thread_ts": place.thread_ts,
+                                                      "status": ""}
+        self.shown = "none"
+        if removal is None:
+            return
+        method, arguments = removal
         try:
-            if self.shown == "reaction":
-                await web.now(place.team_id, "reactions.remove", channel=place.channel, timestamp=place.question_ts,
-                              name=REACTION)
-            elif self.shown == "status" and not self._replied:
-                await web.now(place.team_id, "assistant.threads.setStatus", channel_id=place.channel,
-                              thread_ts=place.thread_ts, status="")
+            await signs.web.now(place.team_id, method, **arguments)
+        except RateLimited:
+            # A sign must not stay up: the removal waits for its budget (a 👀 left would say "still working").
+            signs.take_away_later(place.team_id, method, arguments)
         except Exception as exc:
             logger.info("could not take the working sign away in %s: %s", place.channel, exc)
-        self.shown = "none"
 
     async def _show(self) -> None:
         # `shown` is set before each call: one cut off by the end (its outcome unknown) is taken away all the same.
