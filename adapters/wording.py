@@ -315,3 +315,8 @@ def cannot_read_here_to_summarise() -> str:
 
 def nothing_to_summarise() -> str:
     return "I found no messages with text here to summarise."
+
+
+def private_approval_dms_refused() -> str:
+    return ("This answer needs your approval, which a private answer asks for in your DMs with me, and I may not "
+            "take clicks in DMs here. Ask again without `private` to decide it in the channel.")

@@ -37,7 +37,7 @@ class DiscordCommands:
         self._surfaces = surfaces
         self._gate = gate
         self._access = access
-        self._answers = InteractionAnswers(surfaces)
+        self._answers = InteractionAnswers(surfaces, access)
 
     def add_to(self, tree: app_commands.CommandTree[discord.Client]) -> None:
         """Defines `/ask`, and the message commands (message_commands.py), on the client's command tree (synced at

@@ -12,7 +12,7 @@ from core import wording as engine_wording
 from core.requests import EVERY_REACH, ConversationKey, Reach
 
 from . import transport_calls as calls
-from .inbound import DM_WORKSPACE, thread_key
+from .inbound import DM_WORKSPACE, DiscordAccess, thread_key
 from .private_answers import PrivateAnswers
 from .surface import PLATFORM, DiscordSurface, DiscordSurfaces
 from .transport import NO_PINGS
@@ -32,9 +32,9 @@ class InteractionAnswers:
     """Where a deferred interaction's answer streams (/ask, the message commands): its response, seen by the channel,
     or (private) by the asker only."""
 
-    def __init__(self, surfaces: DiscordSurfaces) -> None:
+    def __init__(self, surfaces: DiscordSurfaces, access: DiscordAccess) -> None:
         self._surfaces = surfaces
-        self._private = PrivateAnswers(surfaces)
+        self._private = PrivateAnswers(surfaces, access)
 
     async def surface(
         self, interaction: discord.Interaction, key: ConversationKey, *, private: bool, preface: str | None = None,

@@ -51,7 +51,7 @@ class DiscordMessageCommands:
         self._gate = gate
         self._access = access
         self._message_content = message_content
-        self._answers = InteractionAnswers(surfaces)
+        self._answers = InteractionAnswers(surfaces, access)
         self._client: discord.Client | None = None
 
     def add_to(self, tree: app_commands.CommandTree[discord.Client]) -> None:

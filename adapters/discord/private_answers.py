@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import discord
@@ -20,6 +21,7 @@ from core.approvals import ApprovalView
 from core.citations import Citation
 
 from . import render
+from .inbound import DiscordAccess
 from .surface import DiscordSurface, DiscordSurfaces
 from .transport import fresh_nonce, send_reliably
 from .transport_private import PrivateTransport, open_dm
@@ -27,13 +29,22 @@ from .transport_private import PrivateTransport, open_dm
 log = logging.getLogger(__name__)
 
 
+# The sentence a click in the asker's DMs would be refused with (DiscordAccess.refusal), or None when it may click.
+DmRefusal = Callable[[], Awaitable[str | None]]
+
+
+class ApprovalUnreachable(Exception):
+    """A private answer's approval cannot be decided where it would be posted: the run is withdrawn."""
+
+
 class PrivateSurface(DiscordSurface):
     """A DiscordSurface whose messages only the asker sees: the answer through a PrivateTransport, its approval
     in their DMs (the surface's channel), everything else beside the answer."""
 
-    def __init__(self, *, transport: PrivateTransport, **fields: Any) -> None:
+    def __init__(self, *, transport: PrivateTransport, dm_refusal: DmRefusal, **fields: Any) -> None:
         super().__init__(transport=transport, **fields)
         self.private = transport
+        self._dm_refusal = dm_refusal
 
     async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
         embed = render.sources_embed(citations)
@@ -47,6 +58,10 @@ class PrivateSurface(DiscordSurface):
         await send_reliably(self._budget, lambda: self.private.note(text, nonce=nonce), clock=self._clock)
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
+        if await self._dm_refusal() is not None:
+            # Its buttons would be refused in the DMs (DIRECT_MESSAGES): nothing must wait where nobody may decide.
+            await self.show_notice(wording.private_approval_dms_refused())
+            raise ApprovalUnreachable("a private answer's approval would be refused in the asker's DMs")
         ref = await super().show_approval(view)
         try:
             await self.show_notice(wording.private_approval_in_dm())
@@ -59,8 +74,9 @@ class PrivateSurface(DiscordSurface):
 class PrivateAnswers:
     """Makes the surface of each private answer; they share the channel budgets, limits and clock of every answer."""
 
-    def __init__(self, surfaces: DiscordSurfaces) -> None:
+    def __init__(self, surfaces: DiscordSurfaces, access: DiscordAccess) -> None:
         self._surfaces = surfaces
+        self._access = access
         self._background: set[asyncio.Task[None]] = set()  # unused: a private answer shows no typing
 
     async def surface(
@@ -69,6 +85,7 @@ class PrivateAnswers:
         """The private surface of a deferred (ephemeral) interaction, `preface` shown before the answer. Raises when
         the asker's DM channel cannot be opened: without it nothing could carry the answer past 15 minutes."""
         dm = await open_dm(interaction.user)
+        user_id = interaction.user.id
         transport = PrivateTransport(interaction, dm=dm, moved_sentence=wording.private_moved_to_dm())
         surfaces = self._surfaces
         if preface is not None:
@@ -78,4 +95,5 @@ class PrivateAnswers:
             transport=transport, channel=dm, channel_id=dm.id, workspace=workspace, thread=thread,
             budgets=surfaces.budgets, limits=surfaces.limits, clock=surfaces.clock, show_typing=False,
             background=self._background, feedback=surfaces.feedback,
+            dm_refusal=lambda: self._access.refusal(user_id),
         )

@@ -142,6 +142,20 @@ async def test_a_private_answers_approval_waits_in_the_askers_dms_and_resumes_th
     assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
 
 
+async def test_where_dm_clicks_are_refused_a_private_answers_approval_is_withdrawn_with_a_sentence(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    openai_emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}')]), Text("Deployed to prod."))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), direct_messages="closed"):
+        await ask_privately(dc, w, "deploy please")
+        await dc.wait_for(lambda: wording.approval_not_shown() in private_texts(dc, w), what="the withdrawal")
+    assert wording.private_approval_dms_refused() in private_texts(dc, w)
+    assert tool.runs == [] and len(openai_emulator.chat_requests) == 1
+    # No buttons anywhere that nobody could press.
+    assert bot_messages(dc, dc.dm_channel_id(w.alice)) == [] and bot_messages(dc, w.channel_id) == []
+
 def offered_tools(request: dict) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools") or []}
 
