@@ -311,6 +311,8 @@ class WebApi:
         channel = self._channel(team, params)
         if channel is None:
             return error("channel_not_found")
+        if channel.channel_id in self._store.bot_not_member:
+            return error("not_in_channel")  # a bot reads only conversations it is in
         root = self._store.thread_root_ts(channel, str(params.get("ts", "")))
         if root is None:
             return error("thread_not_found")
@@ -325,6 +327,8 @@ class WebApi:
         channel = self._channel(team, params)
         if channel is None:
             return error("channel_not_found")
+        if channel.channel_id in self._store.bot_not_member:
+            return error("not_in_channel")
         newest_first = list(reversed(self._store.top_level(channel)))
         page, next_cursor = _page(newest_first, self._capped(params, DEFAULT_HISTORY_LIMIT), DEFAULT_HISTORY_LIMIT)
         messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -18,6 +19,7 @@ from .api import WebApi, error
 from .app_surfaces import AppSurfaces
 from .directory import Directory
 from .modals import Modals, OpenedView
+from .response_urls import ResponseUrls
 from .events import Delivery
 from .limits import (
     DEFAULT_LIMITS,
@@ -106,6 +108,9 @@ class SlackEmulator:
         self._api.handlers.update(self._surfaces.handlers())
         self._modals = Modals(self._store)
         self._api.handlers.update(self._modals.handlers())
+        # Commands' and shortcuts' response_urls: 5 posts within 30 minutes each; conversations.open for DMs.
+        self._response_urls = ResponseUrls(self._store, time_scale=time_scale)
+        self._api.handlers.update(self._response_urls.handlers())
         self._directory = Directory(self._store)
         self._api.handlers.update(self._directory.handlers())
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
@@ -278,7 +283,8 @@ class SlackEmulator:
         self._limiter = RateLimiter(time_scale=self.time_scale, limits=self.limits)
 
     def remove_bot_from(self, channel: str) -> None:
-        """The bot is not a member of `channel` (never invited, or removed): posting there gets not_in_channel."""
+        """The bot is not a member of `channel` (never invited, or removed): posting there, and reading it
+        (conversations.replies / history), gets not_in_channel."""
         self._store.bot_not_member.add(channel)
 
     def refuse(self, method: str, error: str | None = "missing_scope") -> None:
@@ -392,6 +398,22 @@ class SlackEmulator:
     @property
     def ephemerals(self) -> list[EphemeralRecord]:
         return list(self._store.ephemerals)
+
+    def ephemerals_for(self, user: str) -> list[EphemeralRecord]:
+        """What only `user` sees: the ephemerals shown to them and not taken away (each as last replaced)."""
+        return [e for e in self._store.ephemerals if e.user == user and not e.deleted]
+
+    def spend_response_url(self, url: str, *, left: int = 0) -> None:
+        """A command's or shortcut's response_url has only `left` of its 5 posts left."""
+        self._response_urls.spend(_nonce(url), left=left)
+
+    def expire_response_url(self, url: str) -> None:
+        """A command's or shortcut's response_url is past its 30 minutes."""
+        self._response_urls.expire(_nonce(url))
+
+    def response_url_uses(self, url: str) -> int:
+        """How many posts a command's or shortcut's response_url has taken."""
+        return self._response_urls.posts(_nonce(url))
 
     @property
     def statuses(self) -> list[StatusRecord]:
@@ -531,6 +553,9 @@ class SlackEmulator:
         """Bolt's respond(): replace/delete the original message, or post (ephemeral by default)."""
         body = await request.json()
         self.response_url_posts.append(body)
+        refused = self._response_urls.take(request.query.get("n", ""))
+        if refused is not None:
+            return web.Response(status=404, text=refused)
         team_id, channel_id = request.match_info["team"], request.match_info["channel"]
         ts, user = request.match_info["ts"], request.match_info["user"]
         channel = self._store.channel(channel_id, team_id=team_id, create=False)
@@ -551,25 +576,36 @@ class SlackEmulator:
         else:
             self._store.ephemerals.append(EphemeralRecord(
                 channel=channel_id, team_id=team_id, user=user, text=text, blocks=blocks,
-                thread_ts=record.thread_ts, message_ts=self._store.clock.next()))
+                thread_ts=record.thread_ts, message_ts=self._store.clock.next(), via=request.query.get("n", "")))
         return web.json_response({"ok": True})
 
     async def _handle_command_response(self, request: web.Request) -> web.Response:
-        """A slash command's response_url: an ephemeral reply by default, or `in_channel`."""
+        """A slash command's response_url: an ephemeral reply by default, or `in_channel`; `replace_original` rewrites
+        (`delete_original` takes away) the last ephemeral this URL posted; 5 posts within 30 minutes."""
         body = await request.json()
         self.response_url_posts.append(body)
+        nonce = request.query.get("n", "")
+        refused = self._response_urls.take(nonce)
+        if refused is not None:
+            return web.Response(status=404, text=refused)
         team_id, channel_id, user = request.match_info["team"], request.match_info["channel"], request.match_info["user"]
         channel = self._store.channel(channel_id, team_id=team_id, create=True)
         if channel is None:
             return web.json_response(error("channel_not_found"), status=404)
         text, blocks = str(body.get("text") or ""), body.get("blocks")
-        if body.get("response_type") == "in_channel":
+        earlier = [i for i, e in enumerate(self._store.ephemerals) if nonce and e.via == nonce and not e.deleted]
+        if earlier and (body.get("replace_original") or body.get("delete_original")):
+            old = self._store.ephemerals[earlier[-1]]
+            self._store.ephemerals[earlier[-1]] = (
+                replace(old, deleted=True) if body.get("delete_original")
+                else replace(old, text=text, blocks=blocks, replaced=old.replaced + 1))
+        elif body.get("response_type") == "in_channel":
             team = self._store.teams[team_id]
             self._store.post(channel, text=text, blocks=blocks, thread_ts=None, user=team.bot_user_id, bot_id=team.bot_id)
         else:
             self._store.ephemerals.append(EphemeralRecord(
                 channel=channel_id, team_id=team_id, user=user, text=text, blocks=blocks, thread_ts=None,
-                message_ts=self._store.clock.next()))
+                message_ts=self._store.clock.next(), via=nonce))
         return web.json_response({"ok": True})
 
     def slash_command(self, command: str, text: str, *, user: str, channel: str, team_id: str | None = None) -> JsonDict:
@@ -579,7 +615,8 @@ class SlackEmulator:
             self._store.add_user(user_id=user, team_id=team.team_id, name=None, real_name=None)
         payload = events.slash_command_payload(
             command=command, text=text, user=user, channel=channel, team_id=team.team_id, api_app_id=self.app_id,
-            response_url=f"{self.base_url}command-response/{team.team_id}/{channel}/{user}", team_domain=team.domain,
+            response_url=f"{self.base_url}command-response/{team.team_id}/{channel}/{user}?n={self._response_urls.issue()}",
+            team_domain=team.domain,
         )
         # Its trigger_id may open one modal within 3 s (views.open).
         self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
@@ -662,7 +699,8 @@ class SlackEmulator:
         payload = events.message_action_payload(
             user=user, callback_id=callback_id, message=self.message_json(channel, message_ts), channel=channel,
             team_id=team.team_id, api_app_id=self.app_id,
-            response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}",
+            response_url=f"{self.base_url}response-url/{team.team_id}/{channel}/{message_ts}/{user}"
+                         f"?n={self._response_urls.issue()}",
             team_domain=team.domain, user_team=user_team,
         )
         self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
@@ -833,6 +871,11 @@ def _clicked_element(blocks: list[JsonDict], action_id: str, value: str) -> tupl
                 return block.get("block_id"), "feedback_buttons", (side or {}).get("text")
             return block.get("block_id"), str(element.get("type") or "button"), element.get("text")
     return None
+
+
+def _nonce(url: str) -> str:
+    """The nonce a response_url the emulator issued carries (its `n` query parameter)."""
+    return parse_qs(urlsplit(url).query).get("n", [""])[0]
 
 
 def _peer(request: web.Request) -> str:

@@ -155,6 +155,11 @@ class EphemeralRecord:
     blocks: list[JsonDict] | None
     thread_ts: str | None
     message_ts: str
+    # The response_url nonce it was posted through ("" for chat.postEphemeral); how often replace_original
+    # rewrote it since, and whether delete_original took it away.
+    via: str = ""
+    replaced: int = 0
+    deleted: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
