@@ -13,6 +13,8 @@ log = logging.getLogger(__name__)
 # Refreshes are taken one at a time across processes: each reads the shares the others use and publishes its own
 # in one transaction, so two processes never both take room the other has not given up yet.
 SHARE_LOCK_KEY = 0x7368617265  # "share"
+# Float sums of 1/N land a hair off; a share this close to its 1/N has it.
+SHARE_EPSILON = 1e-9
 
 
 def fair_share(others: Iterable[float]) -> float:
@@ -56,6 +58,14 @@ class BudgetShares:
 
     def served(self) -> dict[str, float]:
         return dict(self._shares)
+
+    @property
+    def short(self) -> bool:
+        """A scope is under its 1/N (the others have not made room yet): worth a refresh before the next beat."""
+        return any(
+            share < 1.0 / (len(self._seen.get(scope, ())) + 1) - SHARE_EPSILON
+            for scope, share in self._shares.items() if scope in self._counted
+        )
 
     def follow(self, changed: Callable[[], None]) -> None:
         """`changed()` is called after shares or learned limits change."""

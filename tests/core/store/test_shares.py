@@ -27,9 +27,7 @@ SUM_SLACK = 1e-9
 
 def stepped(db: Database, owner: str) -> Heartbeats:
     """A process that beats only when the test says (a new scope's beat at once is its own test)."""
-    process = Heartbeats(db, owner=owner)
-    process.shares.wake = None
-    return process
+    return Heartbeats(db, owner=owner, prompt=False)
 
 
 def shares_of(processes: list[Heartbeats], scope: str = WORKSPACE) -> list[float]:
@@ -317,3 +315,40 @@ async def test_discords_global_budget_follows_the_bots_share_and_its_channels_st
     other_bot.shares.serve(f"discord:{bot_key('another token')}")
     await beat_all([other_bot, first])
     assert budgets.global_budget.share == 0.5
+
+
+async def test_a_process_short_of_its_share_looks_again_before_its_next_beat(db: Database) -> None:
+    await clean(db)
+    first = stepped(db, "first")
+    first.shares.serve(WORKSPACE)
+    await first.beat()
+    joining = Heartbeats(db, owner="joining", interval_s=HEARTBEAT_INTERVAL_S)  # beats between beats
+    joining.shares.serve(WORKSPACE)  # counted at once: nothing left while the first uses it all
+    for _ in range(200):
+        if WORKSPACE in (await shares_in_db(db)).get("joining", {}):
+            break
+        await asyncio.sleep(0.01)
+    assert joining.shares.served()[WORKSPACE] == 0.0 and joining.shares.short
+    await first.beat()  # made room: the newcomer takes it without waiting for its own 10 s beat
+    for _ in range(400):
+        if joining.shares.served()[WORKSPACE] == 0.5:
+            break
+        await asyncio.sleep(0.01)
+    assert shares_of([first, joining]) == [0.5, 0.5] and not joining.shares.short
+    await joining.stop()
+
+
+async def shares_in_db(db: Database) -> dict[str, dict[str, float]]:
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT owner, shares FROM process_heartbeats")
+        return {owner: shares for owner, shares in await cursor.fetchall()}
+
+
+def test_a_learning_budget_keeps_what_it_learnt_through_a_share_change() -> None:
+    budget = RateBudget(capacity=10, refill_per_s=4.0, clock=FakeClock(), learns=True, learned_floor_per_s=2.0)
+    budget.penalize(1.0)  # a told limit: a tenth slower
+    assert budget.refill_per_s == pytest.approx(3.6)
+    budget.set_share(0.5)
+    assert budget.refill_per_s == pytest.approx(1.8)
+    budget.set_share(1.0)
+    assert budget.refill_per_s == pytest.approx(3.6)
