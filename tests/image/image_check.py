@@ -23,6 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.image.external_db import start_postgres
 from tests.image.podman_host import Podman, Skip, base_image, ensure_tools, podman
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,12 +67,16 @@ def build_wheels(work: Path) -> Path:
 
 
 def build_image(pod: Podman, *, base: str, wheels: Path) -> None:
+    before = pod("image", "inspect", "--format", "{{.Id}}", IMAGE, timeout=60, check=False).stdout.strip()
     # --network none: the build must need nothing but the wheels context. --format docker keeps HEALTHCHECK.
     # --layers=false: each run's wheels differ (the project's is new), so cached layers would only pile up.
     pod("build", "--quiet", "--layers=false", "--format", "docker", "--network", "none", *pod.ulimits,
         "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"EXTRAS={EXTRAS}",
         "--build-context", f"wheels={wheels}", "-t", IMAGE, "-f", str(REPO / "Dockerfile"), str(REPO),
         timeout=BUILD_TIMEOUT_S)
+    after = pod("image", "inspect", "--format", "{{.Id}}", IMAGE, timeout=60).stdout.strip()
+    if before and before != after:  # the last run's image, now untagged: ~630 MB a run would otherwise pile up
+        pod("rmi", before, timeout=60, check=False)
 
 
 def check_config(pod: Podman) -> None:
@@ -130,8 +135,8 @@ def wait_for_healthy(pod: Podman, name: str) -> str:
     return status
 
 
-def logs(pod: Podman, name: str) -> str:
-    result = pod("logs", "--tail", "40", name, timeout=30, check=False)
+def logs(pod: Podman, name: str, *, tail: int = 40) -> str:
+    result = pod("logs", "--tail", str(tail), name, timeout=30, check=False)
     return (result.stdout + result.stderr).strip()
 
 
@@ -176,9 +181,31 @@ def check_data_kept(pod: Podman, volume: str) -> None:
         raise Failed(f"`relaybot sources list` on the same volume:\n{result.stdout}\n{result.stderr}")
 
 
+def check_external_database(pod: Podman, *, db: str, app: str) -> None:
+    """The image with DATABASE_URL, as compose.yaml runs it: no embedded server starts, and /readyz finds the
+    database answering."""
+    port = free_port()
+    url = start_postgres(pod, image=IMAGE, name=db, publish=f"127.0.0.1:{port}:8080")
+    pod("run", "--detach", "--name", app, *pod.ulimits, "--network", f"container:{db}", "-e", f"DATABASE_URL={url}",
+        "-e", "EMBEDDING_PROVIDER=none", IMAGE, timeout=STEP_TIMEOUT_S)
+    wait_for_healthz(pod, app, port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as response:
+            ready = response.status
+    except urllib.error.HTTPError as error:
+        ready = error.code
+    if ready != 200:
+        raise Failed(f"/readyz answered {ready} with DATABASE_URL:\n{logs(pod, app)}")
+    commands = pod("top", app, "comm", timeout=30).stdout.split()[1:]
+    if "postgres" in commands or "database: Postgres at" not in logs(pod, app, tail=-1):
+        raise Failed(f"with DATABASE_URL the container runs {commands}:\n{logs(pod, app)}")
+    stop(pod, app)
+
+
 def main() -> int:
     started = time.monotonic()
     name = volume = f"relaybot-image-check-{os.getpid()}"
+    containers = (name, f"{name}-app", f"{name}-db")
     try:
         ensure_tools()
         pod = podman()
@@ -206,15 +233,17 @@ def main() -> int:
         check_running(pod, name)
         stop(pod, name)
         check_data_kept(pod, volume)
+        check_external_database(pod, db=containers[2], app=containers[1])
     except (Failed, RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"image-test FAILED: {error}")
         return 1
     finally:
-        pod("rm", "--force", "--time", "0", name, timeout=60, check=False)
+        for container in containers:  # one at a time: the app container holds the db container's network
+            pod("rm", "--force", "--volumes", "--time", "0", container, timeout=60, check=False)
         pod("volume", "rm", "--force", volume, timeout=60, check=False)
         shutil.rmtree(work, ignore_errors=True)
     print(f"image-test passed: /healthz answered on 127.0.0.1:{port}, health {status}, ran as relaybot with "
-          f"the embedded database on a volume, no torch; {time.monotonic() - started:.0f} s")
+          f"the embedded database on a volume, no torch, and with DATABASE_URL; {time.monotonic() - started:.0f} s")
     return 0
 
 
