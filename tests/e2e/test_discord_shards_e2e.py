@@ -52,10 +52,11 @@ async def _start(database_url: str, openai: OpenAIEmulator, dc: DiscordEmulator,
                  **extra: str) -> Process:
     port = free_port()
     log = workdir / f"{name}.log"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", env=_env(database_url, openai, dc, port, **extra), cwd=workdir,
-        stdout=log.open("wb"), stderr=asyncio.subprocess.STDOUT,
-    )
+    with log.open("wb") as output:  # the child writes to its own copy of the file
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "run", env=_env(database_url, openai, dc, port, **extra), cwd=workdir,
+            stdout=output, stderr=asyncio.subprocess.STDOUT,
+        )
     return Process(port=port, process=process, log=log)
 
 
@@ -196,8 +197,9 @@ async def test_automatic_shards_are_split_and_a_killed_processes_shards_taken_ov
         await _until("it claims both shards", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(first,))
         second = await _start(database_url, openai_emulator, dc, tmp_path, "second", DISCORD_SHARD_COUNT="2")
         async with processes(second):
-            await _until("the second process up, standing by", lambda: _all_healthy(second)
-                         and "no shard is free; standing by" in second.log.read_text(), logs=(first, second))
+            await _until("the second process up", lambda: _all_healthy(second), logs=(first, second))
+            await _until("the second standing by", lambda: "no shard is free; standing by" in second.log.read_text(),
+                         logs=(first, second))
             assert dc.live_shards == [(0, 2), (1, 2)], "the standby opened no session"
             first.process.kill()  # kill -9: its heartbeat stays, and goes stale
             await first.process.wait()
