@@ -149,7 +149,8 @@ def full_arguments_attached(count: int) -> str:
 
 
 def ask_usage() -> str:
-    return "Ask a question after the command, e.g. `/ask when is the next deploy window?`"
+    return ("Ask a question after the command, e.g. `/ask when is the next deploy window?` Start it with `private:` "
+            "for an answer only you see, or `dm:` for one in your DMs.")
 
 
 def ask_not_a_member() -> str:
@@ -283,6 +284,7 @@ def stop_shortcut_not_mine() -> str:
 def stop_shortcut_no_answer() -> str:
     return "That message is not an answer I am still writing, so there is nothing to stop."
 
+
 # ----- Discord's private answers and message commands (adapters/discord/private_answers.py, message_commands.py) -----
 
 def private_moved_to_dm() -> str:
@@ -320,3 +322,40 @@ def nothing_to_summarise() -> str:
 def private_approval_dms_refused() -> str:
     return ("This answer needs your approval, which a private answer asks for in your DMs with me, and I may not "
             "take clicks in DMs here. Ask again without `private` to decide it in the channel.")
+
+
+# ----- Slack's private answers and message shortcuts (adapters/slack/private_answers.py, shortcuts.py) -----
+
+def private_thinking() -> str:
+    return "_Thinking… only you will see this answer._"
+
+
+def private_answer_moved_to_dm() -> str:
+    return ("I couldn't show you this answer where you asked (Slack lets me reply there only 5 times within "
+            "30 minutes), so here it is in your DMs.")
+
+
+def private_answer_failed() -> str:
+    return "Something went wrong while I was answering; please ask again."
+
+
+def answering_in_dm() -> str:
+    return "I'm answering in your DMs with me."
+
+
+def asked_in_dm(question: str) -> str:
+    """The question of `/ask dm:`, atop its answer's thread in the asker's DM."""
+    return f"You asked: {question}"
+
+
+def thread_unreadable_answered_privately() -> str:
+    return ("I can't read this thread (I'm not in this conversation), so I answered from this message alone, "
+            "and only you can see it. Invite me to read the whole thread.")
+
+
+def thread_unreadable_to_summarise() -> str:
+    return "I can't read this thread: I'm not in this conversation. Invite me (`/invite`), then try again."
+
+
+def thread_read_failed() -> str:
+    return "I couldn't read this thread just now; please try again in a minute."

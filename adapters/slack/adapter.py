@@ -37,7 +37,7 @@ from core.engine import Engine
 from .assistant import SlackAssistant
 from .buttons import ACTION_ARGUMENTS, ACTION_PATTERN
 from .admin import CALLBACK_ID as SETTINGS_VIEW, COMMAND as SETTINGS_COMMAND, SlackAdmin
-from .commands import COMMAND, SlackCommands
+from .commands import SlackCommands
 from .home import HOME_ACTION, SlackHome
 from .native_stream import NativeSlackSurfaces, NativeStreaming
 from .clicks import SlackClicks
@@ -135,7 +135,8 @@ class SlackAdapter:
         # 👍/👎 clicks and the 👎 modal (adapters/slack/feedback.py); registered even with FEEDBACK_BUTTONS off,
         # so buttons posted before it was turned off still count.
         self.feedback = SlackFeedback(feedback=ports.feedback, surfaces=self.surfaces, gate=self.gate, access=access)
-        self.commands = SlackCommands(engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=access)
+        self.commands = SlackCommands(engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=access,
+                                      reader=self.reader)
         self.home = SlackHome(approvals=engine.approvals, surfaces=self.surfaces, clicks=self.clicks, gate=self.gate, access=access)
         # /relaybot: the channel's settings in a modal, for workspace admins and owners (or CHANNEL_ADMINS).
         self.admin = SlackAdmin(admin=engine.channel_admin, web=self.surfaces.web, gate=self.gate)
@@ -152,7 +153,7 @@ class SlackAdapter:
             assistant = SlackAssistant(inbound=self.inbound, conversations=ports.conversations, bot=_bot, web=self.surfaces.web)
             app.assistant(assistant.middleware())
         app.event("app_home_opened")(self.home.on_home_opened)
-        app.command(COMMAND)(self.commands.on_ask)
+        self.commands.register(app)  # /ask and the message shortcuts that ask
         app.command(SETTINGS_COMMAND)(self.admin.on_command)
         app.view(SETTINGS_VIEW)(self.admin.on_submit)
         app.action(HOME_ACTION)(self.home.on_click)
