@@ -147,6 +147,7 @@ class RetiredClients:
         self._closing: set[asyncio.Task[None]] = set()
 
     def add(self, old: discord.Client, connection: asyncio.Task[None] | None) -> None:
+        log.info("Discord: the client over the old shards hears no more events; it closes once its answers are done")
         setattr(old, "watch", GatewayWatch(self._clock))  # its disconnect is no news for the adapter's readiness
         old._connection.parsers.clear()  # discord.py drops an event it has no parser for
 

@@ -185,27 +185,36 @@ async def test_a_process_with_another_shard_count_is_refused_with_a_sentence_and
         assert dc.live_shards == [(0, 2), (1, 2)], "the running one goes on with both shards"
 
 
-async def test_automatic_shards_are_split_and_a_killed_processes_shards_taken_over(
+@pytest.mark.parametrize("first_runs", ["claimed shards", "DISCORD_SHARD_IDS=0"])
+async def test_automatic_shards_are_claimed_and_a_killed_processes_shards_taken_over(
     database_url: str, openai_emulator: OpenAIEmulator, discord_emulator: DiscordEmulator, tmp_path: Path,
+    first_runs: str,
 ) -> None:
+    """The second process claims what is free: nothing when the first claimed both (it stands by), shard 1 when the
+    first runs shard 0 by setting. Killed, the first's shards are taken over by the second: a new client over both,
+    the old one (if it had shards) closed."""
     dc = discord_emulator
     guilds, ada = _world(dc)
     _script(openai_emulator)
-    first = await _start(database_url, openai_emulator, dc, tmp_path, "first", DISCORD_SHARD_COUNT="2")
+    fixed = {"DISCORD_SHARD_IDS": "0"} if first_runs == "DISCORD_SHARD_IDS=0" else {}
+    first = await _start(database_url, openai_emulator, dc, tmp_path, "first", DISCORD_SHARD_COUNT="2", **fixed)
     async with processes(first):
         await _until("the first process up", lambda: _all_healthy(first), logs=(first,))
-        await _until("it claims both shards", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(first,))
+        await _until("its shards connected", lambda: dc.live_shards == ([(0, 2)] if fixed else [(0, 2), (1, 2)]),
+                     logs=(first,))
         second = await _start(database_url, openai_emulator, dc, tmp_path, "second", DISCORD_SHARD_COUNT="2")
         async with processes(second):
             await _until("the second process up", lambda: _all_healthy(second), logs=(first, second))
-            await _until("the second standing by", lambda: "no shard is free; standing by" in second.log.read_text(),
-                         logs=(first, second))
-            assert dc.live_shards == [(0, 2), (1, 2)], "the standby opened no session"
+            claimed = "Discord shards 1 of 2 run here (claimed by lease)" if fixed else "no shard is free; standing by"
+            await _until("the second's claim", lambda: claimed in second.log.read_text(), logs=(first, second))
+            await _until("one session a shard", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(first, second))
             first.process.kill()  # kill -9: its heartbeat stays, and goes stale
             await first.process.wait()
             _heartbeat_goes_stale(database_url, _owner_of(first))
-            await _until("the second takes both shards over", lambda: dc.live_shards == [(0, 2), (1, 2)]
-                         and "now 0, 1 of 2" in second.log.read_text(), timeout_s=60, logs=(second,))
+            await _until("the second takes the first's shards over",
+                         lambda: "hears no more events" in second.log.read_text(), timeout_s=60, logs=(second,))
+            assert "now 0, 1 of 2" in second.log.read_text()
+            await _until("the old client closed", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(second,))
             await _every_event_answered_once(dc, guilds, ada, (second,))
 
 
