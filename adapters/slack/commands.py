@@ -120,7 +120,8 @@ class SlackCommands:
     ) -> None:
         """A placeholder, then the whole answer in one replace_original post only the asker sees. Retrieval is the
         channel's (its key names the channel); no reminder (it would post in the channel later) and no reading back."""
-        place = PrivatePlace(team_id=team, channel=channel, user=user, response_url=str(body.get("response_url") or ""))
+        place = PrivatePlace(team_id=team, channel=channel, user=user, response_url=str(body.get("response_url") or ""),
+                             decides_in_dm=self._access.person(user, (team,) if team else (), direct=True) == "allowed")
         key = ConversationKey(platform=PLATFORM, workspace=team, channel=channel, direct=direct,
                               thread=f"{PRIVATE_THREAD_PREFIX}{body.get('trigger_id') or ''}")
         request = Request(question=question, conversation=key, user=Actor(id=user), reaches=frozenset())
@@ -131,7 +132,13 @@ class SlackCommands:
         self, respond: AsyncRespond, *, team: str, channel: str, user: str, question: str, direct: bool,
     ) -> None:
         """The question posted in the asker's DM and answered in its thread as any answer is (streamed, Stop, 👍/👎);
-        retrieval is still the channel's where it was asked (a DM's grants would widen it)."""
+        retrieval is still the channel's where it was asked (a DM's grants would widen it). Not where the asker's DM
+        takes no questions (DIRECT_MESSAGES): its follow-ups and clicks would be refused there."""
+        dms = self._access.person(user, (team,) if team else (), direct=True)
+        if dms != "allowed":
+            await _tell(respond, wording.direct_messages_off() if dms == "direct_messages_off"
+                        else wording.direct_messages_members_only())
+            return
         try:
             dm = await self._private.open_dm(team, user)
             posted = await self._surfaces.post_paced(ReplyTarget(team_id=team, channel=dm, thread_ts=None),

@@ -50,6 +50,9 @@ class PrivatePlace:
     user: str
     response_url: str
     replaces: bool = True
+    # Whether the asker's clicks in their DM are taken (DIRECT_MESSAGES, SLACK_TEAM_IDS): where not, an approval
+    # is withdrawn with a sentence rather than posted where nobody may decide it.
+    decides_in_dm: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +186,9 @@ class PrivateAnswers:
             await end_run(events)
 
     async def _approval_in_dm(self, event: ApprovalRequired, place: PrivatePlace) -> PrivateReply:
+        if not place.decides_in_dm:
+            await self._approvals.withdraw(event.continuation_id)
+            return PrivateReply(text=wording.private_approval_dms_refused())
         try:
             dm = await self.open_dm(place.team_id, place.user)
         except Exception:

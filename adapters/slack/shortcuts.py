@@ -108,7 +108,7 @@ class SlackShortcuts:
         it was used on, never to be replaced. No reminder, no reading back (as `/ask private:`)."""
         user, channel = shortcut.user_id, shortcut.channel
         place = PrivatePlace(team_id=team, channel=channel, user=user, response_url=str(body.get("response_url") or ""),
-                             replaces=False)
+                             replaces=False, decides_in_dm=self._access.person(user, shortcut.teams, direct=True) == "allowed")
         key = ConversationKey(platform=PLATFORM, workspace=team, channel=channel, direct=channel.startswith("D"),
                               thread=f"{PRIVATE_THREAD_PREFIX}{body.get('trigger_id') or ''}")
         request = Request(question=question, conversation=key, user=Actor(id=user), reaches=frozenset())

@@ -205,3 +205,32 @@ async def test_private_and_dm_answers_search_what_the_channel_asked_in_may_see_n
         assert secret in json.dumps(openai_emulator.chat_requests[-1])
     finally:
         await bot.stop()
+
+
+async def test_where_dms_are_closed_a_private_approval_is_withdrawn_with_a_sentence_and_dm_asks_are_refused(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    """DIRECT_MESSAGES=closed: a click in the DM would be refused, so the approval is not posted there (nothing waits
+    where nobody may decide it) and the asker is told to ask in the channel; `/ask dm:` says DMs are off."""
+    slack = slack_emulator
+    deploys: list[str] = []
+    bot = await start_bot(db, slack, openai_emulator.base_url, registry=deploy_registry(deploys),
+                          direct_messages="closed")
+    try:
+        openai_emulator.script(ToolCalls([Call("deploy", json.dumps({"env": "prod"}), id="call_prod")]), Text("Deployed."))
+        await ask(slack, bot, "private: deploy to prod please")
+        assert await eventually(lambda: any(e.replaced for e in slack.ephemerals_for(ALICE)))
+        assert shown_text(slack.ephemerals_for(ALICE)[0]) == wording.private_approval_dms_refused()
+        assert slack.messages(ALICES_DM) == [] and slack.messages(CHANNEL) == [] and deploys == []
+        async with db.connection() as conn:
+            waiting = await (await conn.execute(
+                "SELECT count(*) FROM continuations WHERE status = 'pending'")).fetchone()
+        assert waiting is not None and waiting[0] == 0, "withdrawn: nothing waits for a decision"
+
+        asked = len(openai_emulator.chat_requests)
+        await ask(slack, bot, f"dm: {QUESTION}", user=BOB)
+        assert await eventually(lambda: bool(slack.ephemerals_for(BOB)))
+        assert [e.text for e in slack.ephemerals_for(BOB)] == [sentence(wording.direct_messages_off())]
+        assert len(openai_emulator.chat_requests) == asked and slack.messages("D0000BOB") == []
+    finally:
+        await bot.stop()
