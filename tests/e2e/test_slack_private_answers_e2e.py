@@ -234,3 +234,22 @@ async def test_where_dms_are_closed_a_private_approval_is_withdrawn_with_a_sente
         assert len(openai_emulator.chat_requests) == asked and slack.messages("D0000BOB") == []
     finally:
         await bot.stop()
+
+
+async def test_a_private_answer_cut_by_a_shutdown_replaces_its_placeholder_with_the_interrupted_sentence(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url)
+    stopped = False
+    try:
+        openai_emulator.script(Text("word " * 2000, chunk_chars=5, delay_s=0.02))  # far longer than the test
+        await ask(slack, bot, f"private: {QUESTION}")
+        assert await eventually(lambda: bool(slack.ephemerals_for(ALICE)) and len(openai_emulator.chat_requests) == 1)
+        await bot.stop()
+        stopped = True
+        [shown] = slack.ephemerals_for(ALICE)
+        assert shown.replaced == 1 and shown_text(shown) == wording.interrupted()
+    finally:
+        if not stopped:
+            await bot.stop()
