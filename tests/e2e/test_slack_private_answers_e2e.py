@@ -253,3 +253,16 @@ async def test_a_private_answer_cut_by_a_shutdown_replaces_its_placeholder_with_
     finally:
         if not stopped:
             await bot.stop()
+
+
+async def test_a_private_ask_is_answered_where_the_bot_is_not_a_member(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    """A response_url needs no membership: where a plain /ask is told to invite the bot, a private one is answered."""
+    slack = slack_emulator
+    slack.remove_bot_from(CHANNEL)
+    openai_emulator.script(Text(ANSWER))
+    await ask(slack, bot, f"private: {QUESTION}")
+    assert await eventually(lambda: any(e.replaced for e in slack.ephemerals_for(ALICE)))
+    assert shown_text(slack.ephemerals_for(ALICE)[0]).startswith(ANSWER)
+    assert slack.messages(CHANNEL) == []
