@@ -212,7 +212,8 @@ def main() -> int:
         base = base_image(pod)
         probe = pod("run", "--rm", *pod.ulimits, "--network", "none", base, "true", timeout=120, check=False)
         if probe.returncode != 0:
-            raise Skip(f"podman cannot start a container here: {probe.stderr.strip().splitlines()[-1:]}")
+            reason = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+            raise Skip(f"podman cannot start a container here: {reason}")
     except Skip as reason:
         print(f"image-test skipped: {reason}")
         return 0
