@@ -20,7 +20,8 @@ from . import buttons, render
 from .controls import stop_view
 from .feedback import feedback_view
 from . import transport_calls as calls
-from .transport import NO_PINGS, DiscordBudgets, ChannelTransport, InteractionTransport, fresh_nonce, send_reliably
+from .transport import (NO_PINGS, ChannelTransport, DiscordBudgets, InteractionTransport, MessageButtons, fresh_nonce,
+                        send_after_answers, send_reliably)
 from .transport_lookup import find_posted
 
 log = logging.getLogger(__name__)
@@ -29,15 +30,14 @@ PLATFORM = "discord"
 
 
 class ButtonedTransport(MessageTransport, Protocol):
-    """An answer's transport (ChannelTransport, InteractionTransport): its first message carries `controls` (the
-    Stop button) while set; an edit after it is unset drops it from the messages in `controlled`."""
+    """An answer's transport (ChannelTransport, InteractionTransport, PrivateTransport): its messages carry the
+    answer's `buttons` (adapters/discord/message_buttons.py)."""
 
-    controls: discord.ui.View | None
-    controlled: set[str]
+    buttons: MessageButtons
 
     async def edit(self, message_id: str, text: str | None) -> None: ...
 
-    async def show_view(self, message_id: str, view: discord.ui.View) -> None: ...
+    async def show_view(self, message_id: str, view: discord.ui.View | None) -> None: ...
 
 
 class DiscordSurface:
@@ -96,26 +96,33 @@ class DiscordSurface:
 
     # AnswerControls (adapters/answer_protocols.py): Stop rides the answer's first message as a component.
     async def show_stop(self, run_id: str) -> None:
-        self._transport.controls = stop_view(run_id)
+        self._transport.buttons.stop = stop_view(run_id)
 
     async def end_stop(self) -> None:
-        self._transport.controls = None
+        self._transport.buttons.stop = None
 
     async def clear_stop(self) -> None:
         """Messages the final edit did not touch (an earlier part of a long answer) lose the button here."""
         transport = self._transport
-        for message_id in list(transport.controlled):
+        for message_id in list(transport.buttons.with_stop):
             await send_reliably(self._budget, lambda: transport.edit(message_id, None), clock=self._clock)
 
     async def will_finish(self, run_id: str) -> None:
-        """Nothing: 👍/👎 come by an edit after the final (show_feedback)."""
+        """The final texts carry 👍/👎 in place of Stop: no edit after them for the buttons."""
+        if self._feedback:
+            self._transport.buttons.feedback = feedback_view(run_id)
 
     async def show_feedback(self, run_id: str, answer_ids: list[str]) -> None:
-        """👍/👎 on the answer's last message (one edit; the Stop button, if it was there, goes)."""
+        """👍/👎 stay on the answer's last message only: an edit for a final laid over several messages, or one
+        whose last message was not written again; cosmetic, so behind every answer's texts."""
         if not self._feedback or not answer_ids:
             return
-        show = self._transport.show_view
-        await send_reliably(self._budget, lambda: show(answer_ids[-1], feedback_view(run_id)), clock=self._clock)
+        buttons, show = self._transport.buttons, self._transport.show_view
+        last = answer_ids[-1]
+        for message_id in sorted(buttons.with_feedback - {last}):
+            await send_after_answers(self._budget, lambda m=message_id: show(m, None), clock=self._clock)
+        if last not in buttons.with_feedback:
+            await send_after_answers(self._budget, lambda: show(last, feedback_view(run_id)), clock=self._clock)
 
     async def show_approval(self, view: ApprovalView) -> dict[str, Any]:
         """One message per part of the calls, each with its own buttons, so every call is shown where it

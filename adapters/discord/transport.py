@@ -1,4 +1,4 @@
-"""Discord calls: posting and editing in channels or through an /ask webhook, failures read by the shared rule, channel budgets."""
+"""Discord calls: posting and editing in channels or through an /ask webhook (with the buttons an answer's messages carry), failures read by the shared rule, channel budgets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import discord
 
@@ -112,6 +112,51 @@ async def send_after_answers(budget: RateBudget, make_call: Callable[[], Awaitab
     return await send_paced(lambda: guarded(make_call()), budget=budget, clock=clock, priority=Priority.INTERMEDIATE)
 
 
+class MessageButtons:
+    """One answer's buttons, for every transport that writes it (a channel, an /ask response, a private answer).
+
+    While `stop` is set the first message posted carries it; once `feedback` is set (the final text is about to
+    go) every post and edit of text carries 👍/👎 in its place, so the final texts bring their own buttons and no
+    edit after them is needed. An edit with Stop unset drops it from the messages that still show it."""
+
+    def __init__(self) -> None:
+        self.stop: discord.ui.View | None = None
+        self.feedback: discord.ui.View | None = None
+        self.with_stop: set[str] = set()
+        self.with_feedback: set[str] = set()
+
+    def for_post(self) -> discord.ui.View | None:
+        if self.feedback is not None:
+            return self.feedback
+        return self.stop if self.stop is not None and not self.with_stop else None
+
+    def posted(self, message_id: str, view: discord.ui.View | None) -> None:
+        if view is None:
+            return
+        (self.with_feedback if view is self.feedback else self.with_stop).add(message_id)
+
+    def for_edit(self, message_id: str, text: str | None) -> dict[str, Any]:
+        """The `view` field an edit of `message_id` sends, if any (none: the message keeps what it shows)."""
+        if self.feedback is not None and text is not None:
+            return {"view": self.feedback}
+        if self.stop is None and message_id in self.with_stop:
+            return {"view": None}
+        return {}
+
+    def edited(self, message_id: str, fields: dict[str, Any]) -> None:
+        if "view" not in fields:
+            return
+        self.with_stop.discard(message_id)
+        if fields["view"] is None:
+            self.with_feedback.discard(message_id)
+        else:
+            self.with_feedback.add(message_id)
+
+    def shown(self, message_id: str, view: discord.ui.View | None) -> None:
+        """`view` was put on the message by itself (show_view)."""
+        self.edited(message_id, {"view": view})
+
+
 class ChannelTransport:
     """Streams into a channel, thread or DM: the first message optionally replies to the question,
     each rolled-over message replies to the one before."""
@@ -125,10 +170,7 @@ class ChannelTransport:
         # Parts another process tried to post (key → when): looked up before they are posted.
         self.attempted = attempted or {}
         self._once: dict[str, PostOnce] = {}
-        # The Stop button (adapters/discord/controls.py): on the first message posted while set; an edit
-        # after it is unset drops it from the messages that carry it.
-        self.controls: discord.ui.View | None = None
-        self.controlled: set[str] = set()
+        self.buttons = MessageButtons()
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         reference = None
@@ -139,7 +181,7 @@ class ChannelTransport:
             )
         # With a nonce discord.py sets enforce_nonce: a second post of the part within Discord's few minutes
         # returns the first message; past them, the part is looked up after a reply that never came.
-        view = self.controls if self.controls is not None and not self.controlled else None
+        view = self.buttons.for_post()
         once = self._once.get(key) if key is not None else None
         if key is not None and once is None:
             once = self._once[key] = PostOnce(self._channel, attempted_at=self.attempted.get(key), replies_to=self._reply_to)
@@ -157,23 +199,21 @@ class ChannelTransport:
                 content=text, allowed_mentions=NO_PINGS, **({"view": None} if stale_view else {}),
             ))
         self._reply_to = message.id
-        if view is not None:
-            self.controlled.add(str(message.id))
+        self.buttons.posted(str(message.id), view)
         return str(message.id)
 
     async def edit(self, message_id: str, text: str | None) -> None:
         """`text` None: only the Stop button is dropped (the message keeps its text)."""
         partial = _partial_message(self._channel, int(message_id))
-        drop = self.controls is None and message_id in self.controlled
+        buttons = self.buttons.for_edit(message_id, text)
         content = {} if text is None else {"content": text}
-        await guarded(partial.edit(**content, allowed_mentions=NO_PINGS, **({"view": None} if drop else {})))
-        if drop:
-            self.controlled.discard(message_id)
+        await guarded(partial.edit(**content, allowed_mentions=NO_PINGS, **buttons))
+        self.buttons.edited(message_id, buttons)
 
-    async def show_view(self, message_id: str, view: discord.ui.View) -> None:
+    async def show_view(self, message_id: str, view: discord.ui.View | None) -> None:
         """Puts `view` on one of the answer's messages (the 👍/👎 under the final one), in place of any Stop button."""
         await guarded(_partial_message(self._channel, int(message_id)).edit(view=view, allowed_mentions=NO_PINGS))
-        self.controlled.discard(message_id)
+        self.buttons.shown(message_id, view)
 
 
 def _partial_message(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
@@ -203,19 +243,16 @@ class InteractionTransport:
         self._interaction = interaction
         self._original_id: str | None = None
         self._once: dict[str, PostOnce] = {}
-        # The Stop button, on the original response (as ChannelTransport.controls).
-        self.controls: discord.ui.View | None = None
-        self.controlled: set[str] = set()
+        self.buttons = MessageButtons()  # on the original response
 
     async def post(self, text: str, *, key: str | None = None) -> str:
         if self._original_id is None:
-            view = self.controls
+            view = self.buttons.for_post()
             message = await guarded(self._interaction.edit_original_response(
                 content=text, allowed_mentions=NO_PINGS, **({"view": view} if view is not None else {})
             ))
             self._original_id = str(message.id)
-            if view is not None:
-                self.controlled.add(self._original_id)
+            self.buttons.posted(self._original_id, view)
             return self._original_id
         # A followup takes no nonce: after a reply that never came, the channel is read for it first.
         channel = self._interaction.channel
@@ -239,15 +276,13 @@ class InteractionTransport:
 
     async def edit(self, message_id: str, text: str | None) -> None:
         """`text` None: only the Stop button is dropped."""
-        drop = self.controls is None and message_id in self.controlled
+        # Only the original response carries buttons; a followup keeps what it shows.
+        buttons = self.buttons.for_edit(message_id, text) if message_id == self._original_id else {}
         try:
             if message_id == self._original_id:
                 await guarded(self._interaction.edit_original_response(
-                    **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS,
-                    **({"view": None} if drop else {}),
+                    **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS, **buttons,
                 ))
-                if drop:
-                    self.controlled.discard(message_id)
             else:
                 await guarded(
                     self._interaction.followup.edit_message(int(message_id), content=text, allowed_mentions=NO_PINGS)
@@ -259,12 +294,11 @@ class InteractionTransport:
             log.info("interaction token no longer valid; editing message %s directly", message_id)
             channel = self._interaction.channel
             await guarded(_partial_message(channel, int(message_id)).edit(  # type: ignore[arg-type]
-                **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS, **({"view": None} if drop else {}),
+                **({} if text is None else {"content": text}), allowed_mentions=NO_PINGS, **buttons,
             ))
-            if drop:
-                self.controlled.discard(message_id)
+        self.buttons.edited(message_id, buttons)
 
-    async def show_view(self, message_id: str, view: discord.ui.View) -> None:
+    async def show_view(self, message_id: str, view: discord.ui.View | None) -> None:
         """Puts `view` on one of the answer's messages (the 👍/👎 under the final one), in place of any Stop button."""
         try:
             if message_id == self._original_id:
@@ -276,4 +310,4 @@ class InteractionTransport:
                 raise
             channel = self._interaction.channel
             await guarded(_partial_message(channel, int(message_id)).edit(view=view, allowed_mentions=NO_PINGS))  # type: ignore[arg-type]
-        self.controlled.discard(message_id)
+        self.buttons.shown(message_id, view)

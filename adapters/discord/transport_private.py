@@ -9,7 +9,7 @@ from typing import Any
 
 import discord
 
-from .transport import NO_PINGS, ChannelTransport
+from .transport import NO_PINGS, ChannelTransport, MessageButtons
 from .transport_http import guarded
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,7 @@ class PrivateTransport:
         self._moving = asyncio.Lock()
         # An ephemeral message → its copy in the DMs, once the move has carried it there.
         self._carried: dict[str, str] = {}
-        # The Stop button, on the answer's first ephemeral message (as ChannelTransport.controls).
-        self.controls: discord.ui.View | None = None
-        self.controlled: set[str] = set()
+        self.buttons = MessageButtons()  # on the ephemeral messages (a copy in the DMs goes without until shown)
 
     @property
     def moved(self) -> bool:
@@ -89,13 +87,13 @@ class PrivateTransport:
                 await self._move(exc)
         if text is None:
             # Nothing can reach that message any more: its button stays, and a click on it is told the run ended.
-            self.controlled.discard(message_id)
+            self.buttons.shown(message_id, None)
             return
         assert self._dm is not None
         self._carried[message_id] = await self._dm.post(text, key=f"{self._key}:carry:{message_id}")
-        self.controlled.discard(message_id)
+        self.buttons.shown(message_id, None)
 
-    async def show_view(self, message_id: str, view: discord.ui.View) -> None:
+    async def show_view(self, message_id: str, view: discord.ui.View | None) -> None:
         """Puts `view` (👍/👎) on one of the answer's messages; where no call reaches it, it goes without."""
         if message_id in self._carried:
             await self._dm.show_view(self._carried[message_id], view)  # type: ignore[union-attr]
@@ -108,7 +106,7 @@ class PrivateTransport:
             if not interaction_gone(exc):
                 raise
             log.info("a private answer's message %s no longer takes edits; it goes without 👍/👎", message_id)
-        self.controlled.discard(message_id)
+        self.buttons.shown(message_id, view)
 
     async def note(self, text: str | None = None, *, embed: discord.Embed | None = None, nonce: str) -> None:
         """A message beside the answer that only the asker sees (its sources, a notice): an ephemeral followup,
@@ -129,7 +127,7 @@ class PrivateTransport:
         await guarded(self._dm_channel.send(nonce=nonce, **fields))
 
     async def _post_ephemeral(self, text: str) -> str:
-        view = self.controls if self.controls is not None and not self.controlled else None
+        view = self.buttons.for_post()
         extra: dict[str, Any] = {"view": view} if view is not None else {}
         if not self._original_taken:
             message = await guarded(self._interaction.edit_original_response(
@@ -141,18 +139,14 @@ class PrivateTransport:
             message = await guarded(self._interaction.followup.send(
                 text, ephemeral=True, wait=True, allowed_mentions=NO_PINGS, **extra,
             ))
-        if view is not None:
-            self.controlled.add(str(message.id))
+        self.buttons.posted(str(message.id), view)
         return str(message.id)
 
     async def _edit_ephemeral(self, message_id: str, text: str | None) -> None:
-        drop = self.controls is None and message_id in self.controlled
+        buttons = self.buttons.for_edit(message_id, text)
         fields: dict[str, Any] = {} if text is None else {"content": text}
-        if drop:
-            fields["view"] = None
-        await guarded(self._edit_call(message_id, allowed_mentions=NO_PINGS, **fields))
-        if drop:
-            self.controlled.discard(message_id)
+        await guarded(self._edit_call(message_id, allowed_mentions=NO_PINGS, **fields, **buttons))
+        self.buttons.edited(message_id, buttons)
 
     def _edit_call(self, message_id: str, **fields: Any) -> Any:
         if message_id == self._original_id:
