@@ -66,9 +66,10 @@ class PrivateReply:
 class ResponseUrl:
     """One interaction's response_url, its posts counted as Slack counts them: past 5, or 30 minutes, it takes none."""
 
-    def __init__(self, url: str, *, clock: Any) -> None:
+    def __init__(self, url: str, *, clock: Any, session: Any = None) -> None:
         self._url = url
         self._clock = clock  # Slack time (budgets.ScaledClock)
+        self._session = session  # the adapter's aiohttp session: no connection of its own per post
         self._issued = clock.now()
         self.posts = 0
 
@@ -82,7 +83,8 @@ class ResponseUrl:
             return False
         self.posts += 1
         try:
-            response = await AsyncWebhookClient(self._url, timeout=int(RESPONSE_URL_TIMEOUT_S)).send_dict(message)
+            client = AsyncWebhookClient(self._url, timeout=int(RESPONSE_URL_TIMEOUT_S), session=self._session)
+            response = await client.send_dict(message)
         except Exception as exc:
             logger.warning("a response_url post failed: %r", exc)
             return False
@@ -135,7 +137,7 @@ class PrivateAnswers:
         self._approvals = approvals
 
     def url(self, response_url: str) -> ResponseUrl:
-        return ResponseUrl(response_url, clock=self._surfaces.clock)
+        return ResponseUrl(response_url, clock=self._surfaces.clock, session=self._surfaces.client.session)
 
     async def play(
         self, events: AsyncIterator[Event], place: PrivatePlace, url: ResponseUrl, *, placeholder: str | None,
