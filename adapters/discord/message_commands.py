@@ -127,7 +127,7 @@ class DiscordMessageCommands:
             if not readable:
                 await refuse(interaction, wording.cannot_read_here_to_summarise())
                 return
-            where, scope = _read_place(interaction)
+            where, scope = _read_place(interaction, message)
             try:
                 prior = await self._reader().read(where, scope=scope, limit=SUMMARY_MAX_MESSAGES)
             except ConversationUnreadable as unreadable:
@@ -172,8 +172,9 @@ class DiscordMessageCommands:
         )
 
 
-def _read_place(interaction: discord.Interaction) -> tuple[ConversationKey, ReadScope]:
-    """The conversation a message command's message is in, and how the reader reads it: a thread, or its channel."""
+def _read_place(interaction: discord.Interaction, message: discord.Message) -> tuple[ConversationKey, ReadScope]:
+    """What "Summarise this thread" reads, and how the reader reads it: the thread the message is in, the thread
+    started on it (which has the message's id), or else its channel."""
     channel = interaction.channel
     channel_id = str(interaction.channel_id or 0)
     if interaction.guild_id is None:
@@ -182,4 +183,6 @@ def _read_place(interaction: discord.Interaction) -> tuple[ConversationKey, Read
     if isinstance(channel, discord.Thread):
         parent = str(channel.parent_id)
         return ConversationKey(platform=PLATFORM, workspace=workspace, channel=parent, thread=channel_id), "thread"
+    if message.flags.has_thread:
+        return ConversationKey(platform=PLATFORM, workspace=workspace, channel=channel_id, thread=str(message.id)), "thread"
     return ConversationKey(platform=PLATFORM, workspace=workspace, channel=channel_id), "channel"

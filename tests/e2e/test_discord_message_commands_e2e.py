@@ -131,3 +131,22 @@ async def test_without_the_message_content_intent_a_guild_message_is_answered_pr
     said = prompt(openai_emulator)
     assert "why does the job exit with code 137?" in said and "the runner was upgraded on Tuesday" not in said
     assert bot_messages(dc, w.channel_id) == []
+
+
+async def test_summarise_on_the_message_a_thread_was_started_on_summarises_that_thread(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text("The thread: deploys fail since Tuesday."))
+    async with running_bot(dc, db, openai_emulator, discord_message_content_intent=True):
+        await dc.send_user_message(w.channel_id, w.alice, "lunch at noon, anyone?")
+        thread, _ = await a_thread_with_a_question(dc, w)
+        # The message in the channel the thread was started on (the thread has its id).
+        await dc.invoke_message_command(SUMMARISE, thread, w.alice)
+        await dc.wait_for(
+            lambda: [m.content for m in bot_messages(dc, w.channel_id)] == ["The thread: deploys fail since Tuesday."],
+            what="the summary in the channel",
+        )
+    said = prompt(openai_emulator)
+    assert "it started after the runner upgrade on Tuesday" in said and "lunch at noon" not in said

@@ -14,6 +14,7 @@ from tests.emulators.discord.models import (
 from tests.emulators.discord.state import World
 
 THREAD_AUTO_ARCHIVE_MINUTES = 1440
+HAS_THREAD_FLAG = 1 << 5
 
 
 def iso(timestamp: float) -> str:
@@ -188,7 +189,7 @@ def message_payload(world: World, message: StoredMessage, *, for_gateway: bool =
         "components": list(current.components),
         "pinned": False,
         "type": 19 if message.message_reference else (20 if message.interaction_id else 0),
-        "flags": current.flags,
+        "flags": current.flags | (HAS_THREAD_FLAG if _started_thread(world, message) else 0),
     }
     if message.guild_id is not None:
         payload["guild_id"] = str(message.guild_id)
@@ -212,6 +213,12 @@ def message_payload(world: World, message: StoredMessage, *, for_gateway: bool =
             "authorizing_integration_owners": {},
         }
     return payload
+
+
+def _started_thread(world: World, message: StoredMessage) -> bool:
+    # A thread started on a message has the message's id; Discord flags the message HAS_THREAD.
+    thread = world.channels.get(message.id)
+    return thread is not None and thread.type == PUBLIC_THREAD_TYPE
 
 
 def _mention_payload(world: World, guild_id: int | None, user_id: int) -> JSONDict:
