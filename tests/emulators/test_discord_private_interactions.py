@@ -129,3 +129,16 @@ async def test_a_channel_hidden_from_the_bot_refuses_its_reads_and_says_so_in_in
     [seen] = permissions
     assert not seen.read_message_history and not seen.view_channel and seen.send_messages
     assert dc.interaction_responses(interaction_id)[0].ephemeral
+
+
+async def test_a_message_a_thread_was_started_on_is_flagged_has_thread(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    _, channel_id, alice = world(dc)
+    client = new_client(message_content=True)
+    async with running(dc, client):
+        plain = await dc.send_user_message(channel_id, alice, "no thread here")
+        opening = await dc.send_user_message(channel_id, alice, "a thread starts here")
+        await dc.start_thread(opening, "the thread", by=alice)
+        channel = client.get_partial_messageable(channel_id)
+        flagged = {message.id: message.flags.has_thread async for message in channel.history(limit=10)}
+    assert flagged == {plain: False, opening: True}
