@@ -177,6 +177,8 @@ class PrivateAnswers:
                         return await self._approval_in_dm(event, place)
                     case Done():
                         cited = cite(event.answer or "".join(written), sources)
+                        if not cited.text.strip():  # a markdown block needs text: an empty answer is a failure
+                            return PrivateReply(text=wording.failed(wording.private_answer_failed()))
                         return PrivateReply(text=cited.text, citations=cited.citations)
                     case Failed():
                         said = "".join(written).strip()

@@ -266,3 +266,13 @@ async def test_a_private_ask_is_answered_where_the_bot_is_not_a_member(
     assert await eventually(lambda: any(e.replaced for e in slack.ephemerals_for(ALICE)))
     assert shown_text(slack.ephemerals_for(ALICE)[0]).startswith(ANSWER)
     assert slack.messages(CHANNEL) == []
+
+
+async def test_an_empty_private_answer_is_a_sentence_not_an_empty_reply(
+    bot: SlackBot, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    openai_emulator.script(Text(""))
+    await ask(slack, bot, f"private: {QUESTION}")
+    assert await eventually(lambda: any(e.replaced for e in slack.ephemerals_for(ALICE)))
+    assert shown_text(slack.ephemerals_for(ALICE)[0]) == wording.failed(wording.private_answer_failed())
