@@ -156,6 +156,29 @@ async def test_where_dm_clicks_are_refused_a_private_answers_approval_is_withdra
     # No buttons anywhere that nobody could press.
     assert bot_messages(dc, dc.dm_channel_id(w.alice)) == [] and bot_messages(dc, w.channel_id) == []
 
+async def test_a_private_answer_carries_its_stop_button_and_then_its_votes_for_the_asker_alone(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text("word " * 400, chunk_chars=5, delay_s=0.02), Text("Short and done."))
+    async with running_bot(dc, db, openai_emulator, feedback_buttons=True):
+        await ask_privately(dc, w, "tell me a long story")
+        [answer] = await dc.wait_for(
+            lambda: [m for m in seen_by(dc, w.channel_id, w.alice) if any(i.startswith("rb:s:") for i in button_ids(m))],
+            what="the Stop button on the private answer",
+        )
+        [stop] = button_ids(answer)
+        await dc.click_button(answer.id, stop, w.alice)
+        await dc.wait_for(lambda: "⏹ Stopped by alice." in dc.message(answer.id).content, what="stopped")
+        await ask_privately(dc, w, "a short one")
+        [voted] = await dc.wait_for(
+            lambda: [m for m in seen_by(dc, w.channel_id, w.alice) if m.content == "Short and done." and m.components],
+            what="👍/👎 under the private answer",
+        )
+    assert voted.ephemeral and not any(i.startswith("rb:s:") for i in button_ids(voted))
+    assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
+
 def offered_tools(request: dict) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools") or []}
 
