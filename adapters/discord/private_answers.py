@@ -5,13 +5,15 @@ ephemeral followups. An approval cannot be an ephemeral message: Discord lets th
 15 minutes only (expiry could not close its buttons), and a click on it would resume the run where the channel
 sees it; so the request is posted in the asker's DMs, where the asker (who may always decide their own request)
 clicks it and the resumed answer streams, and the private answer says so. The answer's records (repair, the
-outbox) are kept under the asker's DM channel, so nothing a crash leaves behind is ever posted in the channel."""
+outbox) are kept under the asker's DM channel, so nothing a crash leaves behind is ever posted in the channel;
+its calls draw on the channel's budget, as a public /ask's webhook calls do."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import discord
@@ -41,10 +43,13 @@ class PrivateSurface(DiscordSurface):
     """A DiscordSurface whose messages only the asker sees: the answer through a PrivateTransport, its approval
     in their DMs (the surface's channel), everything else beside the answer."""
 
-    def __init__(self, *, transport: PrivateTransport, dm_refusal: DmRefusal, **fields: Any) -> None:
-        super().__init__(transport=transport, **fields)
+    def __init__(self, *, transport: PrivateTransport, dm: discord.DMChannel, dm_refusal: DmRefusal, **fields: Any) -> None:
+        super().__init__(transport=transport, channel=dm, **fields)
         self.private = transport
+        self._dm_id = dm.id
         self._dm_refusal = dm_refusal
+        # Recorded under the DM channel (repair, the outbox): what a crash leaves is finished there, never in public.
+        self.place = replace(self.place, channel=str(dm.id))
 
     async def show_sources(self, citations: tuple[Citation, ...], answer_ids: list[str]) -> None:
         embed = render.sources_embed(citations)
@@ -63,6 +68,7 @@ class PrivateSurface(DiscordSurface):
             await self.show_notice(wording.private_approval_dms_refused())
             raise ApprovalUnreachable("a private answer's approval would be refused in the asker's DMs")
         ref = await super().show_approval(view)
+        ref["channel_id"] = str(self._dm_id)  # where expiry finds it (the surface's own channel id is the budget's)
         try:
             await self.show_notice(wording.private_approval_in_dm())
         except Exception:
@@ -89,10 +95,12 @@ class PrivateAnswers:
         transport = PrivateTransport(interaction, dm=dm, moved_sentence=wording.private_moved_to_dm())
         surfaces = self._surfaces
         if preface is not None:
-            await send_reliably(surfaces.budgets(dm.id), lambda: transport.preface(preface), clock=surfaces.clock)
-        # The DM channel is the answer's place: its budget, its records, and where its approval goes.
+            budget = surfaces.budgets(interaction.channel_id or dm.id)
+            await send_reliably(budget, lambda: transport.preface(preface), clock=surfaces.clock)
+        # The interaction's webhook calls count with the channel's messages (as a public /ask's do): its budget.
+        # The DM channel is where its records are kept and its approval goes.
         return PrivateSurface(
-            transport=transport, channel=dm, channel_id=dm.id, workspace=workspace, thread=thread,
+            transport=transport, dm=dm, channel_id=interaction.channel_id or dm.id, workspace=workspace, thread=thread,
             budgets=surfaces.budgets, limits=surfaces.limits, clock=surfaces.clock, show_typing=False,
             background=self._background, feedback=surfaces.feedback,
             dm_refusal=lambda: self._access.refusal(user_id),

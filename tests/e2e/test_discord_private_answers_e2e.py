@@ -179,6 +179,25 @@ async def test_a_private_answer_carries_its_stop_button_and_then_its_votes_for_t
     assert voted.ephemeral and not any(i.startswith("rb:s:") for i in button_ids(voted))
     assert bot_messages(dc, w.channel_id) == [] and seen_by(dc, w.channel_id, w.bob) == []
 
+async def test_a_private_answer_is_recorded_under_the_askers_dm_channel_never_the_public_one(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    openai_emulator.script(Text("word " * 200, chunk_chars=5, delay_s=0.02))
+    async with running_bot(dc, db, openai_emulator):
+        await ask_privately(dc, w, "a long one")
+        await dc.wait_for(lambda: [t for t in private_texts(dc, w) if "word" in t], what="streaming")
+
+        async def recorded() -> list[str]:
+            async with db.connection() as conn:
+                rows = await (await conn.execute("SELECT channel FROM live_messages WHERE platform = 'discord'")).fetchall()
+            return [row[0] for row in rows]
+
+        # What crash repair and the outbox would finish is the DM's: nothing of it can reach the channel.
+        channels = await dc.wait_for(recorded, what="the live record")
+    assert set(channels) == {str(dc.dm_channel_id(w.alice))}
+
 def offered_tools(request: dict) -> set[str]:
     return {tool["function"]["name"] for tool in request.get("tools") or []}
 
