@@ -17,6 +17,7 @@ from adapters.answers import AnswerRunner
 from adapters.gate import DATABASE_DOWN, OVER_CAP_REACTION, AnswerAllCap, Gate, over_cap_sentence
 from adapters.policy import THREAD_CONTEXT_MAX_MESSAGES, FileOnMessage, read_files
 from adapters.streaming import Priority
+from adapters.streaming.answer_place import asked_at
 from core.config import DirectMessagePolicy
 from core.engine import Engine
 from core.ports import KnownConversations
@@ -258,13 +259,16 @@ class DiscordInbound:
     ) -> tuple[DiscordSurface, ConversationKey]:
         channel = message.channel
         workspace = workspace_of(message.guild.id if message.guild else None)
+        asked = message.created_at.timestamp()
         if key is None:
             name = render.thread_name(render.clean_question(message.content))
             bot_wide = self._surfaces.budgets.global_budget
             if bot_wide is not None:
                 # Opening the thread counts against Discord's per-bot limit too: a burst of questions must
-                # not open fifty at once (the first text comes next, on the same budget).
-                await bot_wide.acquire(Priority.FIRST, channel.id)
+                # not open fifty at once. Its place is the question's age, as for the first text that comes next.
+                clock = self._surfaces.clock
+                await bot_wide.acquire(Priority.FIRST, channel.id,
+                                       since=asked_at(clock, asked, time_scale=getattr(clock, "time_scale", 1.0)))
             try:
                 thread = await calls.open_thread(message, name=name)
             except Exception:
@@ -275,11 +279,13 @@ class DiscordInbound:
                 )
             else:
                 key = thread_key(thread.guild.id, thread)
-                return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread), key
+                return self._surfaces.in_channel(thread, channel_id=thread.id, workspace=workspace, thread=key.thread,
+                                                 asked_epoch_s=asked), key
         # A DM, an existing thread, or a channel the bot cannot open threads in: answered in place,
         # replying to the question.
         surface = self._surfaces.in_channel(
-            channel, channel_id=channel.id, workspace=workspace, thread=key.thread, reply_to=message.id
+            channel, channel_id=channel.id, workspace=workspace, thread=key.thread, reply_to=message.id,
+            asked_epoch_s=asked,
         )
         return surface, key
 

@@ -12,6 +12,7 @@ import discord
 
 from adapters.answers import AnswerPlace, Pacing, post_intent_of
 from adapters.streaming import Clock, MessageTransport, RateBudget, StreamLimits
+from adapters.streaming.answer_place import asked_at
 from core.approvals import ApprovalView
 from core.citations import Citation
 from core.ports import LiveMessage, PendingFinal
@@ -57,6 +58,7 @@ class DiscordSurface:
         show_typing: bool,
         background: set[asyncio.Task[None]],
         feedback: bool = False,
+        asked_epoch_s: float | None = None,
     ) -> None:
         self._transport = transport
         self._feedback = feedback
@@ -70,9 +72,10 @@ class DiscordSurface:
         self.place = AnswerPlace(platform=PLATFORM, workspace=workspace, channel=str(channel_id), thread=thread)
         # Creates and edits share the channel's one budget: Discord counts them together.
         # Nothing is posted before the first event, so a silent model spends none of it.
+        # Its calls queue by when the question was asked (a burst read in any order keeps who asked first).
         self.pacing = Pacing(
             limits=limits, edit_budget=self._budget, post_budget=self._budget, clock=clock, start_on_first_event=True,
-            since=clock.now(),
+            since=asked_at(clock, asked_epoch_s, time_scale=getattr(clock, "time_scale", 1.0)),
         )
 
     async def show_working(self) -> None:
@@ -216,12 +219,13 @@ class DiscordSurfaces:
 
     def in_channel(
         self, channel: discord.abc.Messageable, *, channel_id: int, workspace: str, thread: str = "",
-        reply_to: int | None = None,
+        reply_to: int | None = None, asked_epoch_s: float | None = None,
     ) -> DiscordSurface:
-        """An answer posted as messages in a channel, thread or DM, the first replying to `reply_to`."""
+        """An answer posted as messages in a channel, thread or DM, the first replying to `reply_to`; its calls
+        queue from `asked_epoch_s`, when its question was asked (epoch seconds), if recent."""
         return self._surface(
             ChannelTransport(channel, reply_to=reply_to), channel, channel_id=channel_id, workspace=workspace,
-            thread=thread, show_typing=True,
+            thread=thread, show_typing=True, asked_epoch_s=asked_epoch_s,
         )
 
     def for_interaction(self, interaction: discord.Interaction, *, workspace: str, thread: str) -> DiscordSurface:
@@ -234,12 +238,12 @@ class DiscordSurfaces:
 
     def _surface(
         self, transport: ButtonedTransport, channel: discord.abc.Messageable, *, channel_id: int, workspace: str,
-        thread: str, show_typing: bool,
+        thread: str, show_typing: bool, asked_epoch_s: float | None = None,
     ) -> DiscordSurface:
         return DiscordSurface(
             transport=transport, channel=channel, channel_id=channel_id, workspace=workspace, thread=thread,
             budgets=self.budgets, limits=self.limits, clock=self.clock, show_typing=show_typing,
-            background=self._background, feedback=self.feedback,
+            background=self._background, feedback=self.feedback, asked_epoch_s=asked_epoch_s,
         )
 
 

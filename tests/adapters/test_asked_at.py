@@ -6,9 +6,12 @@ import time
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.discord.surface import DiscordSurfaces
+from adapters.discord.transport import DiscordBudgets
 from adapters.slack.surface import ReplyTarget, SlackSurfaces
 from adapters.slack.transport import ScaledClock, SlackBudgets
 from adapters.streaming.answer_place import ASKED_AGE_MAX_S, asked_at
+from adapters.streaming import StreamLimits
 from adapters.streaming.clock import MonotonicClock
 
 
@@ -48,3 +51,23 @@ def test_slack_answers_rank_by_when_their_questions_were_asked_not_by_when_they_
     assert unasked.pacing.since is not None and unasked.pacing.since >= made_at
     garbled = surfaces.at(ReplyTarget(team_id="T1", channel="C4", thread_ts=None, question_ts="not-a-ts"))
     assert garbled.pacing.since is not None and garbled.pacing.since >= made_at
+
+
+class _Channel:
+    """Enough of a discord.py channel for a surface to be made (nothing is sent)."""
+
+    id = 42
+
+
+def test_discord_answers_rank_by_when_their_questions_were_asked_too() -> None:
+    clock = MonotonicClock()
+    surfaces = DiscordSurfaces(budgets=DiscordBudgets(calls_per_window=4, window_s=5.0, clock=clock),
+                               limits=StreamLimits(max_chars=2000), clock=clock)
+    now = time.time()
+    asked_second = surfaces.in_channel(_Channel(), channel_id=2, workspace="G1", asked_epoch_s=now - 0.010)  # type: ignore[arg-type]
+    asked_first = surfaces.in_channel(_Channel(), channel_id=1, workspace="G1", asked_epoch_s=now - 0.020)  # type: ignore[arg-type]
+    assert asked_first.pacing.since is not None and asked_second.pacing.since is not None
+    assert asked_first.pacing.since < asked_second.pacing.since
+    made_at = clock.now()
+    unasked = surfaces.in_channel(_Channel(), channel_id=3, workspace="G1")  # type: ignore[arg-type]
+    assert unasked.pacing.since is not None and unasked.pacing.since >= made_at
