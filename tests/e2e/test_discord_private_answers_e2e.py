@@ -191,7 +191,9 @@ async def test_a_private_answer_is_recorded_under_the_askers_dm_channel_never_th
 
         async def recorded() -> list[str]:
             async with db.connection() as conn:
-                rows = await (await conn.execute("SELECT channel FROM live_messages WHERE platform = 'discord'")).fetchall()
+                rows = await (await conn.execute(
+                    "SELECT channel FROM live_messages WHERE platform = 'discord' AND workspace = %s", (str(w.guild_id),)
+                )).fetchall()
             return [row[0] for row in rows]
 
         # What crash repair and the outbox would finish is the DM's: nothing of it can reach the channel.
