@@ -43,7 +43,7 @@ class ShardLeases:
         `fixed` (DISCORD_SHARD_IDS) are taken whoever held them; otherwise this process keeps what it holds and
         takes free shards (never leased, or their owner's heartbeat stale) up to its fair part of those the fixed
         members do not hold, and more when the other claiming members have no room left for them: every shard is
-        run. A live holder's shards are never taken: shards move when their process dies or stops."""
+        run. Below its even part with none free, it takes one a claim from the claimer holding the most."""
         async with self._db.connection() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (SHARD_LOCK_NAMESPACE + bot,))
             for table in ("discord_shard_members", "discord_shard_leases"):
@@ -85,7 +85,8 @@ class ShardLeases:
 
 
 def _to_take(shard_count: int, leased: dict[int, str], members: list[tuple[str, int, bool]], mine: set[int]) -> list[int]:
-    """The free shards this claiming process takes: its fair part, and any the other claimers would leave free."""
+    """The shards this claiming process takes: free ones up to its fair part, and any the other claimers would leave
+    free; with none free while it holds less than its even part, one from the claimer holding the most."""
     free = [shard for shard in range(shard_count) if shard not in leased]
     pinned = {owner for owner, _, is_fixed in members if is_fixed}
     claimers = [owner for owner, _, is_fixed in members if not is_fixed]
@@ -93,4 +94,13 @@ def _to_take(shard_count: int, leased: dict[int, str], members: list[tuple[str, 
     fair = math.ceil(pool / (len(claimers) + 1))
     held = {owner: sum(1 for holder in leased.values() if holder == owner) for owner in claimers}
     others_room = sum(max(0, fair - held[owner]) for owner in claimers)
-    return free[: max(0, fair - len(mine), len(free) - others_room)]
+    taken = free[: max(0, fair - len(mine), len(free) - others_room)]
+    even = pool // (len(claimers) + 1)
+    if taken or len(mine) >= even or not claimers:
+        return taken
+    # Nothing free and below the even part: one shard from the claimer holding the most above it. That one runs it
+    # until its next claim finds it gone, so both hear it meanwhile (the gate takes each event once): none is missed.
+    richest = max(claimers, key=lambda owner: (held[owner], owner))
+    if held[richest] <= even:
+        return []
+    return [max(shard for shard, owner in leased.items() if owner == richest)]

@@ -190,9 +190,9 @@ async def test_automatic_shards_are_claimed_and_a_killed_processes_shards_taken_
     database_url: str, openai_emulator: OpenAIEmulator, discord_emulator: DiscordEmulator, tmp_path: Path,
     first_runs: str,
 ) -> None:
-    """The second process claims what is free: nothing when the first claimed both (it stands by), shard 1 when the
-    first runs shard 0 by setting. Killed, the first's shards are taken over by the second: a new client over both,
-    the old one (if it had shards) closed."""
+    """The second process claims shard 1: taken from the first when that claimed both (which then gives it up at its
+    next beat), free when the first runs shard 0 by setting. Killed, the first's shard is taken over by the second:
+    a new client over both, the old one closed."""
     dc = discord_emulator
     guilds, ada = _world(dc)
     _script(openai_emulator)
@@ -205,8 +205,11 @@ async def test_automatic_shards_are_claimed_and_a_killed_processes_shards_taken_
         second = await _start(database_url, openai_emulator, dc, tmp_path, "second", DISCORD_SHARD_COUNT="2")
         async with processes(second):
             await _until("the second process up", lambda: _all_healthy(second), logs=(first, second))
-            claimed = "Discord shards 1 of 2 run here (claimed by lease)" if fixed else "no shard is free; standing by"
+            claimed = "Discord shards 1 of 2 run here (claimed by lease)"
             await _until("the second's claim", lambda: claimed in second.log.read_text(), logs=(first, second))
+            if not fixed:
+                await _until("the first gives shard 1 up", lambda: "now 0 of 2" in first.log.read_text(),
+                             logs=(first, second))
             await _until("one session a shard", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(first, second))
             first.process.kill()  # kill -9: its heartbeat stays, and goes stale
             await first.process.wait()

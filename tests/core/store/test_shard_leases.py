@@ -30,12 +30,16 @@ def _bot() -> str:
     return f"bot-{uuid.uuid4().hex[:8]}"
 
 
-async def test_processes_take_free_shards_up_to_a_fair_part_and_never_a_live_ones(db: Database) -> None:
+async def test_a_newcomer_takes_one_shard_a_claim_from_the_richest_until_the_spread_is_even(db: Database) -> None:
     bot = _bot()
     a, b = await _alive(db, "a", "b")
     assert await a.claim(bot=bot, shard_count=4) == ((0, 1, 2, 3), None), "alone: every shard"
-    assert await b.claim(bot=bot, shard_count=4) == ((), None), "nothing free: it stands by"
-    assert await a.claim(bot=bot, shard_count=4) == ((0, 1, 2, 3), None), "a live holder keeps what it holds"
+    assert await b.claim(bot=bot, shard_count=4) == ((3,), None), "nothing free: one from the one holding the most"
+    assert await a.claim(bot=bot, shard_count=4) == ((0, 1, 2), None), "it finds it gone at its next claim"
+    assert await b.claim(bot=bot, shard_count=4) == ((2, 3), None)
+    assert await a.claim(bot=bot, shard_count=4) == ((0, 1), None)
+    assert await b.claim(bot=bot, shard_count=4) == ((2, 3), None), "even: nothing moves any more"
+    assert await a.claim(bot=bot, shard_count=4) == ((0, 1), None)
 
     other = _bot()
     c, d = await _alive(db, "c", "d")
@@ -44,19 +48,26 @@ async def test_processes_take_free_shards_up_to_a_fair_part_and_never_a_live_one
     assert await d.claim(bot=other, shard_count=4) == ((0, 1, 2, 3), None)
 
 
-async def test_claims_at_once_never_lease_a_shard_twice(db: Database) -> None:
+async def test_claims_at_once_settle_on_an_even_spread_with_each_shard_once(db: Database) -> None:
     bot = _bot()
     leases = await _alive(db, *(f"p{n}" for n in range(3)))
     claims = await asyncio.gather(*(lease.claim(bot=bot, shard_count=6) for lease in leases))
     assert all(refused is None for _, refused in claims)
-    assert sorted(s for shards, _ in claims for s in shards) == list(range(6)), "each shard once"
+    for _ in range(10):  # beats, one claim each, until nothing moves
+        before = claims
+        claims = [await lease.claim(bot=bot, shard_count=6) for lease in leases]
+        if claims == before:
+            break
+    held = [shards for shards, _ in claims]
+    assert sorted(s for shards in held for s in shards) == list(range(6)), "each shard once"
+    assert [len(shards) for shards in held] == [2, 2, 2]
 
 
 async def test_standbys_split_a_dead_holders_shards_each_taking_its_fair_part(db: Database) -> None:
     bot = _bot()
     holder, a, b = await _alive(db, "holder", "standby-a", "standby-b")
-    assert await holder.claim(bot=bot, shard_count=4) == ((0, 1, 2, 3), None)
-    assert await a.claim(bot=bot, shard_count=4) == ((), None)
+    assert await holder.claim(bot=bot, shard_count=4, fixed=[0, 1, 2, 3]) == ((0, 1, 2, 3), None)
+    assert await a.claim(bot=bot, shard_count=4) == ((), None), "a fixed holder's shards are never taken"
     assert await b.claim(bot=bot, shard_count=4) == ((), None)
     await _dies(db, "holder")
     assert await a.claim(bot=bot, shard_count=4) == ((0, 1), None), "ceil(4 / 2 live members)"
@@ -70,7 +81,7 @@ async def test_a_dead_owners_shards_are_taken_over_by_a_live_process(db: Databas
     assert await b.claim(bot=bot, shard_count=2, fixed=[1]) == ((1,), None)
     late = ShardLeases(db, owner="late")
     await Heartbeats(db, owner="late").beat()
-    assert await late.claim(bot=bot, shard_count=2) == ((), None), "both held by live processes"
+    assert await late.claim(bot=bot, shard_count=2) == ((), None), "both held by live processes, by setting"
     await _dies(db, "dies")
     assert await late.claim(bot=bot, shard_count=2) == ((0,), None), "the dead one's shard, taken over"
     assert await b.claim(bot=bot, shard_count=2, fixed=[1]) == ((1,), None)
