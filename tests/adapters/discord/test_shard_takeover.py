@@ -1,5 +1,6 @@
-"""A Discord adapter taking a dead process's shard over mid-answer: the answer under way ends whole through the old
-client, which closes after it; the new client hears both shards."""
+"""A Discord adapter taking a dead process's shards over: mid-answer, the answer under way ends whole through the old
+client, which closes after it, and the new client hears both shards; standing by (no shard free), it is ready and
+connects once their process dies."""
 
 from __future__ import annotations
 
@@ -56,6 +57,45 @@ async def test_a_takeover_mid_answer_finishes_that_answer_and_then_hears_both_sh
             asked = await dc.send_user_message(channels[zero], ada, "and here?", mentions_bot=True)
             thread = await dc.wait_for(lambda: dc.thread_of(asked), what="shard 0's thread")
             await wait_for_text(dc, thread.id, "answered on shard 0")
+        finally:
+            await adapter.close()
+    assert dc.live_session_count == 0
+
+
+async def test_a_process_with_no_free_shard_stands_by_ready_and_connects_once_their_process_dies(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator,
+) -> None:
+    dc = discord_emulator
+    guild = dc.add_guild("zero", on_shard=(0, 2))
+    channel = dc.add_channel(guild, "general")
+    ada = dc.add_user("ada")
+    for owner in ("holds-both", "stands-by"):
+        await Heartbeats(db, owner=owner).beat()
+    held = await ShardLeases(db, owner="holds-both").claim(bot=str(dc.bot_user_id), shard_count=2, fixed=[0, 1])
+    assert held == ((0, 1), None)
+
+    engine = make_engine(db, openai_emulator.base_url, **bot_settings(dc, discord_shard_count=2))
+    adapter = DiscordAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), tuning=tuning_for(dc.time_scale))
+    adapter.use_shard_leases(ShardLeases(db, owner="stands-by"))
+    with point_discord_py_at(dc):
+        await adapter.start()
+        try:
+            assert dc.live_session_count == 0, "no gateway session while it stands by"
+            assert await adapter.readiness() is None, "standing by is ready: its jobs run"
+            await adapter.maintain()
+            assert dc.live_session_count == 0, "a beat with nothing free changes nothing"
+            async with db.connection() as conn:
+                await conn.execute(
+                    "UPDATE process_heartbeats SET seen_at = now() - make_interval(secs => %s) WHERE owner = 'holds-both'",
+                    (STALE_AFTER_S + 1,),
+                )
+            await adapter.maintain()
+            assert dc.live_shards == [(0, 2), (1, 2)]
+            assert await adapter.readiness() is None
+            openai_emulator.script_fn(lambda body: Text("answered after the takeover"))
+            asked = await dc.send_user_message(channel, ada, "anyone?", mentions_bot=True)
+            thread = await dc.wait_for(lambda: dc.thread_of(asked), what="the thread")
+            await wait_for_text(dc, thread.id, "answered after the takeover")
         finally:
             await adapter.close()
     assert dc.live_session_count == 0
