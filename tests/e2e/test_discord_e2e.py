@@ -64,7 +64,9 @@ async def test_slash_ask_defers_then_streams_into_the_response(
     w = make_world(dc)
     openai_emulator.script(Text(ANSWER, chunk_chars=6, delay_s=0.01))
     async with running_bot(dc, db, openai_emulator):
-        assert [c["name"] for c in dc.commands()] == ["ask", "relaybot"]
+        assert sorted(c["name"] for c in dc.commands()) == sorted([
+            "ask", "relaybot", "Ask relaybot about this", "Ask relaybot privately", "Summarise this thread",
+        ])
         interaction_id = await dc.invoke_slash("ask", {"question": "capital?"}, w.alice, w.channel_id)
         await wait_for_text(dc, w.channel_id, ANSWER)
     responses = dc.interaction_responses(interaction_id)
