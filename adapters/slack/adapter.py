@@ -95,16 +95,13 @@ class SlackAdapter:
 
     def _build_answering(self, settings: Settings, engine: Engine, ports: AdapterPorts, *, clock: ScaledClock) -> None:
         """The surfaces answers are written to, the gate events pass, and the runner that plays answers."""
-        slack = self._slack
+        slack, share = self._slack, self._slack.rate_share if "rate_share" in self._slack.model_fields_set else None
         # Answers stream natively where Slack offers it (SLACK_NATIVE_STREAMING), else with post+update.
-        self.native = NativeStreaming(
-            setting=slack.native_streaming, clock=clock, share=slack.rate_share, streams=StreamRuns(ports.state),
-        )
+        self.native = NativeStreaming(setting=slack.native_streaming, clock=clock, share=share, streams=StreamRuns(ports.state))
         self.surfaces = NativeSlackSurfaces(
             native=self.native, client=self.client, budgets=SlackBudgets(
-                clock=clock, share=slack.rate_share if "rate_share" in slack.model_fields_set else None,
-                workspace_posts_per_minute=slack.workspace_posts_per_minute, history_tier=slack.history_tier,
-                status_per_minute=slack.status_per_minute,
+                clock=clock, share=share, workspace_posts_per_minute=slack.workspace_posts_per_minute,
+                history_tier=slack.history_tier, status_per_minute=slack.status_per_minute, companions=(self.native,),
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
             feedback=settings.feedback_buttons,
         )

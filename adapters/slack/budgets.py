@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from adapters.streaming import Clock, RateBudget
 from adapters.streaming.budget_map import BudgetMap, Shares
@@ -87,9 +87,12 @@ class SlackBudgets:
     def __init__(
         self, *, clock: Clock, share: float | None, workspace_posts_per_minute: int | None = None,
         history_tier: HistoryTier = "internal", status_per_minute: int = DEFAULT_STATUS_PER_MINUTE,
+        companions: tuple[Any, ...] = (),
     ) -> None:
         self._clock = clock
         self._status_per_minute = float(status_per_minute)
+        # Other budgets of the same workspaces (the native streams'): they follow the same shares.
+        self._companions = companions
         self._fixed = share is not None
         self._share = 1.0 if share is None else share
         self.history_tier: HistoryTier = history_tier
@@ -103,6 +106,8 @@ class SlackBudgets:
 
     def follow(self, shares: Shares) -> None:
         """From now on, the workspaces' budgets take their shares (and measured limits) from `shares`, unless fixed."""
+        for companion in self._companions:
+            companion.follow(shares)
         if self._fixed:
             return
         self._shares = shares

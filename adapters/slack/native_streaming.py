@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from adapters.streaming import Clock, RateBudget
-from adapters.streaming.budget_map import BudgetMap
+from adapters.streaming.budget_map import BudgetMap, Shares
 
-from .budgets import IDLE_BUDGET_S
+from .budgets import IDLE_BUDGET_S, workspace_scope
 from .controls import StreamRuns
 from .surface import ReplyTarget
 
@@ -46,31 +46,51 @@ class NativeStreaming:
     """One per adapter: whether native streams are used, the three methods' budgets per workspace, and the
     workspaces that refused them."""
 
-    def __init__(self, *, setting: NativeSetting, clock: Clock, share: float, streams: StreamRuns | None = None) -> None:
+    def __init__(
+        self, *, setting: NativeSetting, clock: Clock, share: float | None, streams: StreamRuns | None = None,
+    ) -> None:
         self.setting = setting
         # Each stream's run, for the "Stop this answer" shortcut (a stream takes no Stop button).
         self.streams = streams or StreamRuns(None)
         self._clock = clock
+        # None (SLACK_RATE_SHARE unset): each workspace's share among the live processes once it `follow`s them.
         self._share = share
+        self._shares: Shares | None = None
         self._refused_until: dict[str, float] = {}
         self.counts = NativeCounts()
         # Streams this process's answers are sending now: a look-up for an unseen start never takes one of them.
         self.live_streams: set[str] = set()
         self._starts: BudgetMap[str] = BudgetMap(
-            lambda team: self._budget(START_CALLS_PER_MINUTE, START_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
+            lambda team: self._budget(team, START_CALLS_PER_MINUTE, START_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
         )
         self._appends: BudgetMap[str] = BudgetMap(
-            lambda team: self._budget(APPEND_CALLS_PER_MINUTE, APPEND_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
+            lambda team: self._budget(team, APPEND_CALLS_PER_MINUTE, APPEND_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
         )
         self._stops: BudgetMap[str] = BudgetMap(
-            lambda team: self._budget(STOP_CALLS_PER_MINUTE, STOP_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
+            lambda team: self._budget(team, STOP_CALLS_PER_MINUTE, STOP_BURST_CALLS), keep_idle_s=IDLE_BUDGET_S
         )
 
-    def _budget(self, per_minute: float, burst: float) -> RateBudget:
-        return RateBudget(
-            capacity=max(1.0, burst * self._share), refill_per_s=per_minute * self._share * RATE_MARGIN / 60.0,
-            clock=self._clock,
-        )
+    def follow(self, shares: Shares) -> None:
+        """From now on each workspace's stream budgets take this process's share of it (as SlackBudgets' do)."""
+        if self._share is not None:
+            return
+        self._shares = shares
+        shares.follow(self._reshare)
+        self._reshare()
+
+    def _reshare(self) -> None:
+        for team_id, budget in self._starts.items() + self._appends.items() + self._stops.items():
+            budget.set_share(self._share_of(team_id))
+
+    def _share_of(self, team_id: str) -> float:
+        if self._share is not None:
+            return self._share
+        return 1.0 if self._shares is None else self._shares.serve(workspace_scope(team_id))
+
+    def _budget(self, team_id: str, per_minute: float, burst: float) -> RateBudget:
+        budget = RateBudget(capacity=burst, refill_per_s=per_minute * RATE_MARGIN / 60.0, clock=self._clock)
+        budget.set_share(self._share_of(team_id))
+        return budget
 
     def start(self, team_id: str) -> RateBudget:
         return self._starts(team_id)

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from adapters.slack.budgets import SlackBudgets, workspace_posts_scope
+from adapters.slack.native_streaming import NativeStreaming
 from adapters.streaming import Priority, RateBudget
 from adapters.streaming.learned_rate import LEARNED_RATE_UNDER_MEASURED
 from core.store.db import Database
@@ -267,6 +268,24 @@ async def test_workspace_budgets_follow_the_share_and_per_channel_posts_stay_who
     assert channel.share == 1.0
     # Two processes at their shares never go past the told cap: burst plus a minute's refill within 240.
     assert 2 * (posts.capacity + 60 * posts.refill_per_s) <= 240
+
+
+async def test_native_stream_budgets_follow_the_workspaces_share_too(db: Database) -> None:
+    await clean(db)
+    first, second = stepped(db, "first"), stepped(db, "second")
+    native = NativeStreaming(setting="auto", clock=FakeClock(), share=None)
+    budgets = SlackBudgets(clock=FakeClock(), share=None, companions=(native,))
+    budgets.follow(first.shares)  # as bot/runtime.py does: the native streams' budgets come along
+    start, append, stop = native.start("T1"), native.append("T1"), native.stop("T1")
+    await first.beat()
+    assert start.share == append.share == stop.share == 1.0
+    whole = start.refill_per_s
+    second.shares.serve(WORKSPACE)
+    await beat_all([second, first, second])
+    assert start.share == append.share == stop.share == 0.5 and start.refill_per_s == pytest.approx(whole / 2)
+    fixed = NativeStreaming(setting="auto", clock=FakeClock(), share=0.25)
+    fixed.follow(first.shares)
+    assert fixed.start("T1").share == 0.25
 
 
 async def test_slack_rate_share_set_is_a_fixed_override(db: Database) -> None:
