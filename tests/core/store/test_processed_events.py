@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+
 import psycopg
-import pytest
 
 from core.store.db import Database
 from core.store.processed_events import ProcessedEvents
