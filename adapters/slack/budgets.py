@@ -172,14 +172,15 @@ class SlackBudgets:
         if method in ("conversations.replies", "conversations.history"):
             calls = READ_CALLS_PER_MINUTE[self.history_tier]
         elif method == STATUS_METHOD:
+            # Slack's own burst is taken as ten seconds' calls, less the usual reserve (a burst sent while the
+            # process is busy reaches Slack bunched with the calls after it).
             calls = self._status_per_minute
             burst = calls * STATUS_BURST_S / 60.0
         else:
             calls = METHOD_CALLS_PER_MINUTE.get(method, READ_CALLS_PER_MINUTE["internal"])
-        if self._shares is not None:
-            return self._shared(key[0], RateBudget.per_minute(calls, clock=self._clock, burst=burst))
-        return RateBudget.per_minute(calls, share=self._share, clock=self._clock,
-                                     burst=None if burst is None else max(1.0, burst * self._share))
+        share = 1.0 if self._shares is not None else self._share
+        budget = RateBudget.per_minute(calls, share=share, clock=self._clock, platform_burst=burst)
+        return self._shared(key[0], budget) if self._shares is not None else budget
 
     def _new_edit(self, team_id: str) -> RateBudget:
         if self._shares is not None:
