@@ -320,13 +320,17 @@ class Runtime:
         await self.db.close()
 
 
-async def warm_up_process() -> None:
-    """Before any event: the page reader's imports and tables, in a worker thread (which still holds the interpreter
-    for most of an import)."""
+async def warm_up_process(model: str | None = None) -> None:
+    """Before any event: the page reader's imports and tables, and the token counters (`model`'s and the default's:
+    tiktoken builds an encoding in ~250 ms), in a worker thread (which still holds the interpreter for most of an
+    import, but leaves the loop its turns)."""
     try:
         await asyncio.to_thread(main_content.warm_up)
     except Exception:
         log.exception("could not load the page reader at start; the first page read will try again")
+    # Cached once built: the registry's tools and the engine then find them ready instead of building them on the loop.
+    await asyncio.to_thread(get_token_counter, model)
+    await asyncio.to_thread(get_token_counter)
 
 
 def settle_after_start(busy: Callable[[], bool]) -> QuietCollector:
@@ -373,7 +377,7 @@ async def serve(settings: Settings) -> int:
     watch.start()
     collector: QuietCollector | None = None
     try:
-        await warm_up_process()
+        await warm_up_process(settings.llm_model)
         await runtime.start()
         collector = settle_after_start(lambda: runtime.engine is not None and runtime.engine.active_runs > 0)
         log.info("relaybot is running")
