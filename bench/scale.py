@@ -37,8 +37,8 @@ from tests.emulators.discord import GLOBAL_LIMIT_PER_S, DiscordEmulator
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event, workspace_post_cap
 
-from bench.scale_support import ConnectionSampler, Fleet, fresh_database, percentile, target
-from bench.slack_stream_support import Probe, Reading
+from bench.scale_support import ConnectionSampler, Fleet, fresh_database
+from bench.slack_stream_support import Probe, Reading, percentile, target, wait_until
 
 COUNTS = (1, 2, 4)
 SLACK_ANSWERS = 200
@@ -109,15 +109,6 @@ class Answers:
         return probe
 
 
-async def wait_for(condition: Any, limit_s: float) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(0.1)
-    return bool(condition())
-
-
 async def slack_burst(slack: SlackEmulator, fleet: Fleet, answers: Answers, sampler: ConnectionSampler, n: int) -> Row:
     read = Reading(slack)
 
@@ -133,7 +124,7 @@ async def slack_burst(slack: SlackEmulator, fleet: Fleet, answers: Answers, samp
     lones = [answers.prepare(f"CN{n}LONE{k}", f"slack-{n}-lone-{k}") for k in range(len(fleet.members))]
     for lone, member in zip(lones, fleet.members):
         await ask(lone, member.events_url)
-        await wait_for(lambda: read.delivered(lone), WAIT_LIMIT_S)  # noqa: B023
+        await wait_until(lambda: read.delivered(lone), WAIT_LIMIT_S)  # noqa: B023
     lone = lones[0]
     overhead_s = (read.first_text_at(lone) or math.nan) - lone.model_first_token_at
     cap = slack.limits["chat.postMessage/workspace"]
@@ -144,7 +135,7 @@ async def slack_burst(slack: SlackEmulator, fleet: Fleet, answers: Answers, samp
     probes = [answers.prepare(f"CN{n}S{i:04d}", f"slack-{n}-{i}") for i in range(SLACK_ANSWERS)]
     urls = [member.events_url for member in fleet.members]
     await asyncio.gather(*(ask(probe, urls[i % len(urls)]) for i, probe in enumerate(probes)))
-    await wait_for(lambda: all(read.delivered(p) for p in probes), WAIT_LIMIT_S)
+    await wait_until(lambda: all(read.delivered(p) for p in probes), WAIT_LIMIT_S)
     cpu_s = fleet.cpu_seconds() - cpu_before
     firsts = [(read.first_text_at(p) or math.inf) - p.sent_at - p.chunk_delay_s for p in probes]
     by_method = {m: c - limited_before.get(m, 0) for m, c in slack.count_429.items() if c - limited_before.get(m, 0)}
@@ -186,10 +177,10 @@ async def discord_burst(dc: DiscordEmulator, channels: list[int], user: int, fle
 
     # One answer in every guild first: each shard is connected and each process has answered once.
     warm = await asyncio.gather(*(ask(channels[g], f"discord-{n}-warm-{g}") for g in range(DISCORD_GUILDS)))
-    await wait_for(lambda: all(discord_delivered(dc, a, p.answer) for a, _, p in warm), WAIT_LIMIT_S)
+    await wait_until(lambda: all(discord_delivered(dc, a, p.answer) for a, _, p in warm), WAIT_LIMIT_S)
     requests_before, sent_monotonic = len(dc.request_log), time.monotonic()
     lone_asked, lone_sent, lone = await ask(channels[0], f"discord-{n}-lone")
-    await wait_for(lambda: discord_delivered(dc, lone_asked, lone.answer), WAIT_LIMIT_S)
+    await wait_until(lambda: discord_delivered(dc, lone_asked, lone.answer), WAIT_LIMIT_S)
     lone_after_s = (discord_first_text_at(dc, lone_asked) or math.nan) - lone_sent
     # The calls one answer makes up to its first text (the request log keeps monotonic time, messages wall time).
     # (A call logged in the same moment as the text it wrote counts: the two clocks are read a moment apart.)
@@ -202,7 +193,7 @@ async def discord_burst(dc: DiscordEmulator, channels: list[int], user: int, fle
     limited_before, cpu_before = dc.count_429, fleet.cpu_seconds()
     asked = await asyncio.gather(*(ask(channels[i % DISCORD_CHANNELS], f"discord-{n}-{i}")
                                    for i in range(DISCORD_ANSWERS)))
-    await wait_for(lambda: all(discord_delivered(dc, a, p.answer) for a, _, p in asked), WAIT_LIMIT_S)
+    await wait_until(lambda: all(discord_delivered(dc, a, p.answer) for a, _, p in asked), WAIT_LIMIT_S)
     cpu_s = fleet.cpu_seconds() - cpu_before
     firsts = [(discord_first_text_at(dc, a) or math.inf) - sent - CHUNK_DELAY_S for a, sent, _ in asked]
     k = math.ceil(0.95 * DISCORD_ANSWERS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -17,17 +16,13 @@ from urllib.parse import urlsplit
 import aiohttp
 import psycopg
 
+from tests.support.processes import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 READY_LIMIT_S = 90.0
 STOP_LIMIT_S = 60.0
 TRACEBACK = "Traceback (most recent call last)"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -148,14 +143,3 @@ async def fresh_database(admin_url: str, name: str) -> str:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         await conn.execute(f'CREATE DATABASE "{name}"')
     return urlsplit(admin_url)._replace(path=f"/{name}").geturl()
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, -(-len(ordered) * pct // 100) - 1))]
-
-
-def target(met: bool) -> str:
-    return "ok" if met else "MISSES TARGET"
