@@ -126,6 +126,7 @@ class WebApi:
             "team_id": team.team_id,
             "user_id": team.bot_user_id,
             "bot_id": team.bot_id,
+            "enterprise_id": team.enterprise_id,
             "is_enterprise_install": False,
         }
 

@@ -189,8 +189,22 @@ class SlackEmulator:
     def bot_id(self) -> str:
         return self._default_team.bot_id
 
-    def add_team(self, team_id: str, *, name: str | None = None) -> Team:
-        return self._store.add_team(team_id=team_id, name=name or team_id, app_id=self.app_id)
+    def add_team(self, team_id: str, *, name: str | None = None, enterprise_id: str | None = None) -> Team:
+        """Another workspace with the app installed (its own bot token); `enterprise_id`: inside that Grid org."""
+        return self._store.add_team(team_id=team_id, name=name or team_id, app_id=self.app_id,
+                                    enterprise_id=enterprise_id)
+
+    def grant_token(self, token: str, team_id: str | None, enterprise_id: str | None = None) -> None:
+        """`token` becomes a bot token of `team_id`, or (team_id None) of every workspace of `enterprise_id`."""
+        self._store.grant_token(token, team_id=team_id, enterprise_id=enterprise_id)
+
+    def revoke_token(self, token: str) -> None:
+        """Calls with `token` get invalid_auth from now on (and files.slack.com refuses it)."""
+        self._store.revoke_token(token)
+
+    def calls_by_token(self, token: str) -> list[CallRecord]:
+        """The Web API calls made with `token`, in order."""
+        return [c for c in self._store.calls if c.token == token]
 
     def team(self, team_id: str | None = None) -> Team:
         return self._store.teams[team_id or self.team_id]
@@ -452,7 +466,7 @@ class SlackEmulator:
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
         token = token or str(params.pop("token", "") or "")
         params.pop("token", None)
-        team = self._store.team_by_bot_token(token)
+        team = self._store.team_by_bot_token(token, params)
         planned = self.fault_plan(method, params) if self.fault_plan is not None and team is not None else None
         if planned is not None and planned.kind == "dropped":
             # Never done: the connection drops before Slack reads the call.
@@ -468,7 +482,7 @@ class SlackEmulator:
         self._store.calls.append(CallRecord(
             method=method, at_s=time.monotonic(), team_id=team.team_id if team else None,
             params=params, status=status, error=None if body.get("ok") else str(body.get("error")),
-            connection=_peer(request),
+            connection=_peer(request), token=token,
         ))
         if status == 429:
             self._store.count_429[method] = self._store.count_429.get(method, 0) + 1
@@ -543,7 +557,8 @@ class SlackEmulator:
         team = self._store.teams.get(team_id)
         if record is None or team is None or record.team_id != team_id:
             return web.Response(status=404, text="file not found")
-        if request.headers.get("Authorization", "") != f"Bearer {team.bot_token}":
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer ") or not self._store.speaks_for(header.removeprefix("Bearer "), team_id):
             # Slack answers an unauthenticated file URL with its HTML sign-in page, status 200.
             return web.Response(text=_LOGIN_PAGE, content_type="text/html")
         return web.Response(body=record.content, content_type=record.mimetype,

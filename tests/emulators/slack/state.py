@@ -21,6 +21,15 @@ class Team:
     bot_user_id: str
     bot_id: str
     app_id: str
+    enterprise_id: str | None = None  # the Enterprise Grid org the workspace belongs to
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grant:
+    """Whom a bot token speaks for: one workspace, or (team_id None) every workspace of an org-wide install."""
+
+    team_id: str | None
+    enterprise_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,6 +194,7 @@ class CallRecord:
     status: int
     error: str | None
     connection: str = ""  # the client's end of the TCP connection ("127.0.0.1:53124"): a new one per call, or reused
+    token: str = ""  # the token the call came with (Bearer or `token` param)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ from .state import (
     CallRecord,
     EphemeralRecord,
     FileRecord,
+    Grant,
     JsonDict,
     MessageRecord,
     StatusRecord,
@@ -39,6 +40,8 @@ class SlackStore:
         self.strict_channels = strict_channels
         self.clock = TsClock()
         self.teams: dict[str, Team] = {}
+        # Every bot token Slack would accept, and whom it speaks for (a team's own, or an org-wide install's).
+        self.grants: dict[str, Grant] = {}
         self.users: dict[str, User] = {}
         self.channels: dict[str, Channel] = {}
         self.ephemerals: list[EphemeralRecord] = []
@@ -60,7 +63,7 @@ class SlackStore:
         self.dm_users: dict[str, str] = {}
 
     # --- identities ---
-    def add_team(self, *, team_id: str, name: str, app_id: str) -> Team:
+    def add_team(self, *, team_id: str, name: str, app_id: str, enterprise_id: str | None = None) -> Team:
         suffix = team_id[-6:].lower()
         team = Team(
             team_id=team_id,
@@ -70,15 +73,49 @@ class SlackStore:
             bot_user_id=f"UB{team_id[1:]}",
             bot_id=f"B{team_id[1:]}",
             app_id=app_id,
+            enterprise_id=enterprise_id,
         )
         self.teams[team_id] = team
+        self.grants[team.bot_token] = Grant(team_id=team_id, enterprise_id=enterprise_id)
         self.users[team.bot_user_id] = User(
             user_id=team.bot_user_id, team_id=team_id, name="relaybot", real_name="Relaybot", is_bot=True
         )
         return team
 
-    def team_by_bot_token(self, token: str) -> Team | None:
-        return next((t for t in self.teams.values() if t.bot_token == token), None)
+    def grant_token(self, token: str, *, team_id: str | None, enterprise_id: str | None = None) -> None:
+        """`token` becomes a bot token for `team_id` (an install's), or with team_id None for every workspace of
+        `enterprise_id` (an org-wide install's); the OAuth exchange (oauth.py) registers what it issues here."""
+        if team_id is None and enterprise_id is None:
+            raise ValueError("a token speaks for a team or an enterprise")
+        self.grants[token] = Grant(team_id=team_id, enterprise_id=enterprise_id)
+
+    def revoke_token(self, token: str) -> None:
+        """Slack refuses `token` from now on (auth.revoke, an uninstall, a rotated-out token)."""
+        self.grants.pop(token, None)
+
+    def team_by_bot_token(self, token: str, params: JsonDict | None = None) -> Team | None:
+        """The workspace a call with `token` acts in: the token's own team, or for an org-wide token the org's
+        workspace that holds the call's channel (else the one its `team_id` names, else the org's first)."""
+        grant = self.grants.get(token)
+        if grant is None:
+            return None
+        if grant.team_id is not None:
+            return self.teams.get(grant.team_id)
+        in_org = [t for t in self.teams.values() if t.enterprise_id == grant.enterprise_id]
+        params = params or {}
+        channel = self.channels.get(str(params.get("channel") or params.get("channel_id") or ""))
+        named = channel.team_id if channel is not None else str(params.get("team_id") or "")
+        return next((t for t in in_org if t.team_id == named), in_org[0] if in_org else None)
+
+    def speaks_for(self, token: str, team_id: str) -> bool:
+        """`token` may act in `team_id` (its own token, or its org's org-wide one): files.slack.com asks this."""
+        grant = self.grants.get(token)
+        team = self.teams.get(team_id)
+        if grant is None or team is None:
+            return False
+        if grant.team_id is not None:
+            return grant.team_id == team_id
+        return team.enterprise_id is not None and team.enterprise_id == grant.enterprise_id
 
     def add_user(self, *, user_id: str, team_id: str, name: str | None, real_name: str | None) -> User:
         user = User(
