@@ -191,10 +191,11 @@ class DiscordEmulator(EmulatorCore):
 
     def add_guild(
         self, name: str, *, owner_id: int | None = None, members: Sequence[int] | None = None,
-        on_shard: tuple[int, int] | None = None,
+        on_shard: tuple[int, int] | None = None, bot_added: bool = True,
     ) -> int:
         """A guild the bot is in; with `members`, only those users (and the bot) belong to it,
-        otherwise every user does. `on_shard` ([shard_id, shard_count]) picks an id Discord routes to that shard."""
+        otherwise every user does. `on_shard` ([shard_id, shard_count]) picks an id Discord routes to that shard.
+        `bot_added=False`: the bot is not in it until add_bot_to_guild."""
         world = self.world
         guild_id = world.ids.next() if on_shard is None else snowflake_on_shard(world.ids.next(), on_shard)
         # The @everyone role shares the guild's id.
@@ -205,7 +206,32 @@ class DiscordEmulator(EmulatorCore):
             id=guild_id, name=name, owner_id=owner_id or world.bot_user_id, role_ids=[guild_id],
             member_ids=None if members is None else set(members),
         )
+        if not bot_added:
+            world.guilds_without_bot.add(guild_id)
         return guild_id
+
+    def set_system_channel(self, guild_id: int, channel_id: int | None) -> None:
+        """The guild's system channel (None: it has none), as its GUILD_CREATE tells the bot."""
+        if channel_id is None:
+            self.world.system_channels.pop(guild_id, None)
+        else:
+            self.world.system_channels[guild_id] = channel_id
+
+    def mute_bot_in(self, channel_id: int) -> None:
+        """The bot may view the channel but not post there (an overwrite denying it Send Messages): the
+        channel's payload shows the overwrite, and a post answers 403 Missing Permissions."""
+        self.world.bot_muted_channels.add(channel_id)
+
+    async def add_bot_to_guild(self, guild_id: int) -> None:
+        """Someone installs the bot in a guild while it is connected: GUILD_CREATE as a join, to its shard."""
+        self.world.guilds_without_bot.discard(guild_id)
+        self.world.bot_joined_at[guild_id] = time.time()
+        await self.hub.guild_joined(guild_id)
+
+    async def remove_bot_from_guild(self, guild_id: int) -> None:
+        """The bot is kicked (or the guild deleted): GUILD_DELETE as a removal, to its shard."""
+        self.world.guilds_without_bot.add(guild_id)
+        await self.hub.guild_removed(guild_id)
 
     def add_member(self, guild_id: int, user_id: int) -> None:
         """Make a user a member of a guild whose members are listed (see add_guild)."""

@@ -1,4 +1,4 @@
-"""The emulator's gateway: HELLO, IDENTIFY → READY + GUILD_CREATE, heartbeats, RESUME, dispatches, shards."""
+"""The emulator's gateway: HELLO, IDENTIFY → READY + GUILD_CREATE, heartbeats, RESUME, dispatches, shards, guild joins and removals."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class GatewayHub:
         )
         self.sessions[session.session_id] = session
         world = self._world
-        guild_ids = [guild_id for guild_id in list(world.guilds) if session.serves(guild_id)]
+        guild_ids = [guild_id for guild_id in world.bot_guild_ids() if session.serves(guild_id)]
         await session.send_dispatch(
             "READY",
             {
@@ -207,6 +207,23 @@ class GatewayHub:
         for session in list(self.sessions.values()):
             payload = payload_for(session)
             if payload is not None and session.serves(_guild_of(payload)):
+                await session.send_dispatch(event, payload)
+
+    async def guild_joined(self, guild_id: int) -> None:
+        """The bot was added to a guild while connected: GUILD_CREATE with no `unavailable` field, which is how a
+        client tells a join from a guild of its READY becoming available."""
+        payload = {key: value for key, value in guild_create_payload(self._world, guild_id).items() if key != "unavailable"}
+        await self._to_guilds_shard(guild_id, "GUILD_CREATE", payload)
+
+    async def guild_removed(self, guild_id: int) -> None:
+        """The bot was removed from a guild (kicked, banned, the guild deleted) or left it: GUILD_DELETE with no
+        `unavailable` field (with it, the guild would only be unavailable for a while)."""
+        await self._to_guilds_shard(guild_id, "GUILD_DELETE", {"id": str(guild_id)})
+
+    async def _to_guilds_shard(self, guild_id: int, event: str, payload: JSONDict) -> None:
+        # A guild's own events carry `id`, not `guild_id`: routed here by the guild's shard, not by dispatch().
+        for session in list(self.sessions.values()):
+            if session.serves(guild_id):
                 await session.send_dispatch(event, payload)
 
     async def close(self) -> None:

@@ -11,7 +11,7 @@ from tests.emulators.discord.models import (
     JSONDict,
     StoredMessage,
 )
-from tests.emulators.discord.state import World
+from tests.emulators.discord.state import SEND_MESSAGES_PERMISSION, World
 
 THREAD_AUTO_ARCHIVE_MINUTES = 1440
 HAS_THREAD_FLAG = 1 << 5
@@ -44,7 +44,7 @@ def member_payload(world: World, guild_id: int, user_id: int, *, with_user: bool
         "nick": None,
         "avatar": None,
         "banner": None,
-        "joined_at": iso(0),
+        "joined_at": iso(world.bot_joined_at.get(guild_id, 0) if user_id == world.bot_user_id else 0),
         "premium_since": None,
         "deaf": False,
         "mute": False,
@@ -92,7 +92,7 @@ def channel_payload(world: World, channel: Channel) -> JSONDict:
         "guild_id": str(channel.guild_id),
         "name": channel.name,
         "position": 0,
-        "permission_overwrites": [],
+        "permission_overwrites": _bot_overwrites(world, channel),
         "topic": None,
         "nsfw": False,
         "last_message_id": _str_or_none(channel.last_message_id),
@@ -118,6 +118,13 @@ def channel_payload(world: World, channel: Channel) -> JSONDict:
     return payload
 
 
+def _bot_overwrites(world: World, channel: Channel) -> list[JSONDict]:
+    """A member overwrite denying the bot Send Messages where it is muted (what permissions_for reads)."""
+    if channel.id not in world.bot_muted_channels:
+        return []
+    return [{"id": str(world.bot_user_id), "type": 1, "allow": "0", "deny": str(SEND_MESSAGES_PERMISSION)}]
+
+
 def guild_create_payload(world: World, guild_id: int) -> JSONDict:
     guild = world.guilds[guild_id]
     member_ids = world.guild_members(guild_id)
@@ -141,7 +148,7 @@ def guild_create_payload(world: World, guild_id: int) -> JSONDict:
         "premium_progress_bar_enabled": False,
         "preferred_locale": "en-US",
         "features": [],
-        "system_channel_id": None,
+        "system_channel_id": _str_or_none(world.system_channels.get(guild_id)),
         "system_channel_flags": 0,
         "rules_channel_id": None,
         "public_updates_channel_id": None,

@@ -130,6 +130,8 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         channel = channel_or_404(request)
         if isinstance(channel, web.Response):
             return channel
+        if not world.bot_may_send(channel.id):
+            return error_response(403, MISSING_PERMISSIONS_CODE, "Missing Permissions")
         body, attachments = await read_message_body(core, request, base_url())
         if (error := validation_error(body, attachment_count=len(attachments))) is not None:
             return error

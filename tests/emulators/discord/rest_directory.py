@@ -1,4 +1,5 @@
-"""REST routes that list a guild's channels and members, and the bot's guilds (what the CLI's names are read from)."""
+"""REST routes that list a guild's channels and members, and the bot's guilds (what the CLI's names are read from),
+and the bot leaving a guild."""
 
 from __future__ import annotations
 
@@ -43,12 +44,22 @@ def build_routes(core: EmulatorCore) -> list[web.RouteDef]:
         return json_response([
             {"id": str(g.id), "name": g.name, "icon": None, "owner": g.owner_id == world.bot_user_id,
              "permissions": "0", "features": []}
-            for g in sorted(world.guilds.values(), key=lambda g: g.id)
+            for g in (world.guilds[guild_id] for guild_id in world.bot_guild_ids())
         ])
+
+    async def leave_guild(request: web.Request) -> web.Response:
+        """DELETE /users/@me/guilds/{id}: 204, then GUILD_DELETE to the guild's shard; 404 where the bot is not in it."""
+        guild_id = int(request.match_info["guild_id"])
+        if guild_id not in world.bot_guild_ids():
+            return error_response(404, UNKNOWN_GUILD_CODE, "Unknown Guild")
+        world.guilds_without_bot.add(guild_id)
+        await core.hub.guild_removed(guild_id)
+        return web.Response(status=204)
 
     api = API_PREFIX
     return [
         web.get(f"{api}/guilds/{{guild_id:\\d+}}/channels", list_guild_channels, name="guild_channels_list"),
         web.get(f"{api}/guilds/{{guild_id:\\d+}}/members", list_guild_members, name="guild_members_list"),
         web.get(f"{api}/users/@me/guilds", list_my_guilds, name="my_guilds_list"),
+        web.delete(f"{api}/users/@me/guilds/{{guild_id:\\d+}}", leave_guild, name="guild_leave"),
     ]

@@ -20,6 +20,7 @@ from tests.emulators.discord.models import (
 
 ADMINISTRATOR_PERMISSION = 1 << 3
 VIEW_CHANNEL_PERMISSION = 1 << 10
+SEND_MESSAGES_PERMISSION = 1 << 11
 READ_MESSAGE_HISTORY_PERMISSION = 1 << 16
 ALL_PERMISSIONS = (1 << 51) - 1
 # VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY, EMBED_LINKS, ATTACH_FILES, ADD_REACTIONS,
@@ -57,6 +58,15 @@ class World:
     # REST reads and posts answer 403 Missing Access, its gateway hears nothing of them, and an interaction
     # there carries app_permissions without those two bits. Interaction responses still work.
     bot_hidden_channels: set[int] = field(default_factory=set)
+    # Channels the bot may view but not post in (a member overwrite denying it Send Messages): posts answer 403.
+    bot_muted_channels: set[int] = field(default_factory=set)
+    # Each guild's system channel, where it has one (Discord's "welcome messages" channel).
+    system_channels: dict[int, int] = field(default_factory=dict)
+    # Guilds the bot is not in (not added yet, removed, or left): no READY lists them, their channels answer
+    # 403 Missing Access and send no events, GET /users/@me/guilds leaves them out.
+    guilds_without_bot: set[int] = field(default_factory=set)
+    # When the bot was last added to each guild (its member's joined_at), in epoch seconds; 0 if at the start.
+    bot_joined_at: dict[int, float] = field(default_factory=dict)
     bot_user_id: int = 0
 
     def __post_init__(self) -> None:
@@ -97,7 +107,17 @@ class World:
         """Whether the bot may view and read a channel (a thread: its parent too)."""
         channel = self.channels.get(channel_id)
         parent = channel.parent_id if channel is not None else None
+        if channel is not None and channel.guild_id in self.guilds_without_bot:
+            return False
         return channel_id not in self.bot_hidden_channels and parent not in self.bot_hidden_channels
+
+    def bot_may_send(self, channel_id: int) -> bool:
+        """Whether the bot may post in a channel: it may read it, and Send Messages is not denied it there."""
+        return self.bot_may_read(channel_id) and channel_id not in self.bot_muted_channels
+
+    def bot_guild_ids(self) -> list[int]:
+        """The guilds the bot is in, by id."""
+        return sorted(guild_id for guild_id in self.guilds if guild_id not in self.guilds_without_bot)
 
     def guild_members(self, guild_id: int) -> list[int]:
         # Unless a test names a guild's members, every user is a member of every guild: tests stay short.
