@@ -11,14 +11,14 @@ from pathlib import Path
 from bot.cli_quantities import format_duration, parse_duration, parse_size, positive
 from bot.ingest_progress import ProgressLine, count_documents
 from bot.retrieval import close_provider, embedding_provider, fetch_policy
-from bot.sources_cli import add_sources_command
+from bot.sources_cli import add_sources_command, add_team_argument, parse_team, team_of
 from core.config import Settings
 from core.retrieval.crawl import DEFAULT_DEPTH, DEFAULT_MAX_BYTES, DEFAULT_MAX_PAGES, CrawlOptions
 from core.retrieval.embeddings import EmbeddingsUnavailable
 from core.retrieval.ingest import KEEP_INTERVAL, IngestRequest, IngestSummary, ingest as ingest_targets, is_url
 from core.retrieval.links import LinkBaseError
 from core.retrieval.source_lease import SourceBusy
-from core.retrieval.store import EXPOSURES, SourceExposure, list_sources
+from core.retrieval.store import EXPOSURES, SourceExposure, SourceOwnedElsewhere, list_sources
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
 
@@ -44,6 +44,7 @@ def _what_to_ingest(ingest: argparse.ArgumentParser) -> None:
         "targets", nargs="*", metavar="PATH|URL", help="files, folders (recursive) or http(s) URLs"
     )
     ingest.add_argument("--source", default=DEFAULT_SOURCE, help=f"the source's name (default: {DEFAULT_SOURCE})")
+    add_team_argument(ingest, what="the source is for (default: this deployment's own, where no team is told)")
     ingest.add_argument(
         "--exposure",
         choices=EXPOSURES,
@@ -121,18 +122,23 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr)
     try:
         await db.open()
-        request = await ingest_request(db, settings, args)
+        try:
+            owner = await team_of(settings, db, args.team)
+        except ValueError as error:
+            print(f"relaybot: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        request = await ingest_request(db, settings, args, owner=owner or "")
         progress.start(
             total=len(args.sitemap) + await asyncio.to_thread(
                 count_documents, args.targets, include=tuple(args.include), exclude=tuple(args.exclude)
             )
         )
         summary = await ingest_targets(db, request, embedder=provider, fetch=fetch_policy(settings), progress=progress)
-    except (SourceBusy, LinkBaseError, DatabaseError, MigrationError, EmbeddingsUnavailable) as error:
+    except (SourceBusy, LinkBaseError, SourceOwnedElsewhere, DatabaseError, MigrationError, EmbeddingsUnavailable) as error:
         progress.finish()
         print(f"relaybot: {error}", file=sys.stderr)
-        # A link base the checks refuse is the user's to fix; the rest failed on the way.
-        return EXIT_USAGE if isinstance(error, LinkBaseError) else EXIT_FAILURE
+        # A link base the checks refuse, or another team's source name, is the user's to fix; the rest failed on the way.
+        return EXIT_USAGE if isinstance(error, (LinkBaseError, SourceOwnedElsewhere)) else EXIT_FAILURE
     finally:
         await close_provider(provider)
         await db.close()
@@ -149,6 +155,11 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return "--crawl starts from a URL; name one (http:// or https://)."
     if any(not is_url(sitemap) for sitemap in args.sitemap):
         return "--sitemap takes the sitemap's http(s) URL."
+    if getattr(args, "team", None) is not None:
+        try:
+            parse_team(args.team)
+        except ValueError as error:
+            return str(error)
     return None
 
 
@@ -162,8 +173,9 @@ def missing_paths_problem(targets: list[str]) -> str | None:
     return f"there is no file or folder at {named}; check the path (a relative one is read from {os.getcwd()})."
 
 
-async def ingest_request(db: Database, settings: Settings, args: argparse.Namespace) -> IngestRequest:
-    """The ingest the flags ask for; an existing source keeps its exposure and sync interval unless they are given."""
+async def ingest_request(db: Database, settings: Settings, args: argparse.Namespace, *, owner: str = "") -> IngestRequest:
+    """The ingest the flags ask for (into `owner`'s source: a team's, or '' the deployment's); an existing source keeps
+    its exposure and sync interval unless they are given."""
     existing = next((row for row in await list_sources(db) if row.name == args.source), None)
     exposure: SourceExposure = args.exposure or (existing.exposure if existing else "prefetch")  # type: ignore[assignment]
     if args.sync_every is not None:
@@ -180,5 +192,5 @@ async def ingest_request(db: Database, settings: Settings, args: argparse.Namesp
         source=args.source, exposure=exposure, targets=tuple(args.targets), sitemaps=tuple(args.sitemap),
         include=tuple(args.include), exclude=tuple(args.exclude), prune=args.prune,
         allow_private=args.allow_private or settings.ingest_allow_private, link_base=args.link_base,
-        crawl=crawl, sitemap_options=sitemap_options, sync_interval_s=sync_every,
+        crawl=crawl, sitemap_options=sitemap_options, sync_interval_s=sync_every, owner=owner,
     )

@@ -1,4 +1,5 @@
-"""`relaybot sources list | sync | remove | set-link-base`: the document sources, their syncs and where they link."""
+"""`relaybot sources list | sync | remove | set-link-base | set-team`: the document sources, their syncs, where they link
+and which team each belongs to (`--team`, shared with `relaybot ingest`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from core.config import Settings
 from core.retrieval.embeddings import EmbeddingsUnavailable
 from core.retrieval.links import LinkBaseError, check_link_base
 from core.retrieval.source_lease import SourceBusy
-from core.retrieval.store import SourceRow, list_sources, remove_source, set_link_base
+from core.retrieval.store import SourceRow, list_sources, remove_source, set_link_base, set_owner
 from core.retrieval.sync import SourceSyncer, SyncResult, SyncState, source_ids, sync_states
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
@@ -20,17 +21,73 @@ from core.store.migrations import MigrationError
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+# The platforms whose workspaces own sources, as a --team names them (`slack:T1`, `discord:G1`).
+TEAM_PLATFORMS = ("slack", "discord")
+DEPLOYMENT_WORDS = ("none", "deployment")
+
+
+def add_team_argument(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """--team: the workspace a source belongs to (its answers alone search it)."""
+    parser.add_argument(
+        "--team", metavar="TEAM", default=None,
+        help=f"the team {what}: a Slack team id (T…) or slack:T…, discord:GUILD, or none for this deployment's own "
+        "(required when several Slack teams are installed or multi-workspace mode is on)",
+    )
+
+
+def parse_team(text: str) -> str:
+    """A --team value as a source's owner: `slack:T1`, `discord:G1`, or '' (the deployment's); ValueError with the
+    sentence otherwise."""
+    value = text.strip()
+    if value.lower() in DEPLOYMENT_WORDS:
+        return ""
+    platform, colon, workspace = value.partition(":")
+    if not colon:
+        platform, workspace = "slack", value  # a bare id is a Slack team's, as SLACK_TEAM_IDS writes them
+    if platform not in TEAM_PLATFORMS or not workspace or ":" in workspace or any(c.isspace() for c in workspace):
+        raise ValueError(f'--team {text!r} names no team; write T0123 or slack:T0123, discord:GUILD_ID, or none')
+    return f"{platform}:{workspace}"
+
+
+async def installed_slack_teams(db: Database) -> int:
+    """How many Slack workspaces or orgs are installed (migration 026's slack_bots; 0 before it exists)."""
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT to_regclass('slack_bots') IS NOT NULL")
+        row = await cursor.fetchone()
+        if not row or not row[0]:
+            return 0
+        cursor = await conn.execute("SELECT count(*) FROM slack_bots")
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def team_of(settings: Settings, db: Database, team: str | None) -> str | None:
+    """The owner --team names (None: not given). ValueError with the sentence when it must be given: several Slack
+    teams installed, or multi-workspace mode, where no team's answers search the deployment's sources."""
+    if team is not None:
+        return parse_team(team)
+    multi = not settings.platform_defaults("slack").shares_deployment_sources
+    if multi or await installed_slack_teams(db) > 1:
+        why = "multi-workspace mode is on" if multi else "several Slack teams are installed"
+        raise ValueError(f"{why}: say which team the source is for with --team T… (or --team none for this "
+                         "deployment's own, which no installed team searches)")
+    return None
 
 
 def add_sources_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `sources` and its actions (with who may read a source: bot/channels_cli.py) to the CLI's subcommands."""
     sources = subparsers.add_parser("sources", help="list or remove document sources, or set where they link")
     actions = sources.add_subparsers(dest="sources_command", required=True)
-    actions.add_parser("list", help="list sources with their document and chunk counts, and how their syncs went")
+    listing = actions.add_parser("list", help="list sources with their document and chunk counts, and how their syncs went")
+    listing.add_argument("--team", metavar="TEAM", default=None, help="only this team's sources (none: the deployment's)")
     sync = actions.add_parser("sync", help="sync a source (or every source) now from what it was ingested from")
     sync.add_argument("name", nargs="?", help="the source (default: every source that remembers its targets)")
     remove = actions.add_parser("remove", help="remove a source with all its documents")
     remove.add_argument("name")
+    add_team_argument(remove, what="the source belongs to")
+    owner = actions.add_parser("set-team", help="give a source to a team (its answers alone search it), or back to the deployment")
+    owner.add_argument("name")
+    owner.add_argument("team", metavar="TEAM", help="T… or slack:T…, discord:GUILD, or none for this deployment's own")
     link = actions.add_parser(
         "set-link-base", help="set where a source's files are read on the web (an empty URL removes it)"
     )
@@ -39,6 +96,7 @@ def add_sources_command(subparsers: argparse._SubParsersAction) -> None:  # type
     link.add_argument(
         "--root", metavar="DIR", help="the folder the files' paths are taken relative to (default: the ingested one)"
     )
+    add_team_argument(link, what="the source belongs to")
     from bot.channels_cli import add_source_access_commands
 
     add_source_access_commands(actions)
@@ -57,7 +115,7 @@ def format_sources(rows: list[SourceRow], states: dict[str, SyncState] | None = 
     if not rows:
         return "No sources yet; add one with `relaybot ingest PATH|URL --source NAME`."
     states = states or {}
-    header = ("NAME", "EXPOSURE", "KIND", "DOCUMENTS", "CHUNKS", "LAST SYNCED", "STATUS", "EVERY", "LINKS TO", "FROM")
+    header = ("NAME", "EXPOSURE", "KIND", "DOCUMENTS", "CHUNKS", "LAST SYNCED", "STATUS", "EVERY", "LINKS TO", "TEAM", "FROM")
     table = [header] + [
         (
             row.name,
@@ -69,6 +127,7 @@ def format_sources(rows: list[SourceRow], states: dict[str, SyncState] | None = 
             _sync_status(states.get(row.name)),
             format_duration(row.sync_interval_s),
             row.link_base or "-",
+            row.owner or "-",
             row.uri,
         )
         for row in rows
@@ -143,28 +202,44 @@ async def sources(settings: Settings, args: argparse.Namespace) -> int:
             # Checked before the database opens: a typo costs nothing.
             base = check_link_base(args.url) if args.url.strip() else None
             root = str(Path(args.root).expanduser().resolve()) if args.root else None
+        given = getattr(args, "team", None)
+        if given is not None:
+            parse_team(given)  # before the database opens, too
         await db.open()
         if args.sources_command == "list":
-            print(format_sources(await list_sources(db), await sync_states(db)))
+            owner = parse_team(given) if given is not None else None
+            print(format_sources(await list_sources(db, owner=owner), await sync_states(db)))
             return EXIT_OK
         if args.sources_command == "sync":
             return await sync_sources(settings, db, args.name)
-        if args.sources_command == "set-link-base":
-            row = await set_link_base(db, args.name, base, root=root)
-            if row is None:
+        if args.sources_command == "set-team":
+            owner = parse_team(args.team)
+            if not await set_owner(db, args.name, owner):
                 print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
+                return EXIT_FAILURE
+            print(f'Source "{args.name}" now belongs to ' + (f"team {owner}: only its answers search it." if owner
+                  else "this deployment: every answer of a platform that shares the deployment's sources searches it."))
+            return EXIT_OK
+        owner = await team_of(settings, db, given)
+        of_team = f" of team {owner}" if owner else " of this deployment" if owner == "" else ""
+        if args.sources_command == "set-link-base":
+            row = await set_link_base(db, args.name, base, root=root, owner=owner)
+            if row is None:
+                print(f'relaybot: there is no source named "{args.name}"{of_team}; `relaybot sources list` shows them.',
+                      file=sys.stderr)
                 return EXIT_FAILURE
             if row.link_base:
                 print(f'Source "{row.name}" now links its files to {row.link_base} (paths under {row.link_root}).')
             else:
                 print(f'Source "{row.name}" no longer links its files; they are cited by title.')
             return EXIT_OK
-        if await remove_source(db, args.name):
+        if await remove_source(db, args.name, owner=owner):
             print(f'Removed source "{args.name}" with its documents.')
             return EXIT_OK
-        print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
+        print(f'relaybot: there is no source named "{args.name}"{of_team}; `relaybot sources list` shows them.',
+              file=sys.stderr)
         return EXIT_FAILURE
-    except LinkBaseError as error:
+    except (LinkBaseError, ValueError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (DatabaseError, MigrationError) as error:

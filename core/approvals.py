@@ -61,6 +61,9 @@ class Click:
     comment: str = ""
     mention: Callable[[str], str] = _as_is
     admins: bool = True
+    # The team the click came from (`slack:T1`: the workspace whose message holds the buttons), when the platform
+    # says: an approval of another team is not found from there, whoever clicks (an admin of B is no admin of A).
+    team: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +104,7 @@ class ApprovalService:
         return result
 
     async def _decide(self, click: Click) -> ClickResult:
-        row = await self._get(click.continuation_id)
+        row = await self._get(click.continuation_id, team=click.team)
         call_id = click.call_id
         if row is not None and click.call_index is not None:
             index = click.call_index
@@ -144,9 +147,10 @@ class ApprovalService:
                 return result
         return await self._claim(row.id, actor=actor)
 
-    async def view(self, continuation_id: str) -> ApprovalView | None:
-        """The approval as stored now (to redraw its message with every decision so far)."""
-        row = await self._get(continuation_id)
+    async def view(self, continuation_id: str, *, team: str | None = None) -> ApprovalView | None:
+        """The approval as stored now (to redraw its message with every decision so far); None for one of another
+        team than `team`, when given."""
+        row = await self._get(continuation_id, team=team)
         return ApprovalView.from_row(row) if row else None
 
     async def remember_message(self, continuation_id: str, ref: dict[str, Any]) -> None:
@@ -198,9 +202,12 @@ class ApprovalService:
 
     # ----- internals ------------------------------------------------------------------------------
 
-    async def _get(self, continuation_id: str) -> ContinuationRow | None:
+    async def _get(self, continuation_id: str, *, team: str | None = None) -> ContinuationRow | None:
         key = _parse_uuid(continuation_id)
-        return await self._continuations.get(key) if key else None
+        row = await self._continuations.get(key) if key else None
+        if row is not None and team is not None and team_of(row) != team:
+            return None  # as if there were none: another team learns nothing of it, not even that it exists
+        return row
 
     async def _policy_of(self, row: ContinuationRow) -> ApprovalPolicy:
         """Who may decide in the paused run's channel, as its settings say now."""
@@ -299,6 +306,14 @@ class ApprovalService:
             except (psycopg.Error, PoolTimeout):
                 # The run already told the user how it ended; the stuck-run job tidies the row later.
                 log.exception("could not record how resumed run %s ended", row.id)
+
+
+def team_of(row: ContinuationRow) -> str:
+    """The team a paused run belongs to (`platform:workspace` of its conversation); '' when its state names none."""
+    conversation = row.state.get("conversation") if isinstance(row.state, dict) else None
+    if not isinstance(conversation, dict):
+        return ""
+    return f"{conversation.get('platform', row.platform)}:{conversation.get('workspace', '')}"
 
 
 def _approved(decision: bool | Decision) -> bool:

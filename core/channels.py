@@ -11,7 +11,7 @@ from core.config import Settings
 from core.platform_settings import PlatformDefaults
 from core.quota import DayLimits
 from core.requests import ConversationKey
-from core.retrieval.retriever import SourceScope
+from core.retrieval.retriever import DEPLOYMENT_OWNER, SourceScope, team_owner
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
 from core.tools.context import ToolContext
 
@@ -160,6 +160,13 @@ def audiences(key: ConversationKey) -> tuple[str, ...]:
     return (dm_audience(key.platform, key.workspace),) if key.direct else (channel_scope(key),)
 
 
+def source_owners(key: ConversationKey, defaults: PlatformDefaults | None = None) -> tuple[str, ...]:
+    """Whose sources a conversation searches: its team's, and the deployment's own where its platform shares them
+    (single-workspace mode, Discord, the terminal chat, the API); never another team's."""
+    shared = defaults.shares_deployment_sources if defaults is not None else True
+    return (team_owner(key.platform, key.workspace),) + ((DEPLOYMENT_OWNER,) if shared else ())
+
+
 def settings_defaults(settings: Settings, platform: str, defaults: PlatformDefaults | None = None) -> ChannelSettings:
     """The last level: what the settings say for every channel of a platform (its own defaults come from its
     settings group; a platform without one answers only mentions in threads)."""
@@ -180,6 +187,7 @@ def resolve(
     defaults: PlatformDefaults | None = None,
 ) -> ChannelConfig:
     """Channel → workspace → settings, field by field (`defaults`: the platform's, when the caller has them)."""
+    defaults = defaults or settings.platform_defaults(key.platform)
     levels = [
         (channel_scope(key), channel or ChannelSettings()),
         (workspace_scope(key), workspace or ChannelSettings()),
@@ -205,7 +213,7 @@ def resolve(
         system_prompt=values.get("system_prompt", ""),
         tools=values.get("tools"),
         tool_rules=_rules(values.get("tool_policy") or {}),
-        scope=SourceScope(audiences=audiences(key), only=values.get("sources")),
+        scope=SourceScope(audiences=audiences(key), only=values.get("sources"), owners=source_owners(key, defaults)),
         person_limits=DayLimits(requests_per_day=values.get("user_requests_per_day"),
                                 tokens_per_day=values.get("user_tokens_per_day")),
         origins=origins,

@@ -19,6 +19,9 @@ class PlatformDefaults:
     followups_need_mention: bool = True  # a platform that says nothing answers only mentions in threads
     # Why the bot cannot read the text of every message it is sent ("" when it can): respond_to=all is refused then.
     cannot_read_every_message: str = ""
+    # Whether its workspaces also search this deployment's own sources (owner ''), beside their team's: true but
+    # where the platform serves installed workspaces of many owners (Slack's multi-workspace mode).
+    shares_deployment_sources: bool = True
 
 
 class PlatformSettings(BaseSettings):

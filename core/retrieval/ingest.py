@@ -57,6 +57,7 @@ class IngestRequest:
     crawl: CrawlOptions | None = None
     sitemap_options: CrawlOptions | None = None
     sync_interval_s: int | None | KeepInterval = KEEP_INTERVAL
+    owner: str = ""  # the team the source belongs to (`slack:T1`); '' for the deployment's own
 
     def __post_init__(self) -> None:
         for name in ("targets", "sitemaps", "include", "exclude"):
@@ -96,6 +97,7 @@ async def ingest(
         source_id = await upsert_source(
             conn, name=request.source, kind=_source_kind(all_targets), uri=" ".join(all_targets),
             exposure=request.exposure, link_base=request.link_base, link_root=request.link_root,
+            owner=request.owner,
         )
     async with await SourceLease.take(db, source_id) as lease:
         async with db.connection() as conn:

@@ -8,23 +8,34 @@ from typing import Literal, Protocol, Sequence
 from core.events import SourceItem
 
 Exposure = Literal["prefetch", "agentic_tool"]
+# The owner of a source that belongs to no team: this deployment's own (sources.owner '').
+DEPLOYMENT_OWNER = ""
+
+
+def team_owner(platform: str, workspace: str) -> str:
+    """The owner a team's sources carry: `slack:T1`, `discord:G1` (a workspace scope, as channel_config's)."""
+    return f"{platform}:{workspace}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class SourceScope:
-    """Which sources one conversation may search: every open source, plus the restricted ones granted
-    to one of `audiences` (its channel, or its workspace's DMs); `only` narrows that to some names.
+    """Which sources one conversation may search: of the sources `owners` hold (its team's, `slack:T1`, and
+    '' — the deployment's own — where its platform shares them), every open one, plus the restricted ones
+    granted to one of `audiences` (its channel, or its workspace's DMs); `only` narrows that to some names.
 
-    A search given no scope sees open sources only: a caller that forgets to say where it searches
-    from never sees a restricted one. `every_restricted` is for operators' tools (the bench), never
-    for a conversation.
+    A search given no scope sees the deployment's open sources only: a caller that forgets to say where it
+    searches from never sees a restricted source, nor a team's. `every_restricted` (and `owners=None`, every
+    owner) are for operators' tools (the bench), never for a conversation.
     """
 
     audiences: tuple[str, ...] = ()
     only: tuple[str, ...] | None = None
     every_restricted: bool = False
+    owners: tuple[str, ...] | None = (DEPLOYMENT_OWNER,)
 
-    def may_see(self, *, name: str, restricted: bool, granted: bool) -> bool:
+    def may_see(self, *, name: str, restricted: bool, granted: bool, owner: str = DEPLOYMENT_OWNER) -> bool:
+        if self.owners is not None and owner not in self.owners:
+            return False  # another team's source: its grants and names mean nothing here
         if self.only is not None and name not in self.only:
             return False
         return not restricted or granted or self.every_restricted

@@ -166,9 +166,9 @@ class PgRetriever:
             rows = await _source_rows(conn, scope or OPEN_SOURCES, with_documents=True)
         return any(
             has_documents and source_exposure == exposure and (scope or OPEN_SOURCES).may_see(
-                name=name, restricted=restricted, granted=granted
+                name=name, restricted=restricted, granted=granted, owner=owner
             )
-            for _, name, source_exposure, restricted, granted, has_documents in rows
+            for _, name, source_exposure, restricted, granted, has_documents, owner in rows
         )
 
     async def search(
@@ -263,15 +263,16 @@ class PgRetriever:
 
         Scoping is this id list: both branches filter by it inside their index scans (HNSW with
         pgvector's iterative scan, so a channel granted 1% of the chunks still gets k rows), so a
-        restricted source's passage is never ranked, let alone returned, where it is not granted."""
+        restricted source's passage is never ranked, let alone returned, where it is not granted (nor another
+        team's source anywhere outside that team)."""
         rows = await _source_rows(conn, scope)
         allowed = [
             source_id
-            for source_id, name, source_exposure, restricted, granted, _ in rows
+            for source_id, name, source_exposure, restricted, granted, _, owner in rows
             if source_exposure != "off"
             and (exposure is None or source_exposure == exposure)
             and (sources is None or name in sources)
-            and scope.may_see(name=name, restricted=restricted, granted=granted)
+            and scope.may_see(name=name, restricted=restricted, granted=granted, owner=owner)
         ]
         return None if len(allowed) == len(rows) else allowed
 
@@ -379,13 +380,14 @@ class PgRetriever:
 
 async def _source_rows(
     conn: AsyncConnection, scope: SourceScope, *, with_documents: bool = False
-) -> list[tuple[int, str, str, bool, bool, bool]]:
-    """(id, name, exposure, restricted, granted to one of the scope's audiences, has documents) of every source."""
+) -> list[tuple[int, str, str, bool, bool, bool, str]]:
+    """(id, name, exposure, restricted, granted to one of the scope's audiences, has documents, owner) of every
+    source."""
     cursor = await conn.execute(
         "SELECT s.id, s.name, s.exposure, s.restricted,"
         " s.restricted AND EXISTS (SELECT 1 FROM source_grants g WHERE g.source_id = s.id AND g.audience = ANY(%s)),"
         + (" EXISTS (SELECT 1 FROM documents d WHERE d.source_id = s.id)" if with_documents else " true")
-        + " FROM sources s",
+        + ", s.owner FROM sources s",
         (list(scope.audiences),),
     )
-    return [(int(r[0]), r[1], r[2], bool(r[3]), bool(r[4]), bool(r[5])) for r in await cursor.fetchall()]
+    return [(int(r[0]), r[1], r[2], bool(r[3]), bool(r[4]), bool(r[5]), r[6]) for r in await cursor.fetchall()]

@@ -37,6 +37,16 @@ class SourceRow:
     chunks: int
     link_base: str | None = None  # where its files are read on the web (core/retrieval/links.py)
     link_root: str | None = None  # the folder their paths are taken relative to
+    owner: str = ""  # the team it belongs to (`slack:T1`, `discord:G1`); '' for the deployment's own
+
+
+class SourceOwnedElsewhere(ValueError):
+    """A source name already used by another team (or by the deployment): names are unique across teams, and
+    one team never writes into another's source. The message is the sentence the CLI prints."""
+
+    def __init__(self, name: str, owner: str) -> None:
+        held = f"team {owner}" if owner else "this deployment (no team)"
+        super().__init__(f'the source "{name}" belongs to {held}; choose another name, or --team to match it')
 
 
 def vector_index_name(model: str, dimension: int) -> str:
@@ -89,15 +99,17 @@ async def upsert_source(
     exposure: SourceExposure,
     link_base: str | None = None,
     link_root: str | None = None,
+    owner: str = "",
 ) -> int:
-    """Create the source or update how it is exposed; returns its id.
+    """Create the source (owned by `owner`: a team, or '' for the deployment) or update how it is exposed; returns
+    its id. SourceOwnedElsewhere when the name is another owner's: an ingest never writes into another team's source.
 
     A link base given sets the base and its root together. Without one the base stays, and so does
     its root: re-ingesting part of a folder must not move where the other files' links point. A
     source with no base yet records the new root, for `sources set-link-base` to use later.
     """
     cursor = await conn.execute(
-        "INSERT INTO sources (name, kind, uri, exposure, link_base, link_root) VALUES (%s, %s, %s, %s, %s, %s) "
+        "INSERT INTO sources (name, kind, uri, exposure, link_base, link_root, owner) VALUES (%s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (name) DO UPDATE SET "
         " kind = CASE WHEN sources.kind = EXCLUDED.kind THEN sources.kind ELSE 'mixed' END,"
         " uri = EXCLUDED.uri, exposure = EXCLUDED.exposure,"
@@ -106,22 +118,28 @@ async def upsert_source(
         "  WHEN sources.link_base IS NULL THEN coalesce(EXCLUDED.link_root, sources.link_root)"
         "  ELSE sources.link_root END,"
         " updated_at = now() "
+        "WHERE sources.owner = EXCLUDED.owner "
         "RETURNING id",
-        (name, kind, uri, exposure, link_base, link_root),
+        (name, kind, uri, exposure, link_base, link_root, owner),
     )
     row = await cursor.fetchone()
-    assert row is not None
+    if row is None:
+        cursor = await conn.execute("SELECT owner FROM sources WHERE name = %s", (name,))
+        held = await cursor.fetchone()
+        raise SourceOwnedElsewhere(name, held[0] if held else "")
     return int(row[0])
 
 
-async def list_sources(db: Database) -> list[SourceRow]:
-    """Every source with its document and chunk counts, by name."""
+async def list_sources(db: Database, *, owner: str | None = None) -> list[SourceRow]:
+    """Every source (of one owner, when given: a team, or '' for the deployment's) with its document and chunk
+    counts, by name."""
     async with db.connection() as conn:
         cursor = await conn.execute(
             "SELECT s.id, s.name, s.kind, s.uri, s.exposure, s.sync_interval_s, s.last_synced_at,"
             " (SELECT count(*) FROM documents d WHERE d.source_id = s.id),"
-            " (SELECT count(*) FROM chunks c WHERE c.source_id = s.id), s.link_base, s.link_root "
-            "FROM sources s ORDER BY s.name"
+            " (SELECT count(*) FROM chunks c WHERE c.source_id = s.id), s.link_base, s.link_root, s.owner "
+            "FROM sources s WHERE (%s::text IS NULL OR s.owner = %s::text) ORDER BY s.name",
+            (owner, owner),
         )
         rows = await cursor.fetchall()
     return [
@@ -137,17 +155,23 @@ async def list_sources(db: Database) -> list[SourceRow]:
             chunks=int(row[8]),
             link_base=row[9],
             link_root=row[10],
+            owner=row[11],
         )
         for row in rows
     ]
 
 
-async def set_link_base(db: Database, name: str, link_base: str | None, *, root: str | None = None) -> SourceRow | None:
+async def set_link_base(
+    db: Database, name: str, link_base: str | None, *, root: str | None = None, owner: str | None = None
+) -> SourceRow | None:
     """Set (or, with None, clear) where a source's files are read on the web; `root` replaces the folder
     their paths are taken relative to (default: the one recorded at ingest). None when there is no such
-    source; LinkBaseError when a base is set with no root known."""
+    source (of `owner`, when given); LinkBaseError when a base is set with no root known."""
     async with db.connection() as conn:
-        cursor = await conn.execute("SELECT link_root FROM sources WHERE name = %s FOR UPDATE", (name,))
+        cursor = await conn.execute(
+            "SELECT link_root FROM sources WHERE name = %s AND (%s::text IS NULL OR owner = %s::text) FOR UPDATE",
+            (name, owner, owner),
+        )
         row = await cursor.fetchone()
         if row is None:
             return None
@@ -164,8 +188,33 @@ async def set_link_base(db: Database, name: str, link_base: str | None, *, root:
     return next((source for source in await list_sources(db) if source.name == name), None)
 
 
-async def remove_source(db: Database, name: str) -> bool:
-    """Delete a source with its documents, chunks and embeddings; False when there is no such source."""
+async def remove_source(db: Database, name: str, *, owner: str | None = None) -> bool:
+    """Delete a source with its documents, chunks and embeddings; False when there is no such source (of `owner`,
+    when given: one team never removes another's)."""
     async with db.connection() as conn:
-        cursor = await conn.execute("DELETE FROM sources WHERE name = %s RETURNING id", (name,))
+        cursor = await conn.execute(
+            "DELETE FROM sources WHERE name = %s AND (%s::text IS NULL OR owner = %s::text) RETURNING id",
+            (name, owner, owner),
+        )
         return await cursor.fetchone() is not None
+
+
+async def set_owner(db: Database, name: str, owner: str) -> bool:
+    """Give a source to a team (`slack:T1`), or with '' back to the deployment; False when there is no such source.
+    Its grants stay: a grant to another team's channel is never searched (core/retrieval/retriever.py)."""
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "UPDATE sources SET owner = %s, updated_at = now() WHERE name = %s RETURNING id", (owner, name)
+        )
+        return await cursor.fetchone() is not None
+
+
+async def adopt_deployment_sources(db: Database, owner: str) -> list[str]:
+    """Make `owner` (the team `relaybot teams import` turns SLACK_BOT_TOKEN into) the owner of every source that has
+    none: in single-workspace mode they were that team's, and in multi-workspace mode no Slack team searches the
+    deployment's. Returns their names; nothing else changes (documents, grants, syncs stay)."""
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "UPDATE sources SET owner = %s, updated_at = now() WHERE owner = '' RETURNING name", (owner,)
+        )
+        return sorted(row[0] for row in await cursor.fetchall())
