@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
-from core.ports import AppState, EventDedup, FeedbackVotes, FinalOutbox, KnownConversations, LiveAnswerLog
+from core.ports import AppState, EventDedup, FeedbackVotes, FinalOutbox, Installs, KnownConversations, LiveAnswerLog
 from core.tools.context import ConversationReader
 
 
@@ -20,6 +20,7 @@ class AdapterPorts:
     outbox: FinalOutbox
     state: AppState
     feedback: FeedbackVotes  # 👍/👎 clicks and 👎 reasons
+    installs: Installs  # the app's stored installs and OAuth states (a multi-workspace Slack app's)
 
 
 class PlatformAdapter(Protocol):

@@ -36,6 +36,7 @@ from core.store.feedback import FeedbackStore
 from core.store.conversations import ConversationStore
 from core.store.db import Database
 from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
+from core.store.installations import InstallStore
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
@@ -219,7 +220,7 @@ class Runtime:
         ports = AdapterPorts(
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
             conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
-            state=AppStateStore(self.db), feedback=FeedbackStore(self.db),
+            state=AppStateStore(self.db), feedback=FeedbackStore(self.db), installs=InstallStore(self.db),
         )
         try:
             for platform in self.platforms:

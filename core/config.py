@@ -66,6 +66,7 @@ HINTS: dict[str, str] = {
     "READ_URL_ALLOWED_NETWORKS": "comma-separated CIDRs such as 10.1.0.0/16, or leave it unset",
     "SOURCE_SYNC_ENABLED": "true or false",
     "SOURCE_SYNC_CHECK_S": "a number of seconds, e.g. 300",
+    "UNINSTALL_DATA": "one of keep, purge",
 }
 
 # Who may DM the bot: `members` of an allowed workspace/guild (everyone when no allowlist is set),
@@ -211,6 +212,12 @@ class Settings(BaseSettings):
     # When set, /metrics answers only requests carrying `Authorization: Bearer <token>`.
     metrics_token: str | None = Field(default=None, repr=False)
 
+    # Secrets stored in the database (a multi-workspace Slack app's tokens) are encrypted with this: a Fernet key
+    # or a passphrase of 32+ characters; `new,old` decrypts with both while every row is rewritten with the new one.
+    secret_key: str | None = Field(default=None, repr=False)
+    # What happens to a workspace's data when the app is uninstalled from it (or a guild removes the bot).
+    uninstall_data: Literal["keep", "purge"] = "keep"
+
     _platform_overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
     _shared_options: dict[str, Any] = PrivateAttr(default_factory=dict)
     _platform_groups: dict[type[PlatformSettings], PlatformSettings] = PrivateAttr(default_factory=dict)
@@ -289,7 +296,7 @@ class Settings(BaseSettings):
         values: list[str] = [
             value
             for value in (
-                self.llm_api_key, self.embedding_api_key, self.metrics_token,
+                self.llm_api_key, self.embedding_api_key, self.metrics_token, self.secret_key,
             )
             if value
         ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from core.requests import ConversationKey
 
@@ -120,3 +121,62 @@ class FeedbackVotes(Protocol):
     async def vote(self, turn_id: str, *, user_id: str, user_name: str, platform: str, up: bool) -> bool: ...
 
     async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str) -> bool: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallRecord:
+    """One stored install of the app (a workspace's or a Grid org's bot, or who installed it): what may be shown
+    in `fields`, the tokens in `sealed`, encrypted by the adapter (the store never sees a token in the clear)."""
+
+    enterprise_id: str = ""  # '' outside an Enterprise Grid org
+    team_id: str = ""  # '' for an org-wide install, which answers for every workspace of its org
+    user_id: str = ""  # the installer ('' for a bot)
+    is_enterprise_install: bool = False
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    sealed: bytes = b""
+    token_expires_at: float | None = None  # epoch seconds; None: the token does not expire
+    installed_at: float | None = None  # epoch seconds, set by the store
+    refresh_error: str | None = None  # why the last refresh of the bot token failed, until one succeeds
+
+
+class BotRefresh(Protocol):
+    """A bot's row held under its install's advisory lock: read it again, then replace its tokens."""
+
+    async def current(self) -> InstallRecord | None: ...
+
+    async def replace(self, record: InstallRecord) -> None: ...
+
+    async def failed(self, reason: str) -> None: ...
+
+
+class Installs(Protocol):
+    """The app's installs and the OAuth flow's states (core.store.installations)."""
+
+    async def save(self, *, bot: InstallRecord | None, installer: InstallRecord | None) -> None: ...
+
+    async def bot(self, *, enterprise_id: str, team_id: str) -> InstallRecord | None:
+        """The team's own bot, else its org's org-wide one."""
+        ...
+
+    async def installer(self, *, enterprise_id: str, team_id: str, user_id: str | None) -> InstallRecord | None:
+        """That person's install (None: the latest of the team)."""
+        ...
+
+    async def delete_bot(self, *, enterprise_id: str, team_id: str) -> int: ...
+
+    async def delete_installers(self, *, enterprise_id: str, team_id: str, user_id: str | None) -> int: ...
+
+    async def bots(self) -> list[InstallRecord]: ...
+
+    async def installers(self) -> list[InstallRecord]: ...
+
+    def refreshing(self, *, enterprise_id: str, team_id: str) -> AbstractAsyncContextManager[BotRefresh]:
+        """The bot's row under a per-install advisory lock held until the block ends (one refresh at a time,
+        across processes)."""
+        ...
+
+    async def issue_state(self, state: str, *, expires_in_s: float) -> None: ...
+
+    async def consume_state(self, state: str) -> bool:
+        """True once for a state issued and not expired; False ever after."""
+        ...

@@ -52,6 +52,7 @@ SAMPLES = {
     "LLM_BASE_URL": "https://llm.example/v1",
     "EMBEDDING_BASE_URL": "https://embeddings.example/v1",
     "SLACK_API_URL": "https://slack.example/api/",
+    "SLACK_REDIRECT_URI": "https://bot.example/slack/oauth_redirect",
     "DISCORD_API_BASE": "https://discord.example/api/v10",
     "DISCORD_GATEWAY_URL": "wss://gateway.example",
     "LLM_MODEL_OVERRIDES": '{"context_limit": 32000}',

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -17,11 +18,19 @@ class SlackSettings(PlatformSettings):
 
     model_config = SettingsConfigDict(env_prefix="SLACK_")
     platform: ClassVar[str] = "slack"
-    hints: ClassVar[dict[str, str]] = {"SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/"}
+    hints: ClassVar[dict[str, str]] = {
+        "SLACK_API_URL": "Slack's Web API base URL, e.g. https://slack.com/api/",
+        "SLACK_REDIRECT_URI": "the public https URL of /slack/oauth_redirect, e.g. https://bot.example.com/slack/oauth_redirect",
+    }
 
     bot_token: str | None = Field(default=None, repr=False)
     app_token: str | None = Field(default=None, repr=False)
     signing_secret: str | None = Field(default=None, repr=False)
+    # "Add to Slack" for several workspaces (adapters/slack/oauth.py): both set turn it on (SECRET_KEY required).
+    client_id: str | None = None
+    client_secret: str | None = Field(default=None, repr=False)
+    # Where Slack sends the installer back: the public https URL of /slack/oauth_redirect.
+    redirect_uri: str | None = None
     api_url: str = "https://slack.com/api/"
     team_ids: CommaList = ()
     thread_followups: bool = True
@@ -51,9 +60,23 @@ class SlackSettings(PlatformSettings):
     def _check_api_url(cls, value: str) -> str | None:
         return optional_url(value, schemes=HTTP_SCHEMES)
 
+    @field_validator("redirect_uri", mode="after")
+    @classmethod
+    def _check_redirect_uri(cls, value: str | None) -> str | None:
+        checked = optional_url(value, schemes=HTTP_SCHEMES)
+        parts = urlsplit(checked or "")
+        if checked and parts.scheme != "https" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("Slack sends installers back only to an https URL")
+        return checked
+
     @property
     def configured(self) -> bool:
-        return bool(self.bot_token)
+        return bool(self.bot_token) or self.multi_workspace
+
+    @property
+    def multi_workspace(self) -> bool:
+        """Several workspaces through "Add to Slack": the app's client id and secret are set."""
+        return bool(self.client_id and self.client_secret)
 
     def defaults(self) -> PlatformDefaults:
         return PlatformDefaults(followups_need_mention=not self.thread_followups)

@@ -8,6 +8,7 @@ from core.store.conversations import ConversationStore
 from core.store.feedback import FeedbackStore
 from core.store.db import Database
 from core.store.heartbeats import process_identity
+from core.store.installations import InstallStore
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
@@ -19,4 +20,5 @@ def ports_for(db: Database) -> AdapterPorts:
     return AdapterPorts(
         live=LiveMessages(db, owner=owner), dedup=ProcessedEvents(db), conversations=ConversationStore(db),
         outbox=PendingFinals(db, owner=owner), state=AppStateStore(db), feedback=FeedbackStore(db),
+        installs=InstallStore(db),
     )

@@ -19,6 +19,7 @@ from .api import WebApi, error
 from .app_surfaces import AppSurfaces
 from .directory import Directory
 from .modals import Modals, OpenedView
+from .oauth import OAUTH_METHODS, SlackOAuth
 from .response_urls import ResponseUrls
 from .events import Delivery
 from .limits import (
@@ -113,6 +114,8 @@ class SlackEmulator:
         self._api.handlers.update(self._response_urls.handlers())
         self._directory = Directory(self._store)
         self._api.handlers.update(self._directory.handlers())
+        # "Add to Slack": the consent page, oauth.v2.access (rotation, org-wide installs), auth.revoke, uninstalls.
+        self.oauth = SlackOAuth(self._store, app_id=app_id)
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
         self._faults: dict[str, list[Fault]] = {}
         self._lost_replies: dict[str, int] = {}
@@ -138,6 +141,7 @@ class SlackEmulator:
         app.router.add_post("/response-url/{team}/{channel}/{ts}/{user}", self._handle_response_url)
         app.router.add_post("/command-response/{team}/{channel}/{user}", self._handle_command_response)
         app.router.add_get("/socket", self._socket.handle)
+        app.router.add_get("/oauth/v2/authorize", self.oauth.handle_authorize)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -466,6 +470,14 @@ class SlackEmulator:
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
         token = token or str(params.pop("token", "") or "")
         params.pop("token", None)
+        if method in OAUTH_METHODS:
+            # The app's client credentials (or the token to revoke) instead of a bot token of a team.
+            body = await self.oauth.answer(method, params, request.headers, token)
+            self._store.calls.append(CallRecord(
+                method=method, at_s=time.monotonic(), team_id=None, params=params, status=200,
+                error=None if body.get("ok") else str(body.get("error")), connection=_peer(request), token=token,
+            ))
+            return web.json_response(body)
         team = self._store.team_by_bot_token(token, params)
         planned = self.fault_plan(method, params) if self.fault_plan is not None and team is not None else None
         if planned is not None and planned.kind == "dropped":
