@@ -52,6 +52,14 @@ class UnknownSource(LookupError):
     """No source has that name."""
 
 
+class SourceOfAnotherTeam(UnknownSource):
+    """A grant of a team's source to a place outside that team: seen from there, the source does not exist."""
+
+    def __init__(self, name: str, owner: str, audience: str) -> None:
+        super().__init__(f'the source "{name}" belongs to team {owner}; only its own channels and DMs can be granted it,'
+                         f" not {audience}")
+
+
 class ChannelConfigStore:
     """Reads are one small query per question (core.channels.ChannelResolver); writes are one transaction
     that changes the row and records the audit entries together."""
@@ -138,6 +146,11 @@ class ChannelConfigStore:
         """Let `audience` (a channel scope, or a workspace's DMs) read a restricted source; False if it could."""
         async with self._db.connection() as conn:
             source_id, _ = await _source(conn, source, lock=True)
+            cursor = await conn.execute("SELECT owner FROM sources WHERE id = %s", (source_id,))
+            owner = str((await cursor.fetchone() or ("",))[0])
+            if owner and not audience.startswith(f"{owner}:"):
+                # A search outside the team never sees its sources anyway; refusing says so instead of a grant that does nothing.
+                raise SourceOfAnotherTeam(source, owner, audience)
             cursor = await conn.execute(
                 "INSERT INTO source_grants (source_id, audience, granted_by) VALUES (%s, %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING 1",

@@ -63,16 +63,26 @@ class UsageLog:
                  usage.prompt_tokens, usage.completion_tokens),
             )
 
-    async def report(self, *, by: UsageGrouping, since: datetime | None = None) -> list[UsageLine]:
-        """Sums per group, of turns started at or after `since` (all when None), in the group's order."""
+    async def report(
+        self, *, by: UsageGrouping, since: datetime | None = None, team: tuple[str, str] | None = None
+    ) -> list[UsageLine]:
+        """Sums per group, of turns started at or after `since` (all when None) and of one team, (platform,
+        workspace), when given — a team's report counts nobody else's turns — in the group's order."""
         columns = _GROUPS[by]
         expressions = ", ".join(expression for _, expression in columns)
-        where = "WHERE created_at >= %s" if since is not None else ""
+        conditions, params = [], []
+        if since is not None:
+            conditions.append("created_at >= %s")
+            params.append(since)
+        if team is not None:
+            conditions.append("platform = %s AND workspace = %s")
+            params.extend(team)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         async with self._db.connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {expressions}, count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)"
                 f" FROM token_usage {where} GROUP BY {expressions} ORDER BY {expressions}",
-                (since,) if since is not None else (),
+                tuple(params),
             )
             rows = await cursor.fetchall()
         width = len(columns)
