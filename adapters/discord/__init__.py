@@ -12,8 +12,12 @@ __all__ = ["DISCORD", "DiscordAdapter", "DiscordSettings", "DiscordTuning", "app
 
 def __getattr__(name: str) -> Any:
     # The adapter's modules load on first use: the platform table is read by commands that never connect.
-    if name in ("DiscordAdapter", "DiscordTuning", "apply_endpoints", "check_discord"):
+    if name in ("DiscordAdapter", "DiscordTuning", "apply_endpoints"):
         from . import adapter
 
         return getattr(adapter, name)
+    if name == "check_discord":
+        from .install import check_discord
+
+        return check_discord
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

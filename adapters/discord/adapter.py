@@ -25,7 +25,6 @@ from adapters.gate import Gate
 from adapters.streaming import Clock, MonotonicClock
 from core import metrics, observe
 from core.config import Settings
-from core.redact import redact_url
 from core.engine import Engine
 
 from . import render
@@ -34,6 +33,7 @@ from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
 from .controls import DiscordStops, StopButton
 from .feedback import DiscordFeedback, FeedbackButton
+from .guilds import DiscordGuilds, ForgetTeam
 from .commands import DiscordCommands
 from .inbound import DiscordAccess, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
@@ -48,10 +48,8 @@ from .transport_http import no_blind_resend
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_BASE = "https://discord.com/api/v10"
 READY_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
-DOCTOR_TIMEOUT_S = 10.0
 _ID = re.compile(r"/\d+")
 
 
@@ -209,6 +207,8 @@ class DiscordAdapter:
             allowed_guilds=self._discord.guild_ids, direct_messages=settings.direct_messages, is_member=self._is_member
         )
         self.watch = GatewayWatch(self._clock)
+        self.guilds = DiscordGuilds(gate=self.gate, budgets=self.budgets, clock=self._clock,
+                                    purge=settings.uninstall_data == "purge")
         self.client = self._build_client(engine, ports)
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         # What the read_conversation tool reads through (thread context uses the same reading function).
@@ -248,6 +248,7 @@ class DiscordAdapter:
         client.feedback = DiscordFeedback(feedback=ports.feedback, gate=self.gate)
         # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
         client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
+        self.guilds.listen(client)  # joins welcomed or left, removals' pending work dropped (adapters/discord/guilds.py)
         return client
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:
@@ -293,6 +294,10 @@ class DiscordAdapter:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
         self.watch.up()  # READY is in: on_ready may not have run yet
+
+    def use_team_data(self, forget: ForgetTeam) -> None:
+        """What drops a removed guild's pending work and keeps or purges its data (before start)."""
+        self.guilds.forget = forget
 
     def use_shard_leases(self, leases: ShardLeasePort) -> None:
         """With DISCORD_SHARD_COUNT, shards are claimed by lease among the bot's live processes (before start)."""
@@ -378,23 +383,3 @@ class DiscordAdapter:
                 log.info("Discord gateway task ended during close", exc_info=True)
             self._connection = None
 
-
-async def check_discord(settings: Settings) -> str:
-    """One line for `relaybot doctor`: does Discord accept the bot token?"""
-    group = settings.platform_settings(DiscordSettings)
-    if not group.token:
-        return "not configured (DISCORD_TOKEN is not set)"
-    base = (group.api_base or DEFAULT_API_BASE).rstrip("/")
-    headers = {"Authorization": f"Bot {group.token}"}
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DOCTOR_TIMEOUT_S)) as http:
-            async with http.get(f"{base}/users/@me", headers=headers) as response:
-                if response.status == 401:
-                    return "FAILED — the bot token was rejected (401); copy it again from the Bot page"
-                if response.status != 200:
-                    return f"FAILED — {redact_url(base)}/users/@me answered HTTP {response.status}"
-                me = await response.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-        # ValueError: aiohttp refuses a base URL with credentials next to an Authorization header.
-        return f"FAILED — cannot reach {redact_url(base)} ({exc.__class__.__name__})"
-    return f"ok — logged in as {me.get('username', '?')} (id {me.get('id', '?')})"

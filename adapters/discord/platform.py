@@ -29,7 +29,7 @@ def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, ht
 async def doctor_line(settings: Settings) -> str:
     if not settings.platform_settings(DiscordSettings).token:
         return "not configured (set DISCORD_TOKEN)"
-    from .adapter import check_discord
+    from .install import check_discord  # the token checked, and the install link printed
 
     return await check_discord(settings)
 
