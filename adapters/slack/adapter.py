@@ -17,11 +17,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.middleware.authorization.async_single_team_authorization import AsyncSingleTeamAuthorization
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.async_handler import AsyncRetryHandler
-from slack_sdk.http_retry.request import HttpRequest
-from slack_sdk.http_retry.response import HttpResponse
-from slack_sdk.http_retry.state import RetryState
-from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -47,16 +43,17 @@ from .inbound import SlackInbound, is_question_event
 from .notifier import SlackNotifier
 from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
+from .socket_close import close_socket
 from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
+from .team_authorize import TeamAuthorize
+from .team_clients import RateLimitCounter, TeamClients
+from .team_tokens import OneTeamToken, TeamTokens
 from .transport import ScaledClock, SlackBudgets
 
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 CLOSE_WAIT_S = 5.0
-# How long close() lets the Socket Mode close frame take; slack_sdk's own close waits for Slack's
-# answer to it (up to aiohttp's 10 s), which is what made a SIGTERM take ~10 s.
-SOCKET_CLOSE_WAIT_S = 0.5
 # HTTP mode has no connection to watch: readiness is the last auth.test, repeated this often (by maintain).
 AUTH_CHECK_INTERVAL_S = 60.0
 
@@ -67,25 +64,35 @@ class SlackAdapter:
     HTTP mode (no app token) adds `/slack/events` to the shared HttpServer, so construct the
     adapter before the server starts. `time_scale` runs the bot's Slack budgets on a scaled clock
     (tests and benchmarks match an emulator's time scale; production leaves it at 1.0).
+
+    Every Web API call goes with its team's token (adapters/slack/team_clients.py). Single-workspace mode:
+    SLACK_BOT_TOKEN for every team, Bolt's single-team authorization. With `tokens` (a multi-workspace app's
+    stored installs) Bolt authorizes each event by its team's token instead (TeamAuthorize), and
+    `installation_store` gives Bolt its uninstall and token-revocation listeners.
     """
 
     platform = PLATFORM
 
     def __init__(
         self, *, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer | None = None,
-        time_scale: float = 1.0,
+        time_scale: float = 1.0, tokens: TeamTokens | None = None,
+        installation_store: AsyncInstallationStore | None = None,
     ) -> None:
         slack = settings.platform_settings(SlackSettings)
-        socket_mode = _socket_mode(slack, http)
         self._slack = slack
+        self._tokens, self._installation_store = self._team_tokens(ports, tokens, installation_store)
+        self.multi_team = not isinstance(self._tokens, OneTeamToken)
+        socket_mode = _socket_mode(slack, http, multi_team=self.multi_team)
         self._socket_handler: AsyncSocketModeHandler | None = None
-        self.client = AsyncWebClient(
-            token=slack.bot_token, base_url=slack.api_url,
-            # Bolt copies these into its per-event clients, so every Web API call's 429 is counted. No retry
-            # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
-            retry_handlers=[RateLimitCounter()],
-        )
-        self._auth_problem: str | None = "auth.test has not run yet"
+        # Every Web API call's 429 is counted (Bolt copies the handlers into its per-event clients too). No retry
+        # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
+        self.clients = TeamClients(self._tokens, base_url=slack.api_url, retry_handlers=[RateLimitCounter()])
+        # Bolt's client: SLACK_BOT_TOKEN's in single-workspace mode; tokenless with many, each event's client
+        # getting its team's token from TeamAuthorize.
+        self.client = AsyncWebClient(token=None if self.multi_team else slack.bot_token, base_url=slack.api_url,
+                                     retry_handlers=[RateLimitCounter()])
+        self._identities: dict[str, BotIdentity] = {}  # each team's bot, as its first event's authorize learnt it
+        self._auth_problem: str | None = None if self.multi_team else "auth.test has not run yet"
         self._auth_checked_at: float | None = None
         self._build_answering(settings, engine, ports, clock=ScaledClock(time_scale))
         self._build_handlers(settings, engine, ports)
@@ -99,7 +106,7 @@ class SlackAdapter:
         # Answers stream natively where Slack offers it (SLACK_NATIVE_STREAMING), else with post+update.
         self.native = NativeStreaming(setting=slack.native_streaming, clock=clock, share=share, streams=StreamRuns(ports.state))
         self.surfaces = NativeSlackSurfaces(
-            native=self.native, client=self.client, budgets=SlackBudgets(
+            native=self.native, client=self.clients, budgets=SlackBudgets(
                 clock=clock, share=share, workspace_posts_per_minute=slack.workspace_posts_per_minute,
                 history_tier=slack.history_tier, status_per_minute=slack.status_per_minute, companions=(self.native,),
             ), clock=clock, placeholder_after_s=settings.stream_placeholder_after_s,
@@ -118,10 +125,10 @@ class SlackAdapter:
         # Who the bot is, for reads outside an event (read_conversation); auth.test fills it in.
         self.identity = BotIdentity(user_id="")
         # Thread context and the read_conversation tool read through this one reader.
-        self.reader = SlackReader(web=self.surfaces.web, identity=lambda: self.identity)
+        self.reader = SlackReader(web=self.surfaces.web, identity=self.identity_of)
         self.inbound = SlackInbound(
             settings=settings, engine=engine, gate=self.gate, runner=self.runner, surfaces=self.surfaces,
-            conversations=ports.conversations, reader=self.reader, identity=lambda: self.identity,
+            conversations=ports.conversations, reader=self.reader, identity=self.identity_of,
         )
         access = self.inbound.access
         self.clicks = SlackClicks(
@@ -140,9 +147,13 @@ class SlackAdapter:
 
     def _build_app(self, ports: AdapterPorts, *, socket_mode: bool) -> AsyncApp:
         """The Bolt app, the gate in front of every handler, and each handler registered for its events."""
+        many: dict[str, Any] = {}
+        if self.multi_team:
+            many = {"authorize": TeamAuthorize(self.surfaces.web, on_identity=self._identities.__setitem__),
+                    "installation_store": self._installation_store}
         app = AsyncApp(
             client=self.client, signing_secret=self._slack.signing_secret or "",
-            process_before_response=False, request_verification_enabled=not socket_mode,
+            process_before_response=False, request_verification_enabled=not socket_mode, **many,
         )
         app.middleware(self._gate_middleware)
         if self._slack.assistant:
@@ -173,10 +184,11 @@ class SlackAdapter:
         # One session for every Web API call (Bolt's per-event clients copy it): without one, slack_sdk opens a
         # session and a connection (a TLS handshake, against slack.com) per call and closes them after. No limit:
         # a connector's cap would be a queue no deadline lane or budget knows of.
-        self.client.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        auth = await self._check_auth()
-        if auth is not None:
-            _seed_authorization(self.app, auth)
+        self.client.session = self.clients.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        if not self.multi_team:  # many workspaces: each team's bot is learnt at its first event (TeamAuthorize)
+            auth = await self._check_auth()
+            if auth is not None:
+                _seed_authorization(self.app, auth)
         await self.maintain()
         if self._slack.app_token:
             # Built and connected in a context naming the platform: the client's tasks, and the
@@ -198,7 +210,7 @@ class SlackAdapter:
             await self.runner.deliver_pending(delivery, finder=delivery)
             await self.native.streams.prune()
         due = self._auth_checked_at is None or time.monotonic() - self._auth_checked_at >= AUTH_CHECK_INTERVAL_S
-        if not self._slack.app_token and due:
+        if not self._slack.app_token and due and not self.multi_team:
             await self._check_auth()
 
     async def readiness(self) -> str | None:
@@ -250,7 +262,7 @@ class SlackAdapter:
             await close_socket(handler.client)
         await self.inbound.close()
         await self.surfaces.signs.close()
-        session, self.client.session = self.client.session, None
+        session, self.client.session, self.clients.session = self.client.session, None, None
         if session is not None:
             await session.close()
 
@@ -263,6 +275,18 @@ class SlackAdapter:
         return self.runner.queued
 
     # --- wiring ---
+
+    def _team_tokens(
+        self, ports: AdapterPorts, tokens: TeamTokens | None, installation_store: AsyncInstallationStore | None,
+    ) -> tuple[TeamTokens, AsyncInstallationStore | None]:
+        """Whose token each call uses: the stored installs of a multi-workspace app, else SLACK_BOT_TOKEN's."""
+        if tokens is not None:
+            return tokens, installation_store
+        return OneTeamToken(self._slack.bot_token or ""), None
+
+    def identity_of(self, team_id: str) -> BotIdentity:
+        """The team's bot: learnt by its events' authorize with many workspaces, else SLACK_BOT_TOKEN's (auth.test)."""
+        return self._identities.get(team_id, self.identity)
 
     async def _handle_http(self, request: web.Request) -> web.Response:
         # Bolt runs the listeners in tasks started here: they inherit the platform.
@@ -318,19 +342,6 @@ def _unreadable(what: str) -> web.Response:
     return web.Response(status=400, text="malformed request")
 
 
-class RateLimitCounter(AsyncRetryHandler):
-    """Counts every 429 a Slack Web API call receives, by method; never asks for a retry itself
-    (the callers' budgets decide when to try again)."""
-
-    async def can_retry_async(
-        self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> bool:
-        if response is not None and response.status_code == 429:
-            metrics.record_rate_limited(platform=PLATFORM, method=request.url.rstrip("/").rpartition("/")[2])
-        return False
-
-
 def _seed_authorization(app: AsyncApp, auth: AsyncSlackResponse) -> None:
     """Gives Bolt's single-workspace authorization the auth.test answer start() already has.
 
@@ -342,33 +353,9 @@ def _seed_authorization(app: AsyncApp, auth: AsyncSlackResponse) -> None:
             middleware.auth_test_result = auth
 
 
-async def close_socket(client: SocketModeClient) -> None:
-    """Closes a Socket Mode connection without waiting for Slack to answer the close.
-
-    slack_sdk's close() awaits the websocket's close handshake while its receive loop still reads
-    the socket, so it waits for aiohttp's close timeout (10 s) before "session abandoned". Here the
-    client's tasks stop first, the close frame gets SOCKET_CLOSE_WAIT_S, and the HTTP session is
-    closed, which closes the socket whatever the server does."""
-    client.closed = True
-    client.auto_reconnect_enabled = False
-    tasks = [task for task in (client.message_processor, client.current_session_monitor, client.message_receiver)
-             if task is not None and not task.done()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.wait(tasks, timeout=SOCKET_CLOSE_WAIT_S)
-    session = client.current_session
-    if session is not None and not session.closed:
-        try:
-            await asyncio.wait_for(session.close(), SOCKET_CLOSE_WAIT_S)
-        except Exception:  # a timeout or a broken socket: the session's close below ends it either way
-            logger.debug("Socket Mode close frame not acknowledged", exc_info=True)
-    await client.aiohttp_client_session.close()
-
-
-def _socket_mode(slack: SlackSettings, http: HttpServer | None) -> bool:
+def _socket_mode(slack: SlackSettings, http: HttpServer | None, *, multi_team: bool = False) -> bool:
     """Socket Mode when SLACK_APP_TOKEN is set, else HTTP mode; ValueError when neither can run."""
-    if not slack.bot_token:
+    if not slack.bot_token and not multi_team:
         raise ValueError("SLACK_BOT_TOKEN is not set")
     if not slack.app_token and (http is None or not slack.signing_secret):
         raise ValueError("Slack HTTP mode needs SLACK_SIGNING_SECRET and the HTTP server (or set SLACK_APP_TOKEN)")

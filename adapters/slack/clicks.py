@@ -19,7 +19,7 @@ from . import wording
 from .buttons import ACTION_PATTERN, Pressed, approval_blocks, approval_text, full_arguments, page_of, parse_button
 from .inbound import SlackAccess
 from .render import MAX_MESSAGE_TEXT_CHARS, code_messages, plain, sentence
-from .surface import ReplyTarget, SlackSurfaces
+from .surface import PLATFORM, ReplyTarget, SlackSurfaces
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class SlackClicks:
         among = None
         if pressed.call_id is None:
             # "Approve all" decides only the calls its message showed.
-            view = await self._approvals.view(pressed.continuation_id)
+            view = await self._approvals.view(pressed.continuation_id, team=payload.team)
             shown = view.calls[pressed.first:pressed.first + pressed.count] if view is not None else ()
             among = tuple(call.call_id for call in shown)
         # The display name is a mention, so the engine's sentences name people the Slack way;
@@ -85,6 +85,7 @@ class SlackClicks:
         return Click(
             continuation_id=pressed.continuation_id, call_id=pressed.call_id, among=among, approved=approved,
             actor=Actor(id=payload.user_id, name=wording.mention(payload.user_id)), mention=wording.mention, admins=False,
+            team=payload.team,  # an approval of another team is not found from this click's team, whoever clicks
         )
 
     async def on_arguments(self, ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -106,7 +107,7 @@ class SlackClicks:
                 await reply.tell(shared_wording.full_arguments_already_shown())
                 return
             try:
-                view = await self._approvals.view(pressed.continuation_id)
+                view = await self._approvals.view(pressed.continuation_id, team=payload.team)
                 call = next((c for c in view.calls if c.call_id == pressed.call_id), None) if view is not None else None
                 if call is None:
                     await reply.tell(engine_wording.approval_not_found())
@@ -159,6 +160,8 @@ class _Payload:
         thread_ts = container.get("thread_ts") or _dict(body.get("message")).get("thread_ts")
         team_id = str(_dict(body.get("team")).get("id") or self.user_team)
         self.target = ReplyTarget(team_id=team_id, channel=self.channel, thread_ts=str(thread_ts) if thread_ts else None)
+        # The workspace whose message holds the buttons, as the approvals name their teams (`slack:T1`).
+        self.team = f"{PLATFORM}:{team_id}"
 
     @classmethod
     def read(cls, body: dict[str, Any]) -> _Payload:

@@ -1,15 +1,18 @@
-"""Files on a Slack message, read by the shared rules: the bot token goes only to Slack's own hosts (or SLACK_API_URL's)."""
+"""Files on a Slack message, read by the shared rules: the bot token of the message's team goes only to Slack's own
+hosts (or SLACK_API_URL's)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from adapters.policy import FileOnMessage, read_capped, read_files
+from adapters.streaming.transport import PermanentSendError
 from core.requests import Attachment
 
 logger = logging.getLogger(__name__)
@@ -21,9 +24,9 @@ DOWNLOAD_TIMEOUT_S = 20.0
 class SlackFiles:
     """Downloads a message's files with one aiohttp session, open while the adapter runs."""
 
-    def __init__(self, *, api_url: str, bot_token: str | None) -> None:
+    def __init__(self, *, api_url: str, token: Callable[[str], Awaitable[str]]) -> None:
         self._trusted = {urlsplit(api_url).netloc.lower()}
-        self._token = bot_token or ""
+        self._token = token  # a team's current bot token (TeamClients.token)
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
@@ -34,8 +37,9 @@ class SlackFiles:
             await self._session.close()
             self._session = None
 
-    async def read(self, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
-        """The message's files by the shared rules; a URL that merely claims to be a file gets no token."""
+    async def read(self, files: list[dict[str, Any]], *, team_id: str) -> tuple[Attachment, ...]:
+        """The files on a message of `team_id`, by the shared rules, with that team's token; a URL that merely claims
+        to be a file gets no token."""
         if not files or self._session is None:
             return ()
         found = [
@@ -52,15 +56,20 @@ class SlackFiles:
                 logger.warning("not sending the bot token to %s for Slack file %s", urlsplit(url).netloc or "an empty URL",
                                file.handle.get("id"))
                 return None
-            return await self._download(url, file, cap)
+            try:
+                token = await self._token(team_id)
+            except PermanentSendError as exc:
+                logger.warning("not reading Slack file %s: %s", file.handle.get("id"), exc)
+                return None
+            return await self._download(url, file, cap, token=token)
 
         return await read_files(found, download)
 
-    async def _download(self, url: str, file: FileOnMessage, cap: int) -> bytes | None:
+    async def _download(self, url: str, file: FileOnMessage, cap: int, *, token: str) -> bytes | None:
         assert self._session is not None
         try:
             async with self._session.get(
-                url, headers={"Authorization": f"Bearer {self._token}"},
+                url, headers={"Authorization": f"Bearer {token}"},
                 timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S),
             ) as response:
                 # Without a valid token Slack answers 200 with its HTML sign-in page instead of the file.

@@ -71,7 +71,7 @@ class SlackHome:
         view = {"type": "home", "blocks": blocks, "private_metadata": json.dumps(refs, separators=(",", ":"))}
         try:
             web = self._surfaces.web
-            await web.call("views.publish", budget=web.budgets.other(team, "views.publish"), user_id=user, view=view)
+            await web.call(team, "views.publish", budget=web.budgets.other(team, "views.publish"), user_id=user, view=view)
         except Exception:
             logger.exception("could not publish the Home tab of %s", user)
 
@@ -91,7 +91,7 @@ class SlackHome:
 
     async def _can_read(self, user: str, team: str, channel: str) -> bool:
         web, budgets = self._surfaces.web, self._surfaces.budgets
-        info = await web.call("conversations.info", budget=budgets.read(team, "conversations.info"), channel=channel)
+        info = await web.call(team, "conversations.info", budget=budgets.read(team, "conversations.info"), channel=channel)
         conversation = info.get("channel") or {}
         if conversation.get("is_im"):
             return str(conversation.get("user") or "") == user
@@ -101,7 +101,7 @@ class SlackHome:
         budget = budgets.read(team, "conversations.members")
         for _ in range(MAX_MEMBER_PAGES):
             page = {"channel": channel, "limit": MEMBER_PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
-            response = await web.call("conversations.members", budget=budget, **page)
+            response = await web.call(team, "conversations.members", budget=budget, **page)
             if user in (response.get("members") or ()):
                 return True
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
@@ -151,7 +151,8 @@ class SlackHome:
             return None
         first = pressed.first
         if pressed.call_id is not None:
-            view = await self._approvals.view(pressed.continuation_id)
+            team = str((body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or "")
+            view = await self._approvals.view(pressed.continuation_id, team=f"{PLATFORM}:{team}")
             first = page_of(view, pressed.call_id) if view is not None else 0
         pages = ref.get("p") or {}
         message_ts = str(pages.get(str(first)) or pages.get("0") or "")

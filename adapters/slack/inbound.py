@@ -11,7 +11,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
-from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters import wording
 from adapters.answers import AnswerRunner
@@ -86,7 +85,7 @@ class SlackInbound:
 
     def __init__(
         self, *, settings: Settings, engine: Engine, gate: Gate, runner: AnswerRunner, surfaces: SlackSurfaces,
-        conversations: KnownConversations, reader: SlackReader, identity: Callable[[], BotIdentity],
+        conversations: KnownConversations, reader: SlackReader, identity: Callable[[str], BotIdentity],
     ) -> None:
         self._slack = settings.platform_settings(SlackSettings)
         self._reader = reader
@@ -95,15 +94,11 @@ class SlackInbound:
         self._runner = runner
         self._surfaces = surfaces
         self._conversations = conversations
-        self._files = SlackFiles(api_url=self._slack.api_url, bot_token=self._slack.bot_token)
+        self._files = SlackFiles(api_url=self._slack.api_url, token=surfaces.clients.token)
         self.answer_all_cap = AnswerAllCap(per_minute=settings.respond_all_per_minute)
-        self._identity = identity  # the bot as auth.test told it (what Bolt's context says too)
+        self._identity = identity  # a team's bot as auth.test told it (what Bolt's context says too)
         self.early_signs = EarlySigns()
         self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages)
-
-    @property
-    def client(self) -> AsyncWebClient:
-        return self._surfaces.client
 
     async def open(self) -> None:
         await self._files.open()
@@ -245,7 +240,7 @@ class SlackInbound:
         """Where the sign goes of an event its listener will answer as a question whatever the database says: a
         mention from someone who may ask, a DM its writer may send. None for the rest (thread follow-ups)."""
         event = body["event"]
-        if _not_from_a_person(event) or self._identity().wrote(event):
+        if _not_from_a_person(event) or self._identity(reply_target(body, event).team_id).wrote(event):
             return None
         if event.get("type") == "app_mention":
             return reply_target(body, event) if self._may_ask(body, event, quiet=True) else None
@@ -303,7 +298,7 @@ class SlackInbound:
         """True once the answer is submitted (its sign then ends with it); False when there is nothing to answer."""
         text = str(event.get("text", ""))
         question = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
-        attachments = await self._files.read(list(event.get("files") or []))
+        attachments = await self._files.read(list(event.get("files") or []), team_id=target.team_id)
         # The asker is the recipient of a native stream in a channel (Slack needs them and their own team).
         asker = str(event.get("user", ""))
         surface = self._surfaces.at(replace(target, recipient_user=asker or None,

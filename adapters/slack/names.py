@@ -6,8 +6,6 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from adapters.streaming import CONNECTION_ERRORS, RateBudget, RateLimited, TransientSendError
 from adapters.streaming.send import send_paced
 from adapters.streaming.transport import PermanentSendError
@@ -16,6 +14,8 @@ from core.names import Kind, Named, NamesUnreadable
 
 from .budgets import ScaledClock, SlackBudgets
 from .settings import SlackSettings
+from .team_clients import TeamClients
+from .team_tokens import OneTeamToken
 from .transport import SlackWeb
 
 # conversations.list and users.list are Tier 2: about 20 calls a minute per workspace.
@@ -64,7 +64,7 @@ class SlackNames:
     async def _check_workspace(self, workspace: str) -> None:
         """The token names one workspace (auth.test, asked once): another's channels are not what it lists."""
         if self._team_id is None:
-            auth = await send_paced(lambda: self._web.once("auth.test"), clock=self._web.clock,
+            auth = await send_paced(lambda: self._web.once(workspace, "auth.test"), clock=self._web.clock,
                                     budget=self._web.budgets.other(workspace, "auth.test"), attempts=LIST_ATTEMPTS)
             self._team_id = str(auth.get("team_id") or "")
         if workspace and self._team_id and workspace != self._team_id:
@@ -80,7 +80,7 @@ class SlackNames:
         for _ in range(MAX_PAGES):
             page = {**params, "limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
             # The door's one translated try, paced on the list's budget and tried LIST_ATTEMPTS times.
-            response = await send_paced(partial(self._web.once, method, **page), budget=budget, clock=self._web.clock,
+            response = await send_paced(partial(self._web.once, team_id, method, **page), budget=budget, clock=self._web.clock,
                                         attempts=LIST_ATTEMPTS)
             found.extend(dict(item) for item in response.get(field) or () if isinstance(item, dict))
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
@@ -112,5 +112,5 @@ def slack_names(settings: Settings) -> SlackNames | None:
     clock = ScaledClock()
     budgets = SlackBudgets(clock=clock, share=slack.rate_share, history_tier=slack.history_tier)
     # No retry handler of slack_sdk's own: the attempts above are the only ones.
-    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url, timeout=LIST_TIMEOUT_S, retry_handlers=[])
-    return SlackNames(SlackWeb(client, budgets=budgets, clock=clock), share=slack.rate_share)
+    clients = TeamClients(OneTeamToken(slack.bot_token), base_url=slack.api_url, timeout_s=LIST_TIMEOUT_S)
+    return SlackNames(SlackWeb(clients, budgets=budgets, clock=clock), share=slack.rate_share)

@@ -159,7 +159,7 @@ class NativeSlackSurface(SlackSurface):
             arguments.update(recipient_user_id=self.target.recipient_user, recipient_team_id=self.target.recipient_team)
         self._unseen_start = UnseenStart(since=time.time(), text=rendered)
         response = await self._web.once(
-            "chat.startStream", channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
+            self.target.team_id, "chat.startStream", channel=self.target.channel, thread_ts=self.target.thread_ts or "", **arguments
         )
         self._unseen_start = None
         self._sign.replied()
@@ -201,12 +201,12 @@ class NativeSlackSurface(SlackSurface):
                 try:
                     # Stopped with the part's metadata first: should this process die before the update, the
                     # next one finds the message by it instead of posting the part beside it.
-                    await self._web.once("chat.stopStream", channel=self.target.channel, ts=unseen.found, **metadata)
+                    await self._web.once(self.target.team_id, "chat.stopStream", channel=self.target.channel, ts=unseen.found, **metadata)
                 except Exception as exc:  # the update below ends the stream anyway
                     logger.info("could not stop native stream %s: %s", unseen.found, exc)
         assert unseen.found is not None
         await self._web.once(
-            "chat.update", channel=self.target.channel, ts=unseen.found, markdown_text=markdown_text(text), **metadata
+            self.target.team_id, "chat.update", channel=self.target.channel, ts=unseen.found, markdown_text=markdown_text(text), **metadata
         )
         self._unseen_start = None
         return unseen.found
@@ -225,7 +225,7 @@ class NativeSlackSurface(SlackSurface):
         else:
             arguments = {"markdown_text": delta}
         try:
-            await self._web.once("chat.appendStream", channel=self.target.channel, ts=stream.ts, **arguments)
+            await self._web.once(self.target.team_id, "chat.appendStream", channel=self.target.channel, ts=stream.ts, **arguments)
         except RateLimited as exc:
             self._native.append(self.target.team_id).penalize(exc.retry_after_s, wide=exc.wide)
             await self._fall_back(stream, "rate_limited")
@@ -254,7 +254,7 @@ class NativeSlackSurface(SlackSurface):
         stop_budget = self._native.stop(self.target.team_id)
         await stop_budget.acquire(Priority.FINAL, id(self))
         try:
-            await self._web.once("chat.stopStream", channel=self.target.channel, ts=stream.ts, **arguments)
+            await self._web.once(self.target.team_id, "chat.stopStream", channel=self.target.channel, ts=stream.ts, **arguments)
         except RateLimited as exc:
             stop_budget.penalize(exc.retry_after_s, wide=exc.wide)
             await self._fall_back(stream, "rate_limited", stop=False)
@@ -274,7 +274,7 @@ class NativeSlackSurface(SlackSurface):
         self._answer.to_classic(reason)
         if stop and self._native.stop(self.target.team_id).try_acquire(Priority.FINAL):
             try:
-                await self._web.once("chat.stopStream", channel=self.target.channel, ts=stream.ts)
+                await self._web.once(self.target.team_id, "chat.stopStream", channel=self.target.channel, ts=stream.ts)
             except Exception as exc:  # an update ends the stream anyway
                 logger.info("could not stop native stream %s: %s", stream.ts, exc)
         raise TransientSendError(f"native stream stopped ({reason}); continuing with chat.update")

@@ -137,7 +137,7 @@ class PrivateAnswers:
         self._approvals = approvals
 
     def url(self, response_url: str) -> ResponseUrl:
-        return ResponseUrl(response_url, clock=self._surfaces.clock, session=self._surfaces.client.session)
+        return ResponseUrl(response_url, clock=self._surfaces.clock, session=self._surfaces.clients.session)
 
     async def play(
         self, events: AsyncIterator[Event], place: PrivatePlace, url: ResponseUrl, *, placeholder: str | None,
@@ -223,5 +223,5 @@ class PrivateAnswers:
     async def open_dm(self, team_id: str, user: str) -> str:
         """The bot's DM with `user` (conversations.open, needs im:write)."""
         web = self._surfaces.web
-        opened = await web.call("conversations.open", budget=web.budgets.other(team_id, "conversations.open"), users=user)
+        opened = await web.call(team_id, "conversations.open", budget=web.budgets.other(team_id, "conversations.open"), users=user)
         return str((opened.get("channel") or {}).get("id") or "")

@@ -58,13 +58,13 @@ class BotIdentity:
 class SlackReader:
     """Implements core.tools.context.ConversationReader for Slack; inbound reads thread context with `thread`."""
 
-    def __init__(self, *, web: SlackWeb, identity: Callable[[], BotIdentity]) -> None:
+    def __init__(self, *, web: SlackWeb, identity: Callable[[str], BotIdentity]) -> None:
         self._web = web
-        self._identity = identity  # learnt from auth.test when the adapter starts
+        self._identity = identity  # the bot of a team, learnt from auth.test (at start, or at the team's first event)
 
     async def read(self, conversation: ConversationKey, *, scope: ReadScope, limit: int) -> list[PriorMessage]:
         """A DM's top level has no thread: its "thread" is the DM itself."""
-        bot = self._identity()
+        bot = self._identity(conversation.workspace)
         team, channel = conversation.workspace, conversation.channel
         try:
             if scope == "thread" and conversation.thread:
@@ -112,7 +112,7 @@ class SlackReader:
         cursor = ""
         for _ in range(MAX_PAGES):
             page = {**params, "limit": size, **({"cursor": cursor} if cursor else {})}
-            response = await self._web.call(method, budget=budget, **page)
+            response = await self._web.call(team_id, method, budget=budget, **page)
             for message in response.get("messages") or ():
                 yield message
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")

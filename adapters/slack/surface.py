@@ -21,6 +21,7 @@ from core.ports import LiveMessage, PendingFinal
 from .buttons import approval_blocks, approval_text, page_starts
 from .controls import AnswerButtons, answer_content, run_of, shown_as
 from .render import MAX_MESSAGE_TEXT_CHARS, markdown_text, rendered_length, sources_messages
+from .team_clients import TeamClients
 from .transport import ScaledClock, SlackBudgets, SlackTransport, SlackWeb, is_part
 from .working import SignPlace, SlackSigns, WorkingSign
 
@@ -60,15 +61,18 @@ def _ts_seconds(ts: str | None) -> float | None:
 
 
 class SlackSurfaces:
-    """Makes the surface of each answer; one per adapter, sharing its client, budgets and clock."""
+    """Makes the surface of each answer; one per adapter, sharing its team clients, budgets and clock.
+
+    `client`: the per-team clients (adapters/slack/team_clients.py), or one AsyncWebClient whose token is the only
+    team's (a test's, a tool's)."""
 
     def __init__(
-        self, *, client: AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock, placeholder_after_s: float = 1.0,
-        feedback: bool = False,
+        self, *, client: TeamClients | AsyncWebClient, budgets: SlackBudgets, clock: ScaledClock,
+        placeholder_after_s: float = 1.0, feedback: bool = False,
     ) -> None:
-        self.web = SlackWeb(client, budgets=budgets, clock=clock)  # every Web API call goes through it
+        self.clients = client if isinstance(client, TeamClients) else TeamClients.of(client)
+        self.web = SlackWeb(self.clients, budgets=budgets, clock=clock)  # every Web API call goes through it
         self.signs = SlackSigns(web=self.web, clock=clock)
-        self._client = client
         self.feedback = feedback  # 👍/👎 under each final answer (FEEDBACK_BUTTONS)
         self.budgets = budgets
         self.clock = clock
@@ -79,9 +83,10 @@ class SlackSurfaces:
         )
 
     @property
-    def client(self) -> AsyncWebClient:
-        """The client itself, for what is not a Web API call (Bolt, a file download's token); calls go through `web`."""
-        return self._client
+    def client(self) -> TeamClients:
+        """The team clients, for what is not a Web API call (their session, a file download's token); calls go
+        through `web`."""
+        return self.clients
 
     def at(self, target: ReplyTarget, *, sign: WorkingSign | None = None) -> SlackSurface:
         return SlackSurface(self, target, sign=sign)
@@ -106,7 +111,7 @@ class SlackSurfaces:
 
     async def update_paced(self, team_id: str, channel: str, ts: str, **message: Any) -> None:
         """chat.update of one message, on the workspace's edit budget."""
-        await self.web.call("chat.update", budget=self.budgets.edit(team_id), channel=channel, ts=ts, **message)
+        await self.web.call(team_id, "chat.update", budget=self.budgets.edit(team_id), channel=channel, ts=ts, **message)
 
 
 class AnswerTransport(SlackTransport):
@@ -367,7 +372,7 @@ async def read_message(web: SlackWeb, *, team_id: str, channel: str, thread: str
         method, window["ts"] = "conversations.replies", thread
     else:
         method = "conversations.history"
-    response = await web.call(method, budget=web.budgets.read(team_id, method), channel=channel, **window)
+    response = await web.call(team_id, method, budget=web.budgets.read(team_id, method), channel=channel, **window)
     for found in response.get("messages", []):
         if str(found.get("ts")) == ts:
             return dict(found)

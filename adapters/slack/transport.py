@@ -18,6 +18,8 @@ from .budgets import ScaledClock, SlackBudgets
 from .failures import translate_error
 from .metadata import is_part, part_metadata, post_metadata
 from .render import markdown_text
+from .team_clients import SlackTeam, TeamClients
+from .team_tokens import TeamKey
 
 # ScaledClock, SlackBudgets and is_part live in budgets.py and metadata.py; surface.py and adapter.py import them here.
 __all__ = ["ScaledClock", "SlackBudgets", "SlackTransport", "SlackWeb", "is_part", "send_paced"]
@@ -41,9 +43,14 @@ async def send_paced(
     )
 
 
+def team_id_of(team: SlackTeam) -> str:
+    return team.team_id if isinstance(team, TeamKey) else team
+
+
 class SlackWeb:
     """The one door to Slack's Web API; nothing else calls the AsyncWebClient (tests/test_architecture.py,
-    tests/support/platform_door.py).
+    tests/support/platform_door.py). Every call names its team: it goes with that team's token (TeamClients),
+    on that team's budgets.
 
     Three lanes: `call` paces an idempotent call on a budget and retries it; `post` is chat.postMessage, which
     carries metadata so that a failure whose outcome was not seen is looked up before it is sent again;
@@ -51,44 +58,69 @@ class SlackWeb:
     try, never behind a delivery's budget, only its own 429 pause. `once` is one translated try for the
     streaming transports, which pace themselves."""
 
-    def __init__(self, client: AsyncWebClient, *, budgets: SlackBudgets, clock: ScaledClock) -> None:
-        self._client = client
+    def __init__(self, clients: TeamClients | AsyncWebClient, *, budgets: SlackBudgets, clock: ScaledClock) -> None:
+        # One AsyncWebClient: its token is the only team's (a test's, a tool's).
+        self.clients = clients if isinstance(clients, TeamClients) else TeamClients.of(clients)
         self.budgets = budgets
         self.clock = clock
+        self._identities: dict[str, dict[str, Any]] = {}  # auth.test's answer by token
 
-    async def once(self, method: str, **arguments: Any) -> dict[str, Any]:
-        """One try of `method` ("chat.update"); Slack's failures translated (RateLimited, TransientSendError,
-        SlackPermanentError)."""
+    async def once(self, team: SlackTeam, method: str, **arguments: Any) -> dict[str, Any]:
+        """One try of `method` ("chat.update") with the team's token; Slack's failures translated (RateLimited,
+        TransientSendError, SlackPermanentError; SlackNotInstalled when the team has no token, nothing sent).
+
+        A token Slack refuses as revoked or expired is asked for again once: another process may have rotated it
+        since this one read it."""
+        client = await self.clients.client(team)
         try:
-            response = await getattr(self._client, method.replace(".", "_"))(**arguments)
+            return await self._send(client, method, arguments)
+        except PermanentSendError as exc:
+            if not exc.team_wide or (fresh := await self.clients.client(team)) is client:
+                raise
+            return await self._send(fresh, method, arguments)
+
+    async def _send(self, client: Any, method: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await getattr(client, method.replace(".", "_"))(**arguments)
         except Exception as exc:
             raise translate_error(exc, time_scale=self.clock.time_scale) from exc
         return dict(response.data) if isinstance(response.data, dict) else {"ok": True}
 
+    async def identity(self, team: SlackTeam) -> dict[str, Any]:
+        """auth.test's answer for the team's token (its bot user and bot ids), asked once per token."""
+        token = await self.clients.token(team)
+        known = self._identities.get(token)
+        if known is None:
+            known = self._identities[token] = await send_paced(
+                lambda: self.once(team, "auth.test"), budget=self.budgets.other(team_id_of(team), "auth.test"),
+                clock=self.clock)
+        return known
+
     async def call(
-        self, method: str, *, budget: RateBudget, priority: Priority = Priority.FINAL, key: Hashable = None,
-        **arguments: Any,
+        self, team: SlackTeam, method: str, *, budget: RateBudget, priority: Priority = Priority.FINAL,
+        key: Hashable = None, **arguments: Any,
     ) -> dict[str, Any]:
-        """An idempotent call (an edit, a delete, a read), on `budget`: 429s wait, transient failures retry."""
+        """An idempotent call (an edit, a delete, a read) in `team`, on `budget` (one of that team's): 429s wait,
+        transient failures retry."""
         return await send_paced(
-            lambda: self.once(method, **arguments), budget=budget, clock=self.clock, key=key, priority=priority
+            lambda: self.once(team, method, **arguments), budget=budget, clock=self.clock, key=key, priority=priority
         )
 
-    async def now(self, team_id: str, method: str, **arguments: Any) -> dict[str, Any]:
+    async def now(self, team_id: SlackTeam, method: str, **arguments: Any) -> dict[str, Any]:
         """A call with a deadline: sent at once or not at all, never waiting behind deliveries. It takes a call of
         the method's own budget in the workspace (its tier): with none left it is not sent (RateLimited, as Slack
         would have refused it); a 429 pauses only that budget."""
-        budget = self.budgets.other(team_id, method)
+        budget = self.budgets.other(team_id_of(team_id), method)
         if not budget.try_acquire(Priority.FINAL):
             raise RateLimited(1.0 / max(budget.refill_per_s, 1e-9), f"{method} is over its budget; not sent")
         try:
-            return await self.once(method, **arguments)
+            return await self.once(team_id, method, **arguments)
         except RateLimited as exc:
             budget.penalize(exc.retry_after_s, wide=False)
             raise
 
     async def post(
-        self, *, team_id: str, channel: str, thread_ts: str | None, key: str | None = None,
+        self, *, team_id: SlackTeam, channel: str, thread_ts: str | None, key: str | None = None,
         budget: RateBudget | None = None, priority: Priority = Priority.FINAL, post_key: str | None = None,
         attempted_at: float | None = None, before_send: Callable[[], Awaitable[None]] | None = None, **message: Any,
     ) -> dict[str, Any]:
@@ -111,15 +143,16 @@ class SlackWeb:
         async def attempt() -> dict[str, Any]:
             if before_send is not None:
                 await before_send()
-            return await self.once("chat.postMessage", channel=channel, thread_ts=thread_ts, metadata=metadata, **message)
+            return await self.once(team_id, "chat.postMessage", channel=channel, thread_ts=thread_ts, metadata=metadata,
+                                   **message)
 
         return await send_paced(
-            attempt, budget=budget or self.budgets.post(team_id, channel), clock=self.clock, priority=priority,
+            attempt, budget=budget or self.budgets.post(team_id_of(team_id), channel), clock=self.clock, priority=priority,
             look_up=look_up,
         )
 
     async def find(
-        self, *, team_id: str, channel: str, thread_ts: str | None, metadata: dict[str, object], since: float
+        self, *, team_id: SlackTeam, channel: str, thread_ts: str | None, metadata: dict[str, object], since: float
     ) -> dict[str, Any] | None:
         """The message carrying `metadata` posted after `since` (epoch seconds, less LOOKUP_SKEW_S), or None."""
 
@@ -131,7 +164,7 @@ class SlackWeb:
         return await self.find_where(team_id=team_id, channel=channel, thread_ts=thread_ts, since=since, match=carries)
 
     async def find_where(
-        self, *, team_id: str, channel: str, thread_ts: str | None, since: float,
+        self, *, team_id: SlackTeam, channel: str, thread_ts: str | None, since: float,
         match: Callable[[dict[str, Any]], bool],
     ) -> dict[str, Any] | None:
         """The first message posted after `since` (epoch seconds, less LOOKUP_SKEW_S) that `match`es, or None.
@@ -146,7 +179,7 @@ class SlackWeb:
         cursor = ""
         for _ in range(LOOKUP_MAX_PAGES):
             page = {**window, **({"cursor": cursor} if cursor else {})}
-            response = await self.call(method, budget=self.budgets.read(team_id, method), **page)
+            response = await self.call(team_id, method, budget=self.budgets.read(team_id_of(team_id), method), **page)
             for message in response.get("messages") or ():
                 if match(dict(message)):
                     return dict(message)
@@ -188,7 +221,7 @@ class SlackTransport:
             self._unseen.setdefault(key, time.time())
         try:
             response = await self._web.once(
-                "chat.postMessage", channel=self._channel, thread_ts=self._thread_ts, **self.content(None, text),
+                self._team_id, "chat.postMessage", channel=self._channel, thread_ts=self._thread_ts, **self.content(None, text),
                 unfurl_links=False, unfurl_media=False, **({"metadata": part_metadata(key)} if key else {}),
             )
         except (RateLimited, PermanentSendError):
@@ -200,7 +233,8 @@ class SlackTransport:
         return str(response["ts"])
 
     async def edit(self, message_id: str, text: str) -> None:
-        await self._web.once("chat.update", channel=self._channel, ts=message_id, **self.content(message_id, text))
+        await self._web.once(self._team_id, "chat.update", channel=self._channel, ts=message_id,
+                             **self.content(message_id, text))
 
     def content(self, message_id: str | None, text: str) -> dict[str, Any]:
         """What a post (`message_id` None) or an edit of `text` sends: the Markdown alone here; a subclass may add

@@ -56,7 +56,7 @@ class SlackSigns:
         answers (their end never waits for it); a close drops what is left, as a cosmetic call."""
         async def send() -> None:
             try:
-                await self.web.call(method, budget=self.web.budgets.other(team_id, method), **arguments)
+                await self.web.call(team_id, method, budget=self.web.budgets.other(team_id, method), **arguments)
             except Exception as exc:
                 logger.info("could not take the working sign away in %s: %s", arguments.get("channel")
                             or arguments.get("channel_id"), exc)

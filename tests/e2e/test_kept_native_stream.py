@@ -35,7 +35,7 @@ async def died_streaming(db: Database, bot: SlackBot, slack: SlackEmulator, stre
     first = await bot.adapter.surfaces.post_paced(target, key="answer-native-kept:0", **answer_content(FIRST, stop=RUN))
     at = time.time()
     started = await bot.adapter.surfaces.web.once(
-        "chat.startStream", channel=CHANNEL, thread_ts=thread, markdown_text=streamed,
+        slack.team_id, "chat.startStream", channel=CHANNEL, thread_ts=thread, markdown_text=streamed,
         recipient_user_id="U0000ALICE", recipient_team_id=slack.team_id,
     )
     await PendingFinals(db, owner="died-streaming").keep(PendingFinal(

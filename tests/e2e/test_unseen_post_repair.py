@@ -77,7 +77,7 @@ async def test_a_slack_native_stream_whose_start_reply_was_lost_is_found_and_rep
         at = time.time()
         other = await transport.post("Another answer, whole", key="answer-other:0")
         started = await bot.adapter.surfaces.web.once(
-            "chat.startStream", channel=CHANNEL, thread_ts=thread, markdown_text="Streaming natively",
+            slack.team_id, "chat.startStream", channel=CHANNEL, thread_ts=thread, markdown_text="Streaming natively",
             recipient_user_id="U0000ALICE", recipient_team_id=slack.team_id,
         )
         await died_before_the_reply(db, LiveMessage(

@@ -92,7 +92,7 @@ async def test_a_post_whose_reply_was_lost_is_not_sent_again_by_the_client(slack
     thread = slack.add_user_message("C0000LOST1", "a question", "U0000ALICE", None)
     slack.lose_reply_next("chat.postMessage")
     with pytest.raises(TransientSendError):
-        await web.once("chat.postMessage", channel="C0000LOST1", thread_ts=thread, text="once")
+        await web.once(slack.team_id, "chat.postMessage", channel="C0000LOST1", thread_ts=thread, text="once")
     assert [m.text for m in slack.thread("C0000LOST1", thread)][1:] == ["once"], "the client did not send it again"
 
 
@@ -112,7 +112,7 @@ async def test_the_runtime_guard_names_a_module_that_calls_the_client_outside_th
     # Through the door: no violation.
     clock = ScaledClock(slack.time_scale)
     web = SlackWeb(client, budgets=SlackBudgets(clock=clock, share=1.0), clock=clock)
-    exec(compile("async def call(web):\n    return await web.once('chat.postMessage', channel='C0000GUARD', text='ok')\n",
+    exec(compile("async def call(web):\n    return await web.once('T0', 'chat.postMessage', channel='C0000GUARD', text='ok')\n",
                  str(ROOT / "adapters" / "slack" / "surface.py"), "exec"), namespace)
     await namespace["call"](web)
     assert platform_door.take() == []

@@ -1,0 +1,121 @@
+"""One Slack Web API client per team, made with the team's current token, over the adapter's one aiohttp session."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import aiohttp
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.streaming.transport import PermanentSendError
+from core import metrics
+
+from .team_tokens import NotInstalled, OneTeamToken, TeamKey, TeamTokens
+
+logger = logging.getLogger(__name__)
+
+# A call names its team by a TeamKey (an event's, with its Grid org) or by the team id a stored row keeps.
+SlackTeam = TeamKey | str
+DEFAULT_TIMEOUT_S = 30  # slack_sdk's own
+
+
+class RateLimitCounter(AsyncRetryHandler):
+    """Counts every 429 a Slack Web API call receives, by method; never asks for a retry itself
+    (the callers' budgets decide when to try again)."""
+
+    async def can_retry_async(
+        self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is not None and response.status_code == 429:
+            metrics.record_rate_limited(platform="slack", method=request.url.rstrip("/").rpartition("/")[2])
+        return False
+
+
+class SlackNotInstalled(PermanentSendError):
+    """The team has no usable bot token (never installed, uninstalled, tokens revoked): every call to it fails
+    at once, before anything is sent, and is never retried."""
+
+    def __init__(self, team: TeamKey) -> None:
+        super().__init__(f"relaybot is not installed in Slack team {team.team_id}: nothing sent", code="not_installed",
+                         team_wide=True)
+        self.team = team
+
+
+class TeamClients:
+    """Builds and keeps one AsyncWebClient per team; a team's new token (after a rotation or a reinstall) gives
+    it a new client on its next call. Nothing outside the transport calls these clients (tests/test_architecture.py).
+
+    The Grid org of a workspace is learnt from the events that name it (`learn`): a stored row keeps only its team
+    id, and its calls still reach the org's install."""
+
+    def __init__(
+        self, tokens: TeamTokens, *, base_url: str, retry_handlers: Sequence[AsyncRetryHandler] = (),
+        timeout_s: int = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.tokens = tokens
+        self._base_url = base_url
+        self._retry_handlers = list(retry_handlers)
+        self._timeout_s = timeout_s
+        self._clients: dict[TeamKey, AsyncWebClient] = {}
+        self._orgs: dict[str, str] = {}  # team id → its Grid org, as events said
+        self._refused: set[TeamKey] = set()  # teams whose last call found no token (logged once until it comes back)
+        self.session: aiohttp.ClientSession | None = None  # the adapter's, set when it starts
+
+    @classmethod
+    def of(cls, client: AsyncWebClient) -> TeamClients:
+        """Single-workspace clients from one client: its token answers for every team, over its session."""
+        made = cls(OneTeamToken(client.token or ""), base_url=client.base_url, retry_handlers=client.retry_handlers,
+                   timeout_s=client.timeout)
+        made.session = client.session
+        return made
+
+    def key(self, team: SlackTeam) -> TeamKey:
+        """The TeamKey a call goes to: as given, or a team id with the org its events named."""
+        if isinstance(team, TeamKey):
+            return team
+        return TeamKey(team_id=team, enterprise_id=self._orgs.get(team))
+
+    def learn(self, team: TeamKey) -> None:
+        """An event named the team's Grid org: later calls by its bare team id use the org's install too."""
+        if team.enterprise_id and team.team_id:
+            self._orgs[team.team_id] = team.enterprise_id
+
+    async def token(self, team: SlackTeam) -> str:
+        """The team's current bot token; SlackNotInstalled (logged once until the team has one again) without one."""
+        key = self.key(team)
+        try:
+            token = await self.tokens.bot_token(key)
+        except NotInstalled:
+            if key not in self._refused:
+                self._refused.add(key)
+                logger.warning("Slack team %s%s has no bot token (not installed, uninstalled or revoked): its calls "
+                               "fail and are not retried", key.team_id,
+                               f" (org {key.enterprise_id})" if key.enterprise_id else "")
+            self._clients.pop(key, None)
+            raise SlackNotInstalled(key) from None
+        self._refused.discard(key)
+        return token
+
+    async def client(self, team: SlackTeam) -> AsyncWebClient:
+        """The team's client, with its current token (a new client when the token changed)."""
+        key = self.key(team)
+        token = await self.token(key)
+        client = self._clients.get(key)
+        if client is None or client.token != token or client.session is not self.session:
+            # No retry handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up).
+            client = AsyncWebClient(token=token, base_url=self._base_url, session=self.session,
+                                    timeout=self._timeout_s, retry_handlers=list(self._retry_handlers))
+            self._clients[key] = client
+        return client
+
+    def bare(self) -> AsyncWebClient:
+        """A client with no token, over the shared session: what Bolt copies into each event's client before its
+        authorize sets the team's token."""
+        return AsyncWebClient(base_url=self._base_url, session=self.session, timeout=self._timeout_s,
+                              retry_handlers=list(self._retry_handlers))
