@@ -1,0 +1,131 @@
+"""The per-team clients behind SlackWeb: each call with its team's current token, a rotated token picked up at the
+next call, and a team without one failing at once, permanently, with one log line (issue 25)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from adapters.slack.team_clients import SlackNotInstalled, TeamClients
+from adapters.slack.team_tokens import NotInstalled, TeamKey
+from adapters.slack.transport import ScaledClock, SlackBudgets, SlackWeb
+from adapters.streaming.transport import is_permanent
+from tests.emulators.slack import SlackEmulator
+from tests.fixtures.slack import slack_emulator  # noqa: F401
+
+TEAM_B = "T0000TEAMB"
+
+
+class Tokens:
+    """A test double of TeamTokens: the token each team has now (none: not installed); counts the asks."""
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.tokens = dict(tokens)
+        self.asked: list[TeamKey] = []
+
+    async def bot_token(self, team: TeamKey) -> str:
+        self.asked.append(team)
+        if team.team_id not in self.tokens:
+            raise NotInstalled(team)
+        return self.tokens[team.team_id]
+
+
+def web_over(slack: SlackEmulator, tokens: Tokens) -> SlackWeb:
+    clock = ScaledClock(slack.time_scale)
+    return SlackWeb(TeamClients(tokens, base_url=slack.api_url), budgets=SlackBudgets(clock=clock, share=1.0), clock=clock)
+
+
+async def test_each_team_is_called_with_its_own_token(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    other = slack.add_team(TEAM_B)
+    slack.add_channel("C0000AAAA1", name="a")
+    slack.add_channel("C0000BBBB1", name="b", team_id=TEAM_B)
+    web = web_over(slack, Tokens({slack.team_id: slack.bot_token, TEAM_B: other.bot_token}))
+    await web.post(team_id=slack.team_id, channel="C0000AAAA1", thread_ts=None, text="to a")
+    await web.post(team_id=TEAM_B, channel="C0000BBBB1", thread_ts=None, text="to b")
+    await web.call(TEAM_B, "chat.update", budget=web.budgets.edit(TEAM_B), channel="C0000BBBB1",
+                   ts=slack.messages("C0000BBBB1")[0].ts, text="b, edited")
+    assert [(c.method, c.team_id) for c in slack.calls_by_token(slack.bot_token)] == [("chat.postMessage", slack.team_id)]
+    assert [(c.method, c.team_id) for c in slack.calls_by_token(other.bot_token)] == [
+        ("chat.postMessage", TEAM_B), ("chat.update", TEAM_B)]
+    assert all(c.error is None for c in slack.calls)
+
+
+async def test_a_rotated_token_is_used_from_the_next_call_on(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    slack.grant_token("xoxb-first", slack.team_id)
+    tokens = Tokens({slack.team_id: "xoxb-first"})
+    web = web_over(slack, tokens)
+    first = await web.clients.client(slack.team_id)
+    await web.once(slack.team_id, "chat.postMessage", channel="C0000ROTA1", text="before")
+    assert await web.clients.client(slack.team_id) is first  # the same token keeps its client
+    slack.grant_token("xoxb-second", slack.team_id)
+    slack.revoke_token("xoxb-first")  # Slack revokes the old token once the refresh is used
+    tokens.tokens[slack.team_id] = "xoxb-second"
+    await web.once(slack.team_id, "chat.postMessage", channel="C0000ROTA1", text="after")
+    assert [c.token for c in slack.calls] == ["xoxb-first", "xoxb-second"]
+    assert [m.text for m in slack.messages("C0000ROTA1")] == ["before", "after"]
+
+
+async def test_a_token_revoked_under_a_call_is_asked_for_again_once(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    """Another process rotated it: the refused call goes again with the token the source gives now."""
+    slack = slack_emulator
+    slack.grant_token("xoxb-stale", slack.team_id)
+    tokens = Tokens({slack.team_id: "xoxb-stale"})
+    web = web_over(slack, tokens)
+    await web.clients.client(slack.team_id)  # this process holds the stale token's client
+    slack.revoke_token("xoxb-stale")
+    slack.grant_token("xoxb-fresh", slack.team_id)
+
+    real = tokens.bot_token
+    calls = 0
+
+    async def rotated_after_the_first_ask(team: TeamKey) -> str:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            tokens.tokens[slack.team_id] = "xoxb-fresh"
+        return await real(team)
+
+    tokens.bot_token = rotated_after_the_first_ask  # type: ignore[method-assign]
+    await web.once(slack.team_id, "chat.postMessage", channel="C0000ROTA2", text="once")
+    assert [(c.token, c.error) for c in slack.calls] == [("xoxb-stale", "invalid_auth"), ("xoxb-fresh", None)]
+    assert [m.text for m in slack.messages("C0000ROTA2")] == ["once"]
+
+
+async def test_a_team_without_a_token_fails_at_once_permanently_and_says_so_once(
+    slack_emulator: SlackEmulator, caplog: pytest.LogCaptureFixture,  # noqa: F811
+) -> None:
+    slack = slack_emulator
+    tokens = Tokens({slack.team_id: slack.bot_token})
+    web = web_over(slack, tokens)
+    caplog.set_level(logging.WARNING, logger="adapters.slack.team_clients")
+    for _ in range(2):
+        with pytest.raises(SlackNotInstalled) as raised:
+            # The paced lanes retry a transient failure however long it takes: this one is not retried.
+            await web.post(team_id="T0000GONE1", channel="C0000GONE1", thread_ts=None, text="never sent")
+        assert is_permanent(raised.value) and raised.value.team_wide
+        assert "not installed in Slack team T0000GONE1" in str(raised.value)
+    assert slack.calls == []  # nothing reached Slack
+    assert [t.team_id for t in tokens.asked] == ["T0000GONE1", "T0000GONE1"]  # one ask per call, no loop
+    lines = [r.getMessage() for r in caplog.records if "T0000GONE1" in r.getMessage()]
+    assert len(lines) == 1 and "no bot token" in lines[0]
+    # Installed again: its calls go through, and the next loss is said again.
+    tokens.tokens["T0000GONE1"] = slack.add_team("T0000GONE1").bot_token
+    await web.post(team_id="T0000GONE1", channel="C0000GONE1", thread_ts=None, text="back")
+    del tokens.tokens["T0000GONE1"]
+    with pytest.raises(SlackNotInstalled):
+        await web.once("T0000GONE1", "chat.postMessage", channel="C0000GONE1", text="gone again")
+    assert len([r for r in caplog.records if "T0000GONE1" in r.getMessage()]) == 2
+
+
+async def test_a_grid_workspace_named_by_its_team_id_reaches_the_org_its_events_named() -> None:
+    tokens = Tokens({})
+    clients = TeamClients(tokens, base_url="http://127.0.0.1:9/api/")
+    assert clients.key("T0000GRID1") == TeamKey("T0000GRID1")
+    clients.learn(TeamKey("T0000GRID1", enterprise_id="E0000ORG01"))
+    assert clients.key("T0000GRID1") == TeamKey("T0000GRID1", enterprise_id="E0000ORG01")
+    with pytest.raises(SlackNotInstalled):
+        await clients.client("T0000GRID1")
+    assert tokens.asked == [TeamKey("T0000GRID1", enterprise_id="E0000ORG01")]
