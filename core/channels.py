@@ -162,7 +162,7 @@ def audiences(key: ConversationKey) -> tuple[str, ...]:
 
 def source_owners(key: ConversationKey, defaults: PlatformDefaults | None = None) -> tuple[str, ...]:
     """Whose sources a conversation searches: its team's, and the deployment's own where its platform shares them
-    (single-workspace mode, Discord, the terminal chat, the API); never another team's."""
+    (PlatformDefaults.shares_deployment_sources); never another team's."""
     shared = defaults.shares_deployment_sources if defaults is not None else True
     return (team_owner(key.platform, key.workspace),) + ((DEPLOYMENT_OWNER,) if shared else ())
 
