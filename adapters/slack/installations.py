@@ -83,12 +83,13 @@ class SlackInstallations(AsyncInstallationStore):
     """Bolt's installation store, and the TeamTokens of a multi-workspace app (adapters/slack/team_tokens.py)."""
 
     def __init__(self, installs: Installs, *, sealer: Sealer, client_id: str, calls: SlackOAuthCalls | None = None,
-                 refresh_ahead_s: float = REFRESH_AHEAD_S) -> None:
+                 refresh_ahead_s: float = REFRESH_AHEAD_S, token_cache_s: float = TOKEN_CACHE_S) -> None:
         self._installs = installs
         self._sealer = sealer
         self.client_id = client_id
         self._calls = calls
         self._refresh_ahead_s = refresh_ahead_s
+        self._token_cache_s = token_cache_s
         self._cache: dict[TeamKey, tuple[float, str, float | None]] = {}
         self._refreshing: dict[tuple[str, str], asyncio.Lock] = {}
 
@@ -176,7 +177,7 @@ class SlackInstallations(AsyncInstallationStore):
     async def bot_token(self, team: TeamKey) -> str:
         cached = self._cache.get(team)
         now = time.time()
-        if cached is not None and now - cached[0] < TOKEN_CACHE_S and not self._expiring(cached[2], now):
+        if cached is not None and now - cached[0] < self._token_cache_s and not self._expiring(cached[2], now):
             return cached[1]
         record = await self._installs.bot(enterprise_id=team.enterprise_id or "", team_id=team.team_id)
         if record is None:

@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.oauth.installation_store import Installation
 from slack_sdk.web.async_client import AsyncWebClient
 
-from core.config import Settings
+from core.config import Settings, SettingsError
 from core.ports import Installs
 
 from .installations import STATE_EXPIRY_S, Sealer, SecretKeyError, SlackInstallations, SlackOAuthStates
@@ -76,13 +76,36 @@ def _manifest_scopes(path: Path) -> tuple[str, ...]:
     except OSError as error:
         raise ValueError(f"the bot scopes are read from {path.name}, which cannot be read ({error.strerror})") from None
     scopes = ((manifest or {}).get("oauth_config") or {}).get("scopes") or {}
-    return tuple(str(scope) for scope in scopes.get("bot") or ())
+    found = tuple(str(scope) for scope in scopes.get("bot") or ())
+    if not found:
+        raise ValueError(f"{path.name} lists no bot scopes (oauth_config.scopes.bot) for the install to ask for")
+    return found
 
 
 def authorization_url(api_url: str) -> str:
     """Slack's consent page beside its Web API (https://slack.com/api/ → https://slack.com/oauth/v2/authorize)."""
     base = api_url.rstrip("/")
     return f"{base.removesuffix('/api')}/oauth/v2/authorize"
+
+
+def add_to_slack(settings: Settings, installs: Installs, http: web.Application | None) -> SlackInstallations | None:
+    """Multi-workspace mode's parts, or None with SLACK_BOT_TOKEN alone: the stored installs (every team's bot token,
+    and Bolt's installation store), with /slack/install and /slack/oauth_redirect added to `http`. A missing
+    SECRET_KEY, or a manifest without scopes, is a SettingsError (`relaybot run` exits 2 with the sentence)."""
+    slack = settings.platform_settings(SlackSettings)
+    if not slack.multi_workspace:
+        return None
+    # The app's own calls (code exchange, refresh, revoke) carry no team's token.
+    client = AsyncWebClient(base_url=slack.api_url)
+    try:
+        installations = build_installations(settings, installs, client)
+        flow = build_flow(settings, installations, installs, client)
+    except ValueError as error:
+        raise SettingsError(f"{error}.") from None
+    if http is not None:
+        add_install_routes(http, flow)
+    log.info("Slack: several workspaces, each installed through %s", INSTALL_PATH)
+    return installations
 
 
 def build_installations(settings: Settings, installs: Installs, client: AsyncWebClient) -> SlackInstallations:

@@ -19,8 +19,17 @@ if TYPE_CHECKING:
 def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer) -> PlatformAdapter:
     # Imported here: `relaybot channels` and `doctor` read the table without loading slack-bolt.
     from .adapter import SlackAdapter
+    from .oauth import add_to_slack, register_uninstall
 
-    return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
+    # Several workspaces ("Add to Slack"): every call with its team's stored token, the install pages, and the
+    # uninstall events deleting a team's tokens. None: SLACK_BOT_TOKEN for every call, as before.
+    installations = add_to_slack(settings, ports.installs, http.app if http is not None else None)
+    if installations is None:
+        return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
+    adapter = SlackAdapter(settings=settings, engine=engine, ports=ports, http=http, tokens=installations,
+                           installation_store=installations)
+    register_uninstall(adapter.app, installations)
+    return adapter
 
 
 async def doctor_line(settings: Settings) -> str:
