@@ -1,0 +1,271 @@
+"""Several Slack workspaces installed (stored installs on Postgres): each team's events, clicks, kept finals and
+calls with its own token — the emulator refuses another team's — and an uninstalled team's work stopped, the
+others untouched (issue 25)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from slack_sdk.oauth.installation_store import Installation
+
+from adapters.http.server import HttpServer
+from adapters.slack import SlackAdapter
+from adapters.slack.installations import Sealer, SlackInstallations
+from adapters.slack.oauth import register_uninstall
+from core.ports import FinalPart, PendingFinal
+from core.store.db import Database
+from core.store.installations import InstallStore
+from core.store.pending_finals import PendingFinals
+from core.tools import ToolRegistry
+from core.tools.read_conversation import PlatformReaders
+from tests.e2e.slack_harness import deploy_registry, eventually
+from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
+from tests.emulators.slack import SlackEmulator, Team, app_mention_event
+from tests.emulators.slack.oauth import DEFAULT_CLIENT_ID
+from tests.support.engine import make_engine
+from tests.support.ports import ports_for
+
+pytestmark = pytest.mark.timeout(60)
+
+TEAM_B = "T0000TEAMB"
+CHANNEL_A = "C0000AAAA1"
+CHANNEL_B = "C0000BBBB1"
+ALICE = "U0000ALICE"  # of team A
+BRUNO = "U0000BRUNO"  # of team B
+KEY = "a passphrase that is long enough to seal the tokens"
+
+
+@dataclass(kw_only=True)
+class TeamsBot:
+    adapter: SlackAdapter
+    http: HttpServer
+    installations: SlackInstallations
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.port}/slack/events"
+
+    async def stop(self) -> None:
+        await self.adapter.stop_accepting()
+        await self.adapter.close()
+        await self.http.stop()
+
+
+@dataclass(kw_only=True)
+class Workspaces:
+    slack: SlackEmulator
+    a: Team
+    b: Team
+    tokens: dict[str, str]  # team id → the bot token its install got
+
+    def team_of(self, token: str) -> str | None:
+        return next((team for team, own in self.tokens.items() if own == token), None)
+
+
+def installations(db: Database) -> SlackInstallations:
+    return SlackInstallations(InstallStore(db), sealer=Sealer(KEY), client_id=DEFAULT_CLIENT_ID)
+
+
+async def install(db: Database, slack: SlackEmulator, team: Team) -> str:
+    """The team's install as the OAuth flow stores it (its token issued by the emulator's oauth.v2.access)."""
+    token = slack.oauth.issue(team.team_id).access_token
+    await installations(db).async_save(Installation(
+        app_id=slack.app_id, enterprise_id=None, team_id=team.team_id, team_name=team.name, bot_token=token,
+        bot_id=team.bot_id, bot_user_id=team.bot_user_id, bot_scopes="chat:write,app_mentions:read",
+        user_id="UINSTALLER", is_enterprise_install=False,
+    ))
+    return token
+
+
+@pytest.fixture
+async def teams(db: Database, slack_emulator: SlackEmulator) -> Workspaces:
+    slack = slack_emulator
+    a, b = slack.team(), slack.add_team(TEAM_B, name="Team B")
+    slack.add_channel(CHANNEL_A, name="a-general")
+    slack.add_channel(CHANNEL_B, name="b-general", team_id=TEAM_B)
+    slack.add_user(ALICE)
+    slack.add_user(BRUNO, team_id=TEAM_B)
+    # Only the installs' tokens work: the emulator's own per-team tokens are not the bot's.
+    slack.revoke_token(a.bot_token)
+    slack.revoke_token(b.bot_token)
+    tokens = {a.team_id: await install(db, slack, a), TEAM_B: await install(db, slack, b)}
+    return Workspaces(slack=slack, a=a, b=b, tokens=tokens)
+
+
+async def start_teams_bot(db: Database, slack: SlackEmulator, llm_url: str, *, registry: ToolRegistry | None = None,
+                          **overrides: Any) -> TeamsBot:
+    """The real SlackAdapter with several workspaces: no SLACK_BOT_TOKEN, every token from the stored installs."""
+    settings: dict[str, Any] = {
+        "slack_bot_token": None, "slack_signing_secret": slack.signing_secret, "slack_api_url": slack.api_url,
+        "http_port": 0, "slack_native_streaming": "off", **overrides,
+    }
+    readers = PlatformReaders()
+    engine = make_engine(db, llm_url, registry=registry, **settings)
+    http = HttpServer(host="127.0.0.1", port=0)
+    stored = installations(db)
+    adapter = SlackAdapter(settings=engine.settings, engine=engine, ports=ports_for(db), http=http,
+                           time_scale=slack.time_scale, tokens=stored, installation_store=stored)
+    register_uninstall(adapter.app, stored)
+    readers.register(adapter.platform, adapter.reader)
+    await http.start()
+    await adapter.start()
+    return TeamsBot(adapter=adapter, http=http, installations=stored)
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return deploy_registry()
+
+
+@pytest.fixture
+async def bot(db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator,
+              registry: ToolRegistry) -> AsyncIterator[TeamsBot]:
+    started = await start_teams_bot(db, teams.slack, openai_emulator.base_url, registry=registry)
+    yield started
+    await started.stop()
+
+
+def ask(slack: SlackEmulator, team: Team, channel: str, user: str, text: str) -> dict[str, Any]:
+    full = f"<@{team.bot_user_id}> {text}"
+    ts = slack.add_user_message(channel, full, user, team_id=team.team_id)
+    return app_mention_event(text=full, user=user, channel=channel, ts=ts, team_id=team.team_id)
+
+
+def replies(slack: SlackEmulator, team: Team, channel: str, thread_ts: str) -> list[Any]:
+    return [m for m in slack.thread(channel, thread_ts) if m.bot_id == team.bot_id]
+
+
+def assert_every_call_with_its_own_teams_token(teams: Workspaces) -> None:
+    """Each Web API call the bot made went with the token of the team it acted in; none was refused for its token
+    or for a channel of another team."""
+    calls = [c for c in teams.slack.calls if c.token in teams.tokens.values()]
+    assert calls, "the bot made no call with an install's token"
+    for call in calls:
+        assert call.team_id == teams.team_of(call.token), call
+        assert call.error not in ("invalid_auth", "channel_not_found", "not_authed"), call
+    assert not [c for c in teams.slack.calls if c.token and c.token not in teams.tokens.values()], \
+        "a call with a token no install holds"
+
+
+async def test_each_workspace_is_answered_with_its_own_token(
+    bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    slack = teams.slack
+    openai_emulator.script(Text("Team A's answer."), Text("Team B's answer."))
+    in_a = ask(slack, teams.a, CHANNEL_A, ALICE, "a question of team A")
+    await slack.deliver_event(bot.url, in_a, team_id=teams.a.team_id)
+    assert await eventually(lambda: [m.text for m in replies(slack, teams.a, CHANNEL_A, in_a["ts"])] == ["Team A's answer."])
+    in_b = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question of team B")
+    await slack.deliver_event(bot.url, in_b, team_id=TEAM_B)
+    assert await eventually(lambda: [m.text for m in replies(slack, teams.b, CHANNEL_B, in_b["ts"])] == ["Team B's answer."])
+    assert_every_call_with_its_own_teams_token(teams)
+    posts = {(c.team_id, c.params.get("channel")) for c in slack.calls if c.method == "chat.postMessage"}
+    assert posts == {(teams.a.team_id, CHANNEL_A), (TEAM_B, CHANNEL_B)}
+
+
+async def test_a_click_in_team_b_cannot_decide_team_as_approval(
+    db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator, registry: ToolRegistry,
+) -> None:
+    slack = teams.slack
+    # BRUNO may approve anything (APPROVERS): only his team keeps him from deciding A's approval.
+    bot = await start_teams_bot(db, slack, openai_emulator.base_url, registry=registry, approvers=BRUNO)
+    try:
+        await _a_click_in_b_cannot_decide(bot, teams, openai_emulator)
+    finally:
+        await bot.stop()
+
+
+async def _a_click_in_b_cannot_decide(bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator) -> None:
+    slack = teams.slack
+    openai_emulator.script(ToolCalls([Call("deploy", json.dumps({"env": "prod"}), id="call_prod")], text="Deploying."),
+                           Text("Deployed."))
+    question = ask(slack, teams.a, CHANNEL_A, ALICE, "deploy please")
+    await slack.deliver_event(bot.url, question, team_id=teams.a.team_id)
+
+    def approval() -> Any:
+        return next((m for m in replies(slack, teams.a, CHANNEL_A, question["ts"])
+                     if any(b.get("type") == "actions" for b in m.blocks or ())), None)
+
+    assert await eventually(lambda: approval() is not None)
+    shown = approval()
+    button = next(el for b in shown.blocks if b["type"] == "actions" for el in b["elements"]
+                  if el["action_id"] == "relaybot_approve")
+    # Team B's person clicks A's button (a payload of team B naming A's message: a forged or replayed click).
+    forged = slack.block_actions(CHANNEL_A, shown.ts, user=BRUNO, action_id="relaybot_approve", value=button["value"],
+                                 team_id=TEAM_B)
+    assert (await slack.deliver_interaction(bot.url, forged)).status == 200
+    assert await eventually(lambda: any(c.team_id == TEAM_B and c.method == "chat.postEphemeral" for c in slack.calls))
+    assert slack.message(CHANNEL_A, shown.ts).blocks == shown.blocks, "the approval is unchanged"
+    assert "Deployed." not in [m.text for m in replies(slack, teams.a, CHANNEL_A, question["ts"])]
+    # A's own approver still decides it, with A's token.
+    mine = slack.block_actions(CHANNEL_A, shown.ts, user=ALICE, action_id="relaybot_approve", value=button["value"])
+    await slack.deliver_interaction(bot.url, mine)
+    assert await eventually(lambda: "Deployed." in [m.text for m in replies(slack, teams.a, CHANNEL_A, question["ts"])])
+    # The note to B's clicker went with B's token, and Slack found no such channel in B: nothing of A's shown to B.
+    [note] = [c for c in slack.calls if c.method == "chat.postEphemeral" and c.team_id == TEAM_B]
+    assert note.token == teams.tokens[TEAM_B] and note.error == "channel_not_found"
+    assert {c.method for c in slack.calls if c.token == teams.tokens[TEAM_B]} == {"auth.test", "chat.postEphemeral"}
+
+
+async def test_a_kept_final_is_delivered_after_a_restart_with_its_teams_token(
+    db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    slack = teams.slack
+    thread_a = slack.add_user_message(CHANNEL_A, "a question of team A", ALICE, team_id=teams.a.team_id)
+    thread_b = slack.add_user_message(CHANNEL_B, "a question of team B", BRUNO, team_id=TEAM_B)
+    # A process kept both finals and died before delivering them.
+    dead = PendingFinals(db, owner="died-with-finals")
+    for answer_id, team, channel, thread in (("answer-team-a", teams.a.team_id, CHANNEL_A, thread_a),
+                                            ("answer-team-b", TEAM_B, CHANNEL_B, thread_b)):
+        await dead.keep(PendingFinal(answer_id=answer_id, platform="slack", workspace=team, channel=channel,
+                                     thread=thread, parts=(FinalPart(text=f"The final of {answer_id}."),)))
+        await dead.release(answer_id)
+    restarted = await start_teams_bot(db, slack, openai_emulator.base_url)
+    try:
+        assert await eventually(lambda: [m.text for m in replies(slack, teams.a, CHANNEL_A, thread_a)]
+                                == ["The final of answer-team-a."])
+        assert await eventually(lambda: [m.text for m in replies(slack, teams.b, CHANNEL_B, thread_b)]
+                                == ["The final of answer-team-b."])
+    finally:
+        await restarted.stop()
+    [post_a] = [c for c in slack.calls if c.method == "chat.postMessage" and c.params.get("channel") == CHANNEL_A]
+    assert post_a.token == teams.tokens[teams.a.team_id] and post_a.error is None
+    assert_every_call_with_its_own_teams_token(teams)
+
+
+async def test_an_uninstalled_team_fails_permanently_with_a_log_line_and_the_other_is_untouched(
+    db: Database, bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture,
+) -> None:
+    slack = teams.slack
+    caplog.set_level(logging.INFO)
+    uninstalled = slack.oauth.uninstall(teams.a.team_id)
+    assert (await slack.deliver_envelope(bot.url, uninstalled)).status == 200
+    assert await eventually(lambda: any("uninstalled from Slack team" in r.getMessage() for r in caplog.records))
+    # A final of A kept for delivery is dropped, not retried for ever; A's new question is not answered.
+    thread_a = slack.add_user_message(CHANNEL_A, "an old question of team A", ALICE, team_id=teams.a.team_id)
+    await PendingFinals(db, owner="died-with-a-final").keep(PendingFinal(
+        answer_id="answer-after-uninstall", platform="slack", workspace=teams.a.team_id, channel=CHANNEL_A,
+        thread=thread_a, parts=(FinalPart(text="Never shown."),)))
+    await PendingFinals(db, owner="died-with-a-final").release("answer-after-uninstall")
+    await bot.adapter.maintain()
+    assert any(f"not installed in Slack team {teams.a.team_id}" in r.getMessage() or
+               f"Slack team {teams.a.team_id} has no bot token" in r.getMessage() for r in caplog.records)
+    async with db.connection() as conn:
+        left = await (await conn.execute("SELECT count(*) FROM pending_finals WHERE answer_id = 'answer-after-uninstall'")).fetchone()
+    assert left is not None and left[0] == 0, "the final of an uninstalled team is dropped"
+    calls_before = len(slack.calls)
+    in_a = ask(slack, teams.a, CHANNEL_A, ALICE, "still there?")
+    await slack.deliver_event(bot.url, in_a, team_id=teams.a.team_id)
+    # B goes on as before.
+    openai_emulator.script(Text("B is still answered."))
+    in_b = ask(slack, teams.b, CHANNEL_B, BRUNO, "and us?")
+    await slack.deliver_event(bot.url, in_b, team_id=TEAM_B)
+    assert await eventually(lambda: [m.text for m in replies(slack, teams.b, CHANNEL_B, in_b["ts"])] == ["B is still answered."])
+    assert replies(slack, teams.a, CHANNEL_A, in_a["ts"]) == [] and replies(slack, teams.a, CHANNEL_A, thread_a) == []
+    assert [c for c in slack.calls[calls_before:] if c.team_id != TEAM_B] == [], "nothing was sent for team A"
+    assert_every_call_with_its_own_teams_token(teams)
