@@ -179,6 +179,25 @@ async def test_a_removal_drops_that_guilds_approval_and_kept_final_and_leaves_an
     assert removed_approval.id in dc.world.messages  # nothing was posted or edited in a guild the bot is not in
 
 
+async def test_a_discord_outage_of_a_guild_is_not_a_removal_and_drops_nothing(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture,
+) -> None:
+    dc = discord_emulator
+    flaky = dc.add_guild("flaky")
+    dc.add_channel(flaky, "general")
+    async with running_bot(dc, db, openai_emulator, uninstall_data="purge") as (adapter, _engine):
+        wired(adapter, db)
+        alive = PendingFinals(db, owner="alive-elsewhere")
+        await alive.keep(PendingFinal(answer_id="answer-flaky", platform="discord", workspace=str(flaky), channel="1",
+                                      thread="", parts=(FinalPart(text="kept"),)))
+        with caplog.at_level(logging.INFO, logger="adapters.discord.guilds"):
+            await dc.guild_outage(flaky)
+            await dc.wait_for(lambda: (g := adapter.client.get_guild(flaky)) is not None and g.unavailable, what="outage")
+            await asyncio.sleep(0.2)  # a removal's handler would have run by now
+    assert await count(db, FINALS, flaky) == 1, "a guild out of reach for a while keeps its pending work and data"
+    assert "removed from Discord guild" not in caplog.text
+
+
 async def test_doctor_prints_an_install_link_whose_permissions_are_the_computed_flags(
     discord_emulator: DiscordEmulator,
 ) -> None:

@@ -33,6 +33,9 @@ class GuildClient(discord.AutoShardedClient):
     async def on_guild_available(self, guild: discord.Guild) -> None:
         self.heard.append(f"available {guild.id}")
 
+    async def on_guild_unavailable(self, guild: discord.Guild) -> None:
+        self.heard.append(f"unavailable {guild.id}")
+
 
 @asynccontextmanager
 async def connected(dc: DiscordEmulator, *clients: GuildClient) -> AsyncIterator[None]:
@@ -93,6 +96,18 @@ async def test_a_removal_is_a_guild_delete_after_which_the_guild_is_gone(discord
             await client.get_partial_messageable(channel).send("still here?")
         assert [int(g["id"]) for g in await client.http.get_guilds(200)] == [kept]
     assert client.heard[-1] == f"remove {removed}" and dc.messages(channel) == []
+
+
+async def test_an_outage_is_a_guild_delete_marked_unavailable_not_a_removal(discord_emulator: DiscordEmulator) -> None:
+    dc = discord_emulator
+    guild_id = dc.add_guild("flaky")
+    client = GuildClient()
+    async with connected(dc, client):
+        await dc.guild_outage(guild_id)
+        await dc.wait_for(lambda: f"unavailable {guild_id}" in client.heard, what="the outage")
+        guild = client.get_guild(guild_id)
+        assert guild is not None and guild.unavailable
+    assert f"remove {guild_id}" not in client.heard and guild_id in dc.world.bot_guild_ids()
 
 
 async def test_the_bot_leaving_a_guild_is_answered_204_then_a_guild_delete_and_not_twice(

@@ -233,6 +233,10 @@ class DiscordEmulator(EmulatorCore):
         self.world.guilds_without_bot.add(guild_id)
         await self.hub.guild_removed(guild_id)
 
+    async def guild_outage(self, guild_id: int) -> None:
+        """Discord loses a guild for a while (an outage): GUILD_DELETE with `unavailable: true`; the bot stays in it."""
+        await self.hub.guild_removed(guild_id, outage=True)
+
     def add_member(self, guild_id: int, user_id: int) -> None:
         """Make a user a member of a guild whose members are listed (see add_guild)."""
         guild = self.world.guilds[guild_id]

@@ -215,10 +215,11 @@ class GatewayHub:
         payload = {key: value for key, value in guild_create_payload(self._world, guild_id).items() if key != "unavailable"}
         await self._to_guilds_shard(guild_id, "GUILD_CREATE", payload)
 
-    async def guild_removed(self, guild_id: int) -> None:
+    async def guild_removed(self, guild_id: int, *, outage: bool = False) -> None:
         """The bot was removed from a guild (kicked, banned, the guild deleted) or left it: GUILD_DELETE with no
-        `unavailable` field (with it, the guild would only be unavailable for a while)."""
-        await self._to_guilds_shard(guild_id, "GUILD_DELETE", {"id": str(guild_id)})
+        `unavailable` field; with `outage`, `unavailable: true`: the guild is only out of reach for a while."""
+        payload: JSONDict = {"id": str(guild_id), "unavailable": True} if outage else {"id": str(guild_id)}
+        await self._to_guilds_shard(guild_id, "GUILD_DELETE", payload)
 
     async def _to_guilds_shard(self, guild_id: int, event: str, payload: JSONDict) -> None:
         # A guild's own events carry `id`, not `guild_id`: routed here by the guild's shard, not by dispatch().
