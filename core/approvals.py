@@ -170,7 +170,7 @@ class ApprovalService:
         """The open approvals of one workspace that `actor` may decide (by the same policy a click is checked
         with), newest first: the `scan` newest open rows of the platform are looked at, `limit` returned."""
         found: list[PendingApproval] = []
-        for row in await self._continuations.pending(platform=platform, limit=scan):
+        for row in await self._continuations.pending(platform=platform, limit=scan, workspace=workspace):
             conversation = row.state.get("conversation") if isinstance(row.state, dict) else None
             if not isinstance(conversation, dict) or conversation.get("workspace") != workspace:
                 continue

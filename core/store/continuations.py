@@ -254,12 +254,14 @@ class ContinuationStore:
             (older_than_s,),
         )
 
-    async def pending(self, *, platform: str, limit: int) -> list[ContinuationRow]:
-        """Open (pending, not yet expired) runs of one platform, newest first: what someone may still decide."""
+    async def pending(self, *, platform: str, limit: int, workspace: str | None = None) -> list[ContinuationRow]:
+        """Open (pending, not yet expired) runs of one platform (of one workspace, when given: another team's many
+        approvals never crowd a team's own out of the `limit`), newest first: what someone may still decide."""
         return await self._fetch_all(
             f"SELECT {COLUMNS} FROM continuations WHERE status = 'pending' AND platform = %s"
+            " AND (%s::text IS NULL OR state -> 'conversation' ->> 'workspace' = %s::text)"
             " AND (expires_at IS NULL OR expires_at > now()) ORDER BY created_at DESC LIMIT %s",
-            (platform, limit),
+            (platform, workspace, workspace, limit),
         )
 
     async def add_message_ref(self, continuation_id: uuid.UUID, ref: dict[str, Any]) -> None:

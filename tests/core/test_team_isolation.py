@@ -168,9 +168,10 @@ async def test_usage_is_reported_per_team(db: Database) -> None:
     assert sum(line.tokens for line in await log.report(by="channel")) == 107
 
 
-async def paused(engine: Any, emulator: OpenAIEmulator, team: str) -> ApprovalRequired:
-    emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id="call_dep")]), Text("Deployed."))
-    request = Request(question="please deploy", conversation=key(team, "C-deploy"), user=Actor(id="U1", name="Ada"))
+async def paused(engine: Any, emulator: OpenAIEmulator, team: str, channel: str = "C-deploy",
+                 *, resumed: bool = True) -> ApprovalRequired:
+    emulator.script(ToolCalls([Call("deploy", '{"env": "prod"}', id="call_dep")]), *([Text("Deployed.")] if resumed else []))
+    request = Request(question="please deploy", conversation=key(team, channel), user=Actor(id="U1", name="Ada"))
     events: list[Event] = [event async for event in engine.ask(request)]
     assert isinstance(events[-1], ApprovalRequired), events[-1]
     return events[-1]
@@ -299,3 +300,17 @@ async def test_forget_team_drops_its_pending_work_and_keeps_its_data_then_purges
     assert purged.purged and sum(purged.deleted.values()) > 0
     assert await counts(db, "TA") == dict.fromkeys(COUNTS, 0)
     assert await counts(db, "TB") == b_before
+
+
+async def test_a_teams_open_approvals_are_never_crowded_out_by_another_teams(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    engine = make_engine(db, openai_emulator.base_url, registry=registry_with(RecordingTool(requires_approval=True)))
+    b_approval = await paused(engine, openai_emulator, "TB", "C-b", resumed=False)
+    for number in range(3):
+        # Newer, and more than the scan looks at.
+        await paused(engine, openai_emulator, "TA", f"C-a{number}", resumed=False)
+    ada = Actor(id="U1", name="Ada")
+    found = await engine.approvals.pending_for(ada, platform="slack", workspace="TB", scan=2)
+    assert [p.view.continuation_id for p in found] == [b_approval.continuation_id]
+    assert len(await engine.approvals.pending_for(ada, platform="slack", workspace="TA", scan=2)) == 2
