@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bot.channels_cli import add_channels_command
     from bot.feedback_cli import add_feedback_command
     from bot.keys_cli import add_keys_command
+    from bot.teams_cli import add_teams_command
     from bot.tools_cli import add_tools_command
     from bot.usage_cli import add_usage_command
 
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(commands)
     add_feedback_command(commands)
     add_keys_command(commands)
+    add_teams_command(commands)
     add_tools_command(commands)
     _accept_global_flags(commands)
     return parser
@@ -251,10 +253,11 @@ def _commands() -> dict[str, Command]:
     from bot.ingest_cli import ingest
     from bot.sources_cli import sources
     from bot.keys_cli import keys
+    from bot.teams_cli import teams
     from bot.tools_cli import tools
     from bot.usage_cli import usage
 
     return {
         "run": run, "migrate": migrate, "doctor": doctor, "chat": chat, "ingest": ingest, "sources": sources, "channels": channels,
-        "usage": usage, "feedback": feedback, "keys": keys, "tools": tools,
+        "usage": usage, "feedback": feedback, "keys": keys, "teams": teams, "tools": tools,
     }

@@ -31,9 +31,14 @@ class SlackOAuthCalls:
         await self._client.auth_revoke(token=token)
 
     async def whoami(self, token: str) -> dict[str, Any]:
-        """auth.test with `token`: its team, enterprise, bot and user ids (a SlackApiError when refused)."""
+        """auth.test with `token`: its team, enterprise, bot and user ids, and its scopes as Slack lists them in the
+        X-OAuth-Scopes header (a SlackApiError when refused)."""
         response = await self._client.auth_test(token=token)
-        return dict(response.data) if isinstance(response.data, dict) else {}
+        answer = dict(response.data) if isinstance(response.data, dict) else {}
+        headers = {str(name).lower(): value for name, value in (response.headers or {}).items()}
+        scopes = headers.get("x-oauth-scopes")
+        answer["scopes"] = ",".join(scopes) if isinstance(scopes, list) else str(scopes or "")
+        return answer
 
 
 async def serve_install(flow: AsyncOAuthFlow, request: web.Request) -> web.Response:
