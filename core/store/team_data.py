@@ -42,6 +42,9 @@ async def forget_team(db: Database, platform: str, workspace: str, *, purge: boo
     With purge (UNINSTALL_DATA=purge, `relaybot teams purge`), every row of the team is deleted as well, in the same
     transaction. Rows of other teams are never touched: every statement names this platform and workspace.
     """
+    if not platform or not workspace:
+        # An org-wide install's key has no workspace: its teams are forgotten one by one, never '' for all of them.
+        raise ValueError(f"forget_team needs a platform and a workspace id, not {platform!r}:{workspace!r}")
     team = team_key(platform, workspace)
     dropped: dict[str, int] = {}
     deleted: dict[str, int] = {}

@@ -314,3 +314,8 @@ async def test_a_teams_open_approvals_are_never_crowded_out_by_another_teams(
     found = await engine.approvals.pending_for(ada, platform="slack", workspace="TB", scan=2)
     assert [p.view.continuation_id for p in found] == [b_approval.continuation_id]
     assert len(await engine.approvals.pending_for(ada, platform="slack", workspace="TA", scan=2)) == 2
+
+
+async def test_forget_team_refuses_a_team_without_a_workspace(db: Database) -> None:
+    with pytest.raises(ValueError, match="needs a platform and a workspace id"):
+        await forget_team(db, "slack", "", purge=True)
