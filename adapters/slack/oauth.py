@@ -128,6 +128,16 @@ class SlackInstallFlow(AsyncOAuthFlow):
         self._allowed = frozenset(allowed)
         self._calls = calls
 
+    async def handle_installation(self, request: AsyncBoltRequest) -> BoltResponse:
+        """The Add to Slack page; with `?direct` (a link to share, or an admin's bookmark) straight to Slack's consent
+        page instead, the same state and cookie set."""
+        if "direct" not in request.query:
+            return await super().handle_installation(request)
+        state = await self.issue_new_state(request)
+        headers: dict[str, Any] = {"Location": await self.build_authorize_url(state, request),
+                                   "Set-Cookie": [self.settings.state_utils.build_set_cookie_for_new_state(state)]}
+        return BoltResponse(status=302, body="", headers=headers)
+
     async def store_installation(self, request: AsyncBoltRequest, installation: Installation) -> None:
         if self._allowed and not _allowed(installation, self._allowed):
             for token in (installation.bot_token, installation.user_token):
@@ -169,6 +179,24 @@ def build_flow(settings: Settings, installations: SlackInstallations, installs: 
         callback_options=AsyncCallbackOptions(success=_success, failure=_failure),
     )
     return SlackInstallFlow(allowed=slack.team_ids, calls=calls, client=client, logger=log, settings=oauth)
+
+
+def doctor_line(settings: Settings) -> str:
+    """`relaybot doctor`'s Slack line in multi-workspace mode: what `relaybot run` would refuse, else what it serves."""
+    slack = settings.platform_settings(SlackSettings)
+    try:
+        if not settings.secret_key:
+            raise SecretKeyError("SECRET_KEY is not set (the stored tokens are encrypted with it)")
+        Sealer(settings.secret_key)
+        scopes = manifest_scopes()
+    except ValueError as error:
+        return f"FAILED — several workspaces (SLACK_CLIENT_ID), but {error}"
+    if not (slack.app_token or slack.signing_secret):
+        return "FAILED — several workspaces (SLACK_CLIENT_ID), but neither SLACK_APP_TOKEN nor SLACK_SIGNING_SECRET is set"
+    where = slack.redirect_uri or "the app's own Redirect URL (SLACK_REDIRECT_URI is unset)"
+    allowed = f"only {', '.join(slack.team_ids)}" if slack.team_ids else "anyone who finds the page (SLACK_TEAM_IDS is unset)"
+    return (f"ok — several workspaces: Add to Slack at {INSTALL_PATH} ({len(scopes)} scopes from the manifest), "
+            f"back to {where}; installs from {allowed}; `relaybot teams` lists them")
 
 
 def add_install_routes(app: web.Application, flow: AsyncOAuthFlow) -> None:

@@ -35,6 +35,10 @@ def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, ht
 async def doctor_line(settings: Settings) -> str:
     """Is Slack configured, is the bot token accepted, and can `relaybot run` take events with what is set?"""
     slack = settings.platform_settings(SlackSettings)
+    if slack.multi_workspace:
+        from .oauth import doctor_line as several_workspaces
+
+        return several_workspaces(settings)
     if not slack.bot_token:
         return "not configured (set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET or SLACK_APP_TOKEN)"
     from .adapter import check_slack

@@ -199,3 +199,29 @@ async def test_uninstall_deletes_the_teams_tokens_at_once_leaves_the_other_and_a
     assert (await deployment.install(TEAM_A))[0] == 200
     [again] = slack.oauth.tokens_of(TEAM_A)
     assert await deployment.installs.bot_token(TeamKey(TEAM_A)) == again
+
+
+async def test_the_direct_link_goes_straight_to_slacks_consent_page(deployment: Deployment) -> None:
+    async with deployment.browser.get(f"{deployment.base}/slack/install?direct=1", allow_redirects=False) as response:
+        assert response.status == 302
+        authorize = response.headers["Location"]
+        cookie = response.headers.get("Set-Cookie", "").split(";", 1)[0]
+    assert authorize.startswith(f"{deployment.slack.base_url}oauth/v2/authorize?") and cookie
+    deployment.slack.oauth.consent_as(TEAM_A)
+    async with deployment.browser.get(authorize, allow_redirects=False) as response:
+        redirect = response.headers["Location"]
+    status, page = await deployment.come_back(redirect, cookie)
+    assert status == 200 and _sentence(page).startswith(f"relaybot is installed in {TEAM_A}")
+
+
+async def test_doctor_says_where_the_install_page_is_and_who_may_install() -> None:
+    from tests.support.engine import test_settings
+
+    base = {"slack_client_id": DEFAULT_CLIENT_ID, "slack_client_secret": DEFAULT_CLIENT_SECRET,
+            "slack_signing_secret": "x", "slack_redirect_uri": "https://bot.example/slack/oauth_redirect"}
+    line = await SLACK.doctor(test_settings("http://127.0.0.1:9/v1", **base, secret_key=KEY))
+    assert line.startswith("ok — several workspaces: Add to Slack at /slack/install")
+    assert "anyone who finds the page (SLACK_TEAM_IDS is unset)" in line
+    line = await SLACK.doctor(test_settings("http://127.0.0.1:9/v1", **base))
+    assert line == "FAILED — several workspaces (SLACK_CLIENT_ID), but SECRET_KEY is not set (the stored tokens are " \
+                   "encrypted with it)"
