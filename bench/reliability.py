@@ -17,6 +17,8 @@ Scenarios (each on Slack and on Discord):
       them while a quarter of reads and edits are answered 429
   (j) Slack: an incident, 60 s of 503/429 on every Web API method, one of two processes restarted during it, then
       recovery (kept finals delivered, 429s and time to settle after it)
+  (k) Slack: two workspaces installed (stored installs, no SLACK_BOT_TOKEN), 40 mentions alternating between them
+      over two processes plus redeliveries, one process SIGTERMed and started again; 0 calls with another team's token
 Targets: 0 lost, 0 duplicated, exactly 1 run per approved call, 0 user-visible tracebacks (and each scenario's
 checks); in (g)–(j) text shown twice anywhere in an answer counts as duplicated. Bounded: every wait has a limit;
 the time budget is what the chosen scenarios may take at worst, with room for overruns, so every line runs.
@@ -39,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.reliability_support import ambiguous, burst, faults, incident, junk, long_outage, native_kill, restarts
+from bench.reliability_support import ambiguous, burst, faults, incident, junk, long_outage, native_kill, restarts, teams
 from bench.reliability_support.harness import Stage
 from bench.reliability_support.postgres import LoopbackPostgres
 from bench.reliability_support.tally import Figures
@@ -84,6 +86,8 @@ SCENARIOS = (
              worst_s={"slack": 260}),
     Scenario(key="j", title="(j) Slack incident 60 s 503/429", run=incident.slack_incident,
              worst_s={"slack": 560}),
+    Scenario(key="k", title="(k) 2 teams, 2 processes, restart", run=teams.two_teams_two_processes,
+             worst_s={"slack": 220}),
 )
 KEYS = sorted({scenario.key.rstrip("2") for scenario in SCENARIOS})
 
