@@ -238,7 +238,9 @@ class ChannelAdmin:
         scope = channel_scope(key)
         own = await self._store.get(scope)
         config = await self._resolver.resolve(key)
-        names = tuple(access.name for access in await self._store.access())
+        # Only the sources this channel's team may search are offered: another team's names are not its to see.
+        owners = config.scope.owners
+        names = tuple(access.name for access in await self._store.access() if owners is None or access.owner in owners)
         return ChannelView(scope=scope, own=own, config=config, source_names=names)
 
     async def change(

@@ -46,6 +46,7 @@ class SourceAccess:
     name: str
     restricted: bool
     granted_to: tuple[str, ...]
+    owner: str = ""  # the team it belongs to (`slack:T1`), '' for the deployment's (core/retrieval/retriever.py)
 
 
 class UnknownSource(LookupError):
@@ -179,11 +180,11 @@ class ChannelConfigStore:
         async with self._db.connection() as conn:
             cursor = await conn.execute(
                 "SELECT s.name, s.restricted, coalesce(array_agg(g.audience ORDER BY g.audience)"
-                " FILTER (WHERE g.audience IS NOT NULL), '{}') "
+                " FILTER (WHERE g.audience IS NOT NULL), '{}'), s.owner "
                 "FROM sources s LEFT JOIN source_grants g ON g.source_id = s.id GROUP BY s.id ORDER BY s.name"
             )
             rows = await cursor.fetchall()
-        return [SourceAccess(name=r[0], restricted=bool(r[1]), granted_to=tuple(r[2])) for r in rows]
+        return [SourceAccess(name=r[0], restricted=bool(r[1]), granted_to=tuple(r[2]), owner=r[3]) for r in rows]
 
     async def granted_to(self, audience: str) -> list[str]:
         """The restricted sources granted to one channel or DM audience."""

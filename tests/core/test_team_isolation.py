@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from core.approvals import Click
+from core.channel_admin import ChannelAdmin
 from core.channels import ChannelResolver, resolve
 from core.events import ApprovalRequired, Event
 from core.platform_settings import PlatformDefaults
@@ -130,6 +131,14 @@ async def test_channel_settings_of_one_team_never_apply_to_another(db: Database)
     a, b = await resolver.resolve(key("TA")), await resolver.resolve(key("TB"))
     assert (a.system_prompt, a.agent_type) == ("Answer like a pirate.", "agentic")
     assert (b.system_prompt, b.origins["agent_type"]) == ("", "settings")
+
+
+async def test_a_channels_settings_editor_offers_its_own_teams_sources_only(db: Database, three_sources: PgRetriever) -> None:
+    settings = settings_for("http://127.0.0.1:9")
+    store = ChannelConfigStore(db)
+    admin = ChannelAdmin(store=store, resolver=ChannelResolver(settings=settings, source=store), settings=settings)
+    assert (await admin.view(key("TB"))).source_names == ("beta", "shared")
+    assert (await admin.view(key("TA"))).source_names == ("alpha", "shared")
 
 
 async def stored_turn(db: Database, team: str) -> str:
