@@ -55,22 +55,27 @@ class DiscordGuilds:
                             guild.name)
                 await leave_guild(guild, budget=self._budgets(guild.id), clock=self._clock)
                 return
-            missing = missing_permissions(guild.me.guild_permissions)
+            me = guild.me
+            if me is None:  # Discord sends the bot's own member with the guild; without it, nothing can be checked
+                log.warning("added to Discord guild %s (%s), but its GUILD_CREATE had no member for the bot", guild.id,
+                            guild.name)
+                return
+            missing = missing_permissions(me.guild_permissions)
             log.info("added to Discord guild %s (%s)%s", guild.id, guild.name,
                      f"; it did not grant the bot {', '.join(missing)}" if missing else "")
-            await self._welcome(guild)
+            await self._welcome(guild, me)
 
-    async def _welcome(self, guild: discord.Guild) -> None:
+    async def _welcome(self, guild: discord.Guild, me: discord.Member) -> None:
         """Once per join, whichever process hears it (two may, while a shard changes hands)."""
         channel = guild.system_channel
         if channel is None:
             log.info("Discord guild %s has no system channel: no welcome line", guild.id)
             return
-        allowed = channel.permissions_for(guild.me)
+        allowed = channel.permissions_for(me)
         if not (allowed.view_channel and allowed.send_messages):
             log.info("the bot may not post in Discord guild %s's system channel %s: no welcome line", guild.id, channel.id)
             return
-        joined = guild.me.joined_at
+        joined = me.joined_at
         key = f"guild-join:{guild.id}:{int(joined.timestamp()) if joined is not None else 0}"
         try:
             if not await self._gate.first_time(key):
@@ -81,7 +86,7 @@ class DiscordGuilds:
         try:
             await calls.post_message(
                 channel, budget=self._budgets(channel.id), clock=self._clock, nonce=part_nonce(key),
-                content=welcome_line(guild.me.display_name), allowed_mentions=NO_PINGS,
+                content=welcome_line(me.display_name), allowed_mentions=NO_PINGS,
             )
         except Exception:
             log.exception("could not post the welcome line in Discord guild %s", guild.id)
