@@ -25,6 +25,7 @@ def add_teams_command(subparsers: argparse._SubParsersAction) -> None:  # type: 
     actions = teams.add_subparsers(dest="teams_command")
     actions.add_parser("list", help="every install: team, enterprise, who installed it and when, scopes, token expiry")
     actions.add_parser("import", help="store SLACK_BOT_TOKEN's workspace as an install (moving to several workspaces)")
+    actions.add_parser("reseal", help="re-encrypt every stored token with SECRET_KEY's first key (after a key rotation)")
 
 
 async def teams(settings: Settings, args: argparse.Namespace) -> int:
@@ -32,11 +33,16 @@ async def teams(settings: Settings, args: argparse.Namespace) -> int:
     if command == "import" and (problem := _import_problem(settings)) is not None:
         print(f"relaybot: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if command == "reseal" and not settings.secret_key:
+        print("relaybot: SECRET_KEY is not set: reseal encrypts every stored token with its first key.", file=sys.stderr)
+        return EXIT_USAGE
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
         await db.open()
         if command == "import":
             return await _import(settings, db)
+        if command == "reseal":
+            return await _reseal(settings, db)
         return await _list(db)
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
@@ -128,6 +134,19 @@ async def _import(settings: Settings, db: Database) -> int:
         print(f"The deployment's sources are now this team's: {', '.join(adopted)}.")
     print("Set SLACK_CLIENT_ID and SLACK_CLIENT_SECRET (and SLACK_REDIRECT_URI) to serve several workspaces; "
           "SLACK_BOT_TOKEN is then no longer needed.")
+    return EXIT_OK
+
+
+async def _reseal(settings: Settings, db: Database) -> int:
+    from adapters.slack.installations import Sealer, SecretKeyError
+
+    try:
+        sealer = Sealer(settings.secret_key or "")
+        count = await InstallStore(db).reseal(sealer.reseal)
+    except SecretKeyError as error:
+        print(f"relaybot: {error}; nothing was changed.", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"Resealed {count} stored Slack token rows with SECRET_KEY's first key: the others can be removed from it.")
     return EXIT_OK
 
 

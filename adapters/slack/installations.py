@@ -42,8 +42,8 @@ class SecretKeyError(ValueError):
 
 class Sealer:
     """Tokens encrypted at rest: MultiFernet over SECRET_KEY's comma-separated keys, the first encrypting and every
-    one decrypting (rotation: SECRET_KEY=new,old, then `relaybot teams reseal`-free — each row is resealed with the
-    new key the next time it is written)."""
+    one decrypting (rotation: SECRET_KEY=new,old, then `relaybot teams reseal` rewrites every row with the new key,
+    after which the old one can go)."""
 
     def __init__(self, secret_key: str) -> None:
         keys = [key.strip() for key in secret_key.split(",") if key.strip()]
@@ -53,6 +53,13 @@ class Sealer:
 
     def seal(self, values: dict[str, Any]) -> bytes:
         return self._fernet.encrypt(json.dumps(values, sort_keys=True).encode())
+
+    def reseal(self, sealed: bytes) -> bytes:
+        """The same tokens sealed with the first key (opened with any)."""
+        try:
+            return self._fernet.rotate(sealed)
+        except InvalidToken:
+            raise SecretKeyError("a stored Slack token was sealed with a key SECRET_KEY no longer lists") from None
 
     def open(self, sealed: bytes) -> dict[str, Any]:
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -113,6 +113,19 @@ class InstallStore:
                 f"SELECT {_INSTALLER_COLUMNS} FROM slack_installers ORDER BY enterprise_id, team_id, installed_at"
             )
             return [_installer(row) for row in await cursor.fetchall()]
+
+    async def reseal(self, reseal: Callable[[bytes], bytes]) -> int:
+        """Every row's tokens rewritten by `reseal` (opened with any key, sealed with the first: SECRET_KEY's
+        rotation), in one transaction; how many rows."""
+        count = 0
+        async with self._db.connection() as conn:
+            for table, key in (("slack_bots", "enterprise_id, team_id"), ("slack_installers", "enterprise_id, team_id, user_id")):
+                cursor = await conn.execute(f"SELECT {key}, sealed FROM {table} FOR UPDATE")
+                for row in await cursor.fetchall():
+                    where = " AND ".join(f"{column.strip()} = %s" for column in key.split(","))
+                    await conn.execute(f"UPDATE {table} SET sealed = %s WHERE {where}", (reseal(bytes(row[-1])), *row[:-1]))
+                    count += 1
+        return count
 
     @asynccontextmanager
     async def refreshing(self, *, enterprise_id: str, team_id: str) -> AsyncIterator[_BotRefresh]:

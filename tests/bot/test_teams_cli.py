@@ -96,3 +96,25 @@ async def test_run_in_multi_workspace_mode_without_secret_key_exits_2_with_a_sen
     assert "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET are set (several workspaces), so the bot tokens are stored " \
            "encrypted and SECRET_KEY must be set" in err
     assert "Traceback" not in err
+
+
+async def test_reseal_moves_every_stored_token_to_the_new_key(
+    db: Database, database_url: str, tmp_path: Path, slack_emulator: SlackEmulator,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack = slack_emulator
+    new_key = "the key this deployment rotates to which is long enough"
+    base = {"database_url": database_url, "data_dir": tmp_path, "slack_api_url": slack.api_url,
+            "slack_bot_token": slack.bot_token}
+    old = make_settings("http://127.0.0.1:9/v1", **base, secret_key=KEY)
+    assert await teams(old, build_parser().parse_args(["teams", "import"])) == 0
+    rotating = make_settings("http://127.0.0.1:9/v1", **base, secret_key=f"{new_key},{KEY}")
+    assert await teams(rotating, build_parser().parse_args(["teams", "reseal"])) == 0
+    assert "Resealed 2 stored Slack token rows" in capsys.readouterr().out
+    installs = SlackInstallations(InstallStore(db), sealer=Sealer(new_key), client_id="")
+    assert await installs.bot_token(TeamKey(slack.team_id)) == slack.bot_token
+    # A key that opens none of them changes nothing.
+    wrong = make_settings("http://127.0.0.1:9/v1", **base, secret_key="a key that never sealed any of these rows")
+    assert await teams(wrong, build_parser().parse_args(["teams", "reseal"])) == 1
+    assert "nothing was changed" in capsys.readouterr().err
+    assert await installs.bot_token(TeamKey(slack.team_id)) == slack.bot_token
