@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer) -> PlatformAdapter:
     # Imported here: `relaybot channels` and `doctor` read the table without loading slack-bolt.
     from .adapter import SlackAdapter
-    from .oauth import add_to_slack, register_uninstall
+    from .oauth import SlackUninstalls, add_to_slack, register_uninstall
 
     # Several workspaces ("Add to Slack"): every call with its team's stored token, the install pages, and the
     # uninstall events deleting a team's tokens. None: SLACK_BOT_TOKEN for every call, as before.
@@ -28,7 +28,9 @@ def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, ht
         return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
     adapter = SlackAdapter(settings=settings, engine=engine, ports=ports, http=http, tokens=installations,
                            installation_store=installations)
-    register_uninstall(adapter.app, installations)
+    # Its use_team_data binds the team data an uninstall drops or purges (UNINSTALL_DATA).
+    adapter.uninstalls = SlackUninstalls(purge=settings.uninstall_data == "purge")
+    register_uninstall(adapter.app, installations, adapter.uninstalls)
     return adapter
 
 

@@ -3,6 +3,7 @@ stores, the emulator's consent page and oauth.v2.access; refused states and team
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from adapters.slack.platform import SLACK
 from adapters.slack.team_tokens import NotInstalled, TeamKey
 from core.store.db import Database
 from core.store.installations import InstallStore
+from core.store.team_data import Forgotten, forget_team
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, app_mention_event
 from tests.emulators.slack.oauth import DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET
@@ -100,6 +102,16 @@ async def deployment(db: Database, openai_emulator: OpenAIEmulator) -> AsyncIter
         await http.stop()
 
 
+async def _eventually_gone(deployment: Deployment, team: TeamKey) -> bool:
+    for _ in range(500):
+        try:
+            await deployment.installs.bot_token(team)
+        except NotInstalled:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
 def _sentence(page: str) -> str:
     return html.unescape(re.search(r"<p>(.*?)</p>", page)[1])  # type: ignore[index]
 
@@ -177,22 +189,35 @@ async def test_an_org_wide_install_answers_for_its_workspaces(deployment: Deploy
 
 
 async def test_uninstall_deletes_the_teams_tokens_at_once_leaves_the_other_and_a_reinstall_works(
-    deployment: Deployment,
+    deployment: Deployment, db: Database,
 ) -> None:
     slack = deployment.slack
+    forgotten: list[Forgotten] = []
+
+    async def forget(platform: str, workspace: str, *, purge: bool) -> Forgotten:
+        forgotten.append(await forget_team(db, platform, workspace, purge=purge))
+        return forgotten[-1]
+
+    deployment.adapter.uninstalls.use_team_data(forget)
     for team in (TEAM_A, TEAM_B):
         assert (await deployment.install(team))[0] == 200
     token_b = await deployment.installs.bot_token(TeamKey(TEAM_B))
     delivery = await slack.deliver_envelope(f"{deployment.base}/slack/events", slack.oauth.uninstall(TEAM_A))
     assert delivery.status == 200
+    # Bolt runs the listener after the ack.
+    assert await _eventually_gone(deployment, TeamKey(TEAM_A))
     with pytest.raises(NotInstalled):
         await deployment.installs.bot_token(TeamKey(TEAM_A))
     assert await deployment.installs.async_find_installation(enterprise_id=None, team_id=TEAM_A) is None
     assert await deployment.installs.bot_token(TeamKey(TEAM_B)) == token_b
+    # A's pending work is dropped and its data kept (UNINSTALL_DATA=keep); B's is untouched.
+    assert await eventually(lambda: len(forgotten) == 1)
+    assert [(f.team, f.purged) for f in forgotten] == [(f"slack:{TEAM_A}", False)]
 
     # tokens_revoked for B's bot removes B's token too.
     delivery = await slack.deliver_envelope(f"{deployment.base}/slack/events", slack.oauth.tokens_revoked(TEAM_B))
     assert delivery.status == 200
+    assert await _eventually_gone(deployment, TeamKey(TEAM_B))
     with pytest.raises(NotInstalled):
         await deployment.installs.bot_token(TeamKey(TEAM_B))
 
