@@ -45,7 +45,7 @@ from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
 from .socket_close import close_socket
 from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
-from .team_authorize import TeamAuthorize
+from .team_authorize import TeamAuthorize, team_of
 from .team_clients import RateLimitCounter, TeamClients
 from .team_tokens import OneTeamToken, TeamTokens
 from .transport import ScaledClock, SlackBudgets
@@ -86,12 +86,13 @@ class SlackAdapter:
         self._socket_handler: AsyncSocketModeHandler | None = None
         # Every Web API call's 429 is counted (Bolt copies the handlers into its per-event clients too). No retry
         # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
-        self.clients = TeamClients(self._tokens, base_url=slack.api_url, retry_handlers=[RateLimitCounter()])
+        self.clients = TeamClients(self._tokens, base_url=slack.api_url, retry_handlers=[RateLimitCounter()],
+                                   state=ports.state)
         # Bolt's client: SLACK_BOT_TOKEN's in single-workspace mode; tokenless with many, each event's client
         # getting its team's token from TeamAuthorize.
         self.client = AsyncWebClient(token=None if self.multi_team else slack.bot_token, base_url=slack.api_url,
                                      retry_handlers=[RateLimitCounter()])
-        self._identities: dict[str, BotIdentity] = {}  # each team's bot, as its first event's authorize learnt it
+        self._identities: dict[str, BotIdentity] = {}  # each team's bot, as its events' authorize learnt it
         self._auth_problem: str | None = None if self.multi_team else "auth.test has not run yet"
         self._auth_checked_at: float | None = None
         self._build_answering(settings, engine, ports, clock=ScaledClock(time_scale))
@@ -149,8 +150,7 @@ class SlackAdapter:
         """The Bolt app, the gate in front of every handler, and each handler registered for its events."""
         many: dict[str, Any] = {}
         if self.multi_team:
-            many = {"authorize": TeamAuthorize(self.surfaces.web, on_identity=self._identities.__setitem__),
-                    "installation_store": self._installation_store}
+            many = {"authorize": TeamAuthorize(self.surfaces.web), "installation_store": self._installation_store}
         app = AsyncApp(
             client=self.client, signing_secret=self._slack.signing_secret or "",
             process_before_response=False, request_verification_enabled=not socket_mode, **many,
@@ -319,6 +319,11 @@ class SlackAdapter:
             logger.info("shutting down: refusing a Slack %s so that Slack retries it", body.get("type"))
             return BoltResponse(status=503, body="")
         team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
+        if self.multi_team:
+            # The workspace's org (an org-wide install's authorizations name no team) and its bot, as authorized.
+            await self.clients.learn(key := team_of(body))
+            if key.team_id and req.context.bot_user_id:
+                self._identities[key.team_id] = BotIdentity(user_id=req.context.bot_user_id, bot_id=req.context.bot_id or "")
         if not self.gate.allows(team):
             return BoltResponse(status=200, body="")
         # Ahead of Bolt's ack: a question whose record cannot be written is refused (HTTP 503, no Socket

@@ -14,6 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.streaming.transport import PermanentSendError
 from core import metrics
+from core.ports import AppState
 
 from .team_tokens import NotInstalled, OneTeamToken, TeamKey, TeamTokens
 
@@ -22,6 +23,8 @@ logger = logging.getLogger(__name__)
 # A call names its team by a TeamKey (an event's, with its Grid org) or by the team id a stored row keeps.
 SlackTeam = TeamKey | str
 DEFAULT_TIMEOUT_S = 30  # slack_sdk's own
+# A Grid workspace's org, as its events named it, kept across restarts (AppState) under this prefix + team id.
+ORG_OF_PREFIX = "slack.org_of:"
 
 
 class RateLimitCounter(AsyncRetryHandler):
@@ -51,19 +54,20 @@ class TeamClients:
     """Builds and keeps one AsyncWebClient per team; a team's new token (after a rotation or a reinstall) gives
     it a new client on its next call. Nothing outside the transport calls these clients (tests/test_architecture.py).
 
-    The Grid org of a workspace is learnt from the events that name it (`learn`): a stored row keeps only its team
-    id, and its calls still reach the org's install."""
+    The Grid org of a workspace is learnt from the events that name it (`learn`), and kept in `state` when given: a
+    stored row keeps only its team id, and its calls still reach the org's install, after a restart too."""
 
     def __init__(
         self, tokens: TeamTokens, *, base_url: str, retry_handlers: Sequence[AsyncRetryHandler] = (),
-        timeout_s: int = DEFAULT_TIMEOUT_S,
+        timeout_s: int = DEFAULT_TIMEOUT_S, state: AppState | None = None,
     ) -> None:
         self.tokens = tokens
         self._base_url = base_url
         self._retry_handlers = list(retry_handlers)
         self._timeout_s = timeout_s
+        self._state = state
         self._clients: dict[TeamKey, AsyncWebClient] = {}
-        self._orgs: dict[str, str] = {}  # team id → its Grid org, as events said
+        self._orgs: dict[str, str | None] = {}  # team id → its Grid org (None: none), as events or `state` said
         self._refused: set[TeamKey] = set()  # teams whose last call found no token (logged once until it comes back)
         self.session: aiohttp.ClientSession | None = None  # the adapter's, set when it starts
 
@@ -75,20 +79,25 @@ class TeamClients:
         made.session = client.session
         return made
 
-    def key(self, team: SlackTeam) -> TeamKey:
-        """The TeamKey a call goes to: as given, or a team id with the org its events named."""
+    async def key(self, team: SlackTeam) -> TeamKey:
+        """The TeamKey a call goes to: as given, or a team id with the org its events named (read from `state` once
+        per team and process)."""
         if isinstance(team, TeamKey):
             return team
-        return TeamKey(team_id=team, enterprise_id=self._orgs.get(team))
+        if team not in self._orgs:
+            self._orgs[team] = await self._state.get(ORG_OF_PREFIX + team) if self._state is not None and team else None
+        return TeamKey(team_id=team, enterprise_id=self._orgs[team])
 
-    def learn(self, team: TeamKey) -> None:
+    async def learn(self, team: TeamKey) -> None:
         """An event named the team's Grid org: later calls by its bare team id use the org's install too."""
-        if team.enterprise_id and team.team_id:
+        if team.enterprise_id and team.team_id and self._orgs.get(team.team_id) != team.enterprise_id:
             self._orgs[team.team_id] = team.enterprise_id
+            if self._state is not None:
+                await self._state.put(ORG_OF_PREFIX + team.team_id, team.enterprise_id)
 
     async def token(self, team: SlackTeam) -> str:
         """The team's current bot token; SlackNotInstalled (logged once until the team has one again) without one."""
-        key = self.key(team)
+        key = await self.key(team)
         try:
             token = await self.tokens.bot_token(key)
         except NotInstalled:
@@ -104,7 +113,7 @@ class TeamClients:
 
     async def client(self, team: SlackTeam) -> AsyncWebClient:
         """The team's client, with its current token (a new client when the token changed)."""
-        key = self.key(team)
+        key = await self.key(team)
         token = await self.token(key)
         client = self._clients.get(key)
         if client is None or client.token != token or client.session is not self.session:
@@ -113,9 +122,3 @@ class TeamClients:
                                     timeout=self._timeout_s, retry_handlers=list(self._retry_handlers))
             self._clients[key] = client
         return client
-
-    def bare(self) -> AsyncWebClient:
-        """A client with no token, over the shared session: what Bolt copies into each event's client before its
-        authorize sets the team's token."""
-        return AsyncWebClient(base_url=self._base_url, session=self.session, timeout=self._timeout_s,
-                              retry_handlers=list(self._retry_handlers))

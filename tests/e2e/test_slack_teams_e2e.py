@@ -269,3 +269,46 @@ async def test_an_uninstalled_team_fails_permanently_with_a_log_line_and_the_oth
     assert replies(slack, teams.a, CHANNEL_A, in_a["ts"]) == [] and replies(slack, teams.a, CHANNEL_A, thread_a) == []
     assert [c for c in slack.calls[calls_before:] if c.team_id != TEAM_B] == [], "nothing was sent for team A"
     assert_every_call_with_its_own_teams_token(teams)
+
+
+async def test_a_grid_workspace_is_answered_with_its_orgs_install_and_so_is_its_kept_final_after_a_restart(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator,
+) -> None:
+    slack = slack_emulator
+    org = "E0000ORG01"
+    grid = slack.add_team("T0000GRID1", name="Grid one", enterprise_id=org)
+    slack.add_channel("C0000GRID1", name="grid", team_id=grid.team_id)
+    slack.revoke_token(grid.bot_token)
+    # One org-wide install answers for every workspace of the org (is_enterprise_install, no team).
+    token = slack.oauth.issue(None, enterprise_id=org).access_token
+    await installations(db).async_save(Installation(
+        app_id=slack.app_id, enterprise_id=org, team_id=None, bot_token=token, bot_id=grid.bot_id,
+        bot_user_id=grid.bot_user_id, bot_scopes="chat:write,app_mentions:read", user_id="UINSTALLER",
+        is_enterprise_install=True,
+    ))
+    bot = await start_teams_bot(db, slack, openai_emulator.base_url)
+    try:
+        openai_emulator.script(Text("The org's answer."))
+        question = ask(slack, grid, "C0000GRID1", ALICE, "a question in a Grid workspace")
+        envelope = slack.event_envelope(question, team_id=grid.team_id)
+        envelope["enterprise_id"] = org
+        envelope["authorizations"][0].update(enterprise_id=org, team_id=None, is_enterprise_install=True)
+        await slack.deliver_envelope(bot.url, envelope)
+        assert await eventually(lambda: [m.text for m in replies(slack, grid, "C0000GRID1", question["ts"])]
+                                == ["The org's answer."])
+    finally:
+        await bot.stop()
+    # A final of the workspace kept by a process that died: its row names the workspace alone, no org.
+    thread = slack.add_user_message("C0000GRID1", "another question", ALICE, team_id=grid.team_id)
+    dead = PendingFinals(db, owner="died-in-the-org")
+    await dead.keep(PendingFinal(answer_id="answer-grid", platform="slack", workspace=grid.team_id,
+                                 channel="C0000GRID1", thread=thread, parts=(FinalPart(text="The org's final."),)))
+    await dead.release("answer-grid")
+    restarted = await start_teams_bot(db, slack, openai_emulator.base_url)
+    try:
+        assert await eventually(lambda: [m.text for m in replies(slack, grid, "C0000GRID1", thread)] == ["The org's final."])
+    finally:
+        await restarted.stop()
+    mine = [c for c in slack.calls if c.token]
+    assert mine and all(c.token == token and c.team_id == grid.team_id and c.error is None for c in mine), \
+        [(c.method, c.token[:12], c.team_id, c.error) for c in mine if c.token != token or c.error]

@@ -11,6 +11,8 @@ from adapters.slack.team_clients import SlackNotInstalled, TeamClients
 from adapters.slack.team_tokens import NotInstalled, TeamKey
 from adapters.slack.transport import ScaledClock, SlackBudgets, SlackWeb
 from adapters.streaming.transport import is_permanent
+from core.store.app_state import AppStateStore
+from core.store.db import Database
 from tests.emulators.slack import SlackEmulator
 from tests.fixtures.slack import slack_emulator  # noqa: F401
 
@@ -120,12 +122,18 @@ async def test_a_team_without_a_token_fails_at_once_permanently_and_says_so_once
     assert len([r for r in caplog.records if "T0000GONE1" in r.getMessage()]) == 2
 
 
-async def test_a_grid_workspace_named_by_its_team_id_reaches_the_org_its_events_named() -> None:
+async def test_a_grid_workspace_named_by_its_team_id_reaches_the_org_its_events_named_after_a_restart_too(
+    db: Database,
+) -> None:
     tokens = Tokens({})
-    clients = TeamClients(tokens, base_url="http://127.0.0.1:9/api/")
-    assert clients.key("T0000GRID1") == TeamKey("T0000GRID1")
-    clients.learn(TeamKey("T0000GRID1", enterprise_id="E0000ORG01"))
-    assert clients.key("T0000GRID1") == TeamKey("T0000GRID1", enterprise_id="E0000ORG01")
+    clients = TeamClients(tokens, base_url="http://127.0.0.1:9/api/", state=AppStateStore(db))
+    assert await clients.key("T0000GRID1") == TeamKey("T0000GRID1")
+    await clients.learn(TeamKey("T0000GRID1", enterprise_id="E0000ORG01"))
+    assert await clients.key("T0000GRID1") == TeamKey("T0000GRID1", enterprise_id="E0000ORG01")
     with pytest.raises(SlackNotInstalled):
         await clients.client("T0000GRID1")
     assert tokens.asked == [TeamKey("T0000GRID1", enterprise_id="E0000ORG01")]
+    # Another process (or this one restarted) has seen no event of it yet: the org is read back.
+    restarted = TeamClients(tokens, base_url="http://127.0.0.1:9/api/", state=AppStateStore(db))
+    assert await restarted.key("T0000GRID1") == TeamKey("T0000GRID1", enterprise_id="E0000ORG01")
+    assert await restarted.key("T0000PLAIN") == TeamKey("T0000PLAIN")
