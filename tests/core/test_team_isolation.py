@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from core.api_access import api_conversation_key, api_key_audience
 from core.approvals import Click
 from core.channel_admin import ChannelAdmin
 from core.channels import ChannelResolver, resolve
@@ -88,6 +89,10 @@ async def test_team_b_retrieval_never_returns_team_a_passages(db: Database, thre
     assert await searched(retriever, key("TB"), SINGLE) == {"beta", "shared"}
     assert await store.grant("alpha", "slack:TA:C1", actor="cli:test")
     assert await searched(retriever, key("TA"), SINGLE) == {"alpha", "shared"}
+    # An API key is the deployment's: its conversations search the deployment's sources, never a team's.
+    assert await searched(retriever, api_conversation_key(7, "c1"), SINGLE) == {"shared"}
+    with pytest.raises(SourceOfAnotherTeam):
+        await store.grant("beta", api_key_audience(7), actor="cli:test")
     # A search that names no scope sees the deployment's open sources only, and nothing of a team's tells B otherwise.
     assert {item.source for item in await retriever.search("zeppelin", limit=10, scope=OPEN_SOURCES)} == {"shared"}
     config = resolve(key("TC"), channel=None, workspace=None, settings=settings_for("http://127.0.0.1:9"), defaults=MULTI)
