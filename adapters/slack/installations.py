@@ -110,13 +110,7 @@ class SlackInstallations(AsyncInstallationStore):
         values = installation.to_dict()
         enterprise_id, team_id = _key(installation.enterprise_id, installation.team_id, installation.is_enterprise_install)
         shown = {name: _plain(value) for name, value in values.items() if name not in _SECRETS}
-        bot = None
-        if installation.bot_token:
-            bot = InstallRecord(
-                enterprise_id=enterprise_id, team_id=team_id, is_enterprise_install=installation.is_enterprise_install,
-                fields=shown, sealed=self._sealer.seal({name: values.get(name) for name in _BOT_SECRETS}),
-                token_expires_at=installation.bot_token_expires_at,
-            )
+        bot = self._bot_record(values, installation.is_enterprise_install) if installation.bot_token else None
         installer = InstallRecord(
             enterprise_id=enterprise_id, team_id=team_id, user_id=installation.user_id or "",
             is_enterprise_install=installation.is_enterprise_install, fields=shown,
@@ -130,7 +124,19 @@ class SlackInstallations(AsyncInstallationStore):
 
     async def async_save_bot(self, bot: Bot) -> None:
         # Bolt calls this only when it rotated a token itself; our authorize refreshes through bot_token() instead.
-        await self.async_save(Installation(**{**bot.to_dict(), "user_id": ""}))
+        record = self._bot_record(bot.to_dict(), bot.is_enterprise_install)
+        await self._installs.save(bot=record, installer=None)
+        self._forget(record.enterprise_id, record.team_id)
+
+    def _bot_record(self, values: dict[str, Any], is_enterprise_install: bool | None) -> InstallRecord:
+        enterprise_id, team_id = _key(values.get("enterprise_id"), values.get("team_id"), is_enterprise_install)
+        expires_at = values.get("bot_token_expires_at")
+        return InstallRecord(
+            enterprise_id=enterprise_id, team_id=team_id, is_enterprise_install=bool(is_enterprise_install),
+            fields={name: _plain(value) for name, value in values.items() if name not in _SECRETS},
+            sealed=self._sealer.seal({name: values.get(name) for name in _BOT_SECRETS}),
+            token_expires_at=_plain(expires_at) if expires_at is not None else None,
+        )
 
     async def async_find_bot(self, *, enterprise_id: str | None, team_id: str | None,
                              is_enterprise_install: bool | None = False) -> Bot | None:

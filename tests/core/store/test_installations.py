@@ -178,3 +178,15 @@ async def test_a_refused_refresh_is_logged_kept_and_tried_again_on_the_next_call
         assert stored is not None and stored.refresh_error == "invalid_refresh_token"
         await store.bot_token(TeamKey("TFAIL"))
         assert len([c for c in slack.calls if c.method == "oauth.v2.access"]) == 2
+
+
+async def test_a_bot_saved_alone_replaces_the_bots_token_and_keeps_who_installed_it(db: Database) -> None:
+    store = _installations(db)
+    await store.async_save(_installation("TBOT1", bot_token="xoxb-before"))
+    bot = await store.async_find_bot(enterprise_id=None, team_id="TBOT1")
+    assert bot is not None
+    bot.bot_token = "xoxb-after"
+    await store.async_save_bot(bot)
+    assert await store.bot_token(TeamKey("TBOT1")) == "xoxb-after"
+    found = await store.async_find_installation(enterprise_id=None, team_id="TBOT1")
+    assert found is not None and found.user_id == "UINST" and found.bot_token == "xoxb-after"
