@@ -1,6 +1,6 @@
 """Two Slack workspaces installed, each with a source of its own (issue 25's tenant isolation): team B's prompts,
 internal_search results and sources reply never carry a passage of team A's source, prefetched or searched — read
-on the requests the OpenAI emulator received — while team A's answers use it."""
+on the requests the OpenAI emulator received — while team A's answers use it. The same for two Discord guilds."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from core.retrieval.search import PgRetriever
 from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
 from core.store.installations import InstallStore
+from tests.adapters.discord.harness import bot_messages, make_world, running_bot
 from tests.e2e.slack_harness import eventually
+from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator, Team, app_mention_event
 from tests.emulators.slack.oauth import DEFAULT_CLIENT_ID
@@ -139,3 +141,30 @@ async def test_team_b_prompts_never_carry_a_passage_of_team_as_source(
     a_request = json.dumps(openai_emulator.chat_requests[seen])
     assert A_SECRET in a_request and B_TEXT not in a_request
     assert "alpha" in a_replies[-1]
+
+
+async def test_guild_b_prompts_never_carry_a_passage_of_guild_as_source(
+    db: Database, discord_emulator: DiscordEmulator, openai_emulator: OpenAIEmulator, tmp_path: Path
+) -> None:
+    dc = discord_emulator
+    w = make_world(dc)
+    guild_b = dc.add_guild("Guild B")
+    channel_b = dc.add_channel(guild_b, "general")
+    async with db.connection() as conn:
+        await conn.execute("DELETE FROM sources")
+        await conn.execute("DELETE FROM channel_config")
+    await add_source(db, tmp_path / "alpha", name="alpha", owner=f"discord:{w.guild_id}", text=A_SECRET)
+    await add_source(db, tmp_path / "beta", name="beta", owner=f"discord:{guild_b}", text=B_TEXT)
+    async with running_bot(dc, db, openai_emulator, retriever=PgRetriever(db, None)):
+        for guild, channel, answer in ((guild_b, channel_b, "The hangar [1]."), (w.guild_id, w.channel_id, "Crowns [1].")):
+            seen = len(openai_emulator.chat_requests)
+            openai_emulator.script(Text(answer))
+            asked = await dc.send_user_message(channel, w.alice, QUESTION, mentions_bot=True)
+            thread = await dc.wait_for(lambda: dc.thread_of(asked), what="the answer's thread")
+            [cited] = await dc.wait_for(lambda: [m for m in bot_messages(dc, thread.id) if m.embeds], what="sources")
+            prompt = json.dumps(openai_emulator.chat_requests[seen])
+            if guild == guild_b:
+                assert B_TEXT in prompt and A_SECRET not in prompt
+                assert "beta" in cited.embeds[0]["description"] and "alpha" not in cited.embeds[0]["description"]
+            else:
+                assert A_SECRET in prompt and B_TEXT not in prompt
