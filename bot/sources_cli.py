@@ -16,6 +16,7 @@ from core.retrieval.source_lease import SourceBusy
 from core.retrieval.store import SourceRow, list_sources, remove_source, set_link_base, set_owner
 from core.retrieval.sync import SourceSyncer, SyncResult, SyncState, source_ids, sync_states
 from core.store.db import Database, DatabaseError
+from core.store.installations import InstallStore
 from core.store.migrations import MigrationError
 
 EXIT_OK = 0
@@ -50,15 +51,8 @@ def parse_team(text: str) -> str:
 
 
 async def installed_slack_teams(db: Database) -> int:
-    """How many Slack workspaces or orgs are installed (migration 026's slack_bots; 0 before it exists)."""
-    async with db.connection() as conn:
-        cursor = await conn.execute("SELECT to_regclass('slack_bots') IS NOT NULL")
-        row = await cursor.fetchone()
-        if not row or not row[0]:
-            return 0
-        cursor = await conn.execute("SELECT count(*) FROM slack_bots")
-        row = await cursor.fetchone()
-    return int(row[0]) if row else 0
+    """How many Slack workspaces or orgs are installed (the stored installs, core/store/installations.py)."""
+    return len(await InstallStore(db).bots())
 
 
 async def team_of(settings: Settings, db: Database, team: str | None) -> str | None:
