@@ -106,6 +106,9 @@ def add_to_slack(settings: Settings, installs: Installs, http: web.Application |
     if http is not None:
         add_install_routes(http, flow)
     log.info("Slack: several workspaces, each installed through %s", INSTALL_PATH)
+    if slack.bot_token:
+        log.warning("SLACK_BOT_TOKEN is not used with SLACK_CLIENT_ID set (each workspace's stored token is); "
+                    "`relaybot teams import` stores its workspace as an install")
     return installations
 
 
