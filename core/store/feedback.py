@@ -111,7 +111,7 @@ async def _stored_turn(
         return None
     cursor = await conn.execute(
         "SELECT c.platform, c.workspace FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-        " WHERE m.turn_id = %s ORDER BY m.id LIMIT 1", (key,))
+        " WHERE m.turn_id = %s LIMIT 1", (key,))  # every message of a turn is in its one conversation
     row = await cursor.fetchone()
     if row is None:
         return None
