@@ -26,6 +26,7 @@ def add_teams_command(subparsers: argparse._SubParsersAction) -> None:  # type: 
     actions.add_parser("list", help="every install: team, enterprise, who installed it and when, scopes, token expiry")
     actions.add_parser("import", help="store SLACK_BOT_TOKEN's workspace as an install (moving to several workspaces)")
     actions.add_parser("reseal", help="re-encrypt every stored token with SECRET_KEY's first key (after a key rotation)")
+    actions.add_parser("check", help="ask Slack whether each install's bot token is accepted (auth.test), one line each")
 
 
 async def teams(settings: Settings, args: argparse.Namespace) -> int:
@@ -33,8 +34,8 @@ async def teams(settings: Settings, args: argparse.Namespace) -> int:
     if command == "import" and (problem := _import_problem(settings)) is not None:
         print(f"relaybot: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if command == "reseal" and not settings.secret_key:
-        print("relaybot: SECRET_KEY is not set: reseal encrypts every stored token with its first key.", file=sys.stderr)
+    if command in ("reseal", "check") and not settings.secret_key:
+        print(f"relaybot: SECRET_KEY is not set: {command} opens the stored tokens with it.", file=sys.stderr)
         return EXIT_USAGE
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
@@ -43,6 +44,8 @@ async def teams(settings: Settings, args: argparse.Namespace) -> int:
             return await _import(settings, db)
         if command == "reseal":
             return await _reseal(settings, db)
+        if command == "check":
+            return await _check(settings, db)
         return await _list(db)
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
@@ -148,6 +151,41 @@ async def _reseal(settings: Settings, db: Database) -> int:
         return EXIT_FAILURE
     print(f"Resealed {count} stored Slack token rows with SECRET_KEY's first key: the others can be removed from it.")
     return EXIT_OK
+
+
+async def _check(settings: Settings, db: Database) -> int:
+    """Each install's bot token (refreshed first when it rotates and is due) tried with auth.test."""
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from adapters.slack.installations import Sealer, SecretKeyError, SlackInstallations
+    from adapters.slack.team_tokens import NotInstalled, TeamKey
+    from adapters.slack.transport_oauth import SlackOAuthCalls
+
+    slack = settings.platform_settings(SlackSettings)
+    calls = SlackOAuthCalls(AsyncWebClient(base_url=slack.api_url), client_id=slack.client_id or "",
+                            client_secret=slack.client_secret or "")
+    try:
+        installs = SlackInstallations(InstallStore(db), sealer=Sealer(settings.secret_key or ""),
+                                      client_id=slack.client_id or "", calls=calls)
+    except SecretKeyError as error:
+        print(f"relaybot: {error}.", file=sys.stderr)
+        return EXIT_USAGE
+    bots = await InstallStore(db).bots()
+    if not bots:
+        print("No Slack installs are stored.")
+    failed = 0
+    for bot in bots:
+        name = "(org-wide)" if bot.is_enterprise_install else bot.team_id
+        label = f"{name} of {bot.enterprise_id}" if bot.enterprise_id else name
+        try:
+            who = await calls.whoami(await installs.bot_token(TeamKey(bot.team_id, bot.enterprise_id or None)))
+            print(f"{label}: ok — the bot token is accepted ({who.get('team') or who.get('team_id')})")
+        except (NotInstalled, SecretKeyError, SlackApiError, OSError) as error:
+            failed += 1
+            why = error.response.get("error", "refused") if isinstance(error, SlackApiError) else str(error)
+            print(f"{label}: FAILED — {why}")
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _when(epoch_s: float | None) -> str:

@@ -118,3 +118,25 @@ async def test_reseal_moves_every_stored_token_to_the_new_key(
     assert await teams(wrong, build_parser().parse_args(["teams", "reseal"])) == 1
     assert "nothing was changed" in capsys.readouterr().err
     assert await installs.bot_token(TeamKey(slack.team_id)) == slack.bot_token
+
+
+async def test_check_asks_slack_about_each_install(
+    db: Database, database_url: str, tmp_path: Path, slack_emulator: SlackEmulator,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack = slack_emulator
+    async with db.connection() as conn:
+        await conn.execute("DELETE FROM slack_bots")
+    settings = make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=tmp_path,
+                             slack_bot_token=slack.bot_token, slack_api_url=slack.api_url, secret_key=KEY)
+
+    async def run(*argv: str) -> int:
+        return await teams(settings, build_parser().parse_args(["teams", *argv]))
+
+    assert await run("import") == 0
+    capsys.readouterr()
+    assert await run("check") == 0
+    assert capsys.readouterr().out.strip() == f"{slack.team_id}: ok — the bot token is accepted (Emulator)"
+    slack.revoke_token(slack.bot_token)
+    assert await run("check") == 1
+    assert capsys.readouterr().out.strip() == f"{slack.team_id}: FAILED — invalid_auth"
