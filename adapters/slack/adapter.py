@@ -45,9 +45,9 @@ from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
 from .socket_close import close_socket
 from .surface import PLATFORM, SlackFinalDelivery, SlackShownMessages
-from .team_authorize import TeamAuthorize, team_of
+from .team_authorize import TeamAuthorize
 from .team_clients import RateLimitCounter, TeamClients
-from .team_tokens import OneTeamToken, TeamTokens
+from .team_tokens import OneTeamToken, TeamTokens, team_of
 from .transport import ScaledClock, SlackBudgets
 
 logger = logging.getLogger(__name__)

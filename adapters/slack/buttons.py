@@ -282,6 +282,8 @@ class BlockClick:
     thread_ts: str | None
     value: str
     user: dict[str, Any]
+    # The workspace whose message holds the button (the host's in a Slack Connect channel): its token answers.
+    team: str = ""
 
 
 def read_click(body: Any) -> BlockClick:
@@ -291,8 +293,9 @@ def read_click(body: Any) -> BlockClick:
     action = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
     user = body.get("user") if isinstance(body.get("user"), dict) else {}
     container = body.get("container") if isinstance(body.get("container"), dict) else {}
+    team = body.get("team") if isinstance(body.get("team"), dict) else {}
     return BlockClick(
         user_id=str(user.get("id") or ""), user_team=str(user.get("team_id") or ""),
         channel=str(container.get("channel_id") or ""), thread_ts=str(container.get("thread_ts") or "") or None,
-        value=str(action.get("value") or ""), user=user,
+        value=str(action.get("value") or ""), user=user, team=str(team.get("id") or user.get("team_id") or ""),
     )

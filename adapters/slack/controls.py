@@ -189,7 +189,7 @@ class SlackStops:
                 return
 
             async def tell(text: str) -> None:
-                await self._tell(click.user_team, channel, user_id, thread_ts, text)
+                await self._tell(click.team, channel, user_id, thread_ts, text)
 
             await self._stop(run_id, user_id=user_id, user=user, teams=(click.user_team,) if click.user_team else (),
                              channel=channel, tell=tell)

@@ -16,6 +16,7 @@ from core.ports import FeedbackVotes
 
 from .buttons import read_click
 from .render import sentence
+from .team_tokens import team_of
 
 # The answer's messages carry feedback_blocks (controls.py); this module imports neither the surface nor
 # inbound: `surfaces` is a surface.SlackSurfaces, `access` an inbound.SlackAccess.
@@ -93,15 +94,16 @@ class SlackFeedback:
                 return
             up, run_id = parsed
             thread_ts = click.thread_ts
+            team = click.team
             refusal = self._refusal(user, user_id, channel)
             if refusal:
-                await self._tell(channel, user_id, thread_ts, refusal)
+                await self._tell(team, channel, user_id, thread_ts, refusal)
                 return
             if not up:
                 # First, while the click's trigger_id is fresh (Slack lets it open a view for 3 s).
                 try:
                     await self._surfaces.web.now(
-                        str(user.get("team_id") or ""), "views.open", trigger_id=str(body.get("trigger_id") or "") if isinstance(body, dict) else "",
+                        team, "views.open", trigger_id=str(body.get("trigger_id") or "") if isinstance(body, dict) else "",
                         view=why_modal(run_id, channel=channel, thread_ts=thread_ts),
                     )
                 except Exception:
@@ -112,13 +114,13 @@ class SlackFeedback:
                 )
             except Exception:
                 logger.exception("feedback click on run %s failed", run_id)
-                await self._tell(channel, user_id, thread_ts, shared_wording.click_failed())
+                await self._tell(team, channel, user_id, thread_ts, shared_wording.click_failed())
                 return
             if not kept:
-                await self._tell(channel, user_id, thread_ts, shared_wording.feedback_unknown_answer())
+                await self._tell(team, channel, user_id, thread_ts, shared_wording.feedback_unknown_answer())
             elif up:
                 # A 👎 is thanked once the modal is sent (or not at all when it is skipped: the vote stands).
-                await self._tell(channel, user_id, thread_ts, shared_wording.feedback_thanks(up=True))
+                await self._tell(team, channel, user_id, thread_ts, shared_wording.feedback_thanks(up=True))
 
     async def on_submit(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         """The 👎 modal's Send: acked first (the modal closes), then the reason stored on the person's vote."""
@@ -133,6 +135,7 @@ class SlackFeedback:
             except (ValueError, KeyError, TypeError):
                 logger.warning("ignoring a feedback submission without its run")
                 return
+            team = team_of(body).team_id
             values = ((view.get("state") or {}).get("values") or {}).get(WHY_BLOCK) or {}
             text = str((values.get(WHY_INPUT) or {}).get("value") or "")[:WHY_MAX_CHARS]
             try:
@@ -141,9 +144,9 @@ class SlackFeedback:
                 )
             except Exception:
                 logger.exception("could not store the 👎 reason on run %s", run_id)
-                await self._tell(channel, user_id, thread_ts, shared_wording.click_failed())
+                await self._tell(team, channel, user_id, thread_ts, shared_wording.click_failed())
                 return
-            await self._tell(channel, user_id, thread_ts, shared_wording.feedback_comment_thanks() if kept
+            await self._tell(team, channel, user_id, thread_ts, shared_wording.feedback_comment_thanks() if kept
                              else shared_wording.feedback_unknown_answer())
 
     def _refusal(self, user: dict[str, Any], user_id: str, channel: str) -> str | None:
@@ -157,11 +160,11 @@ class SlackFeedback:
             return shared_wording.not_your_workspace_to_decide()
         return None
 
-    async def _tell(self, channel: str, user_id: str, thread_ts: str | None, text: str) -> None:
+    async def _tell(self, team: str, channel: str, user_id: str, thread_ts: str | None, text: str) -> None:
         try:
-            # The deadline lane (the team is not needed to tell the clicker: one lane for the method).
+            # The deadline lane, with the token of the team whose channel it is.
             await self._surfaces.web.now(
-                "", "chat.postEphemeral", channel=channel, user=user_id, text=sentence(text),
+                team, "chat.postEphemeral", channel=channel, user=user_id, text=sentence(text),
                 **({"thread_ts": thread_ts} if thread_ts else {}),
             )
         except Exception:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -39,3 +39,18 @@ class OneTeamToken:
 
     async def bot_token(self, team: TeamKey) -> str:
         return self.token
+
+
+def team_of(body: dict[str, Any]) -> TeamKey:
+    """The workspace a request comes from and its Grid org. An org-wide install's events name no team in their
+    authorizations (Bolt's team_id is None then): the workspace is the body's own team."""
+    team = body.get("team")
+    user = body.get("user")
+    team_id = (body.get("team_id") or (team.get("id") if isinstance(team, dict) else team)
+               or (user.get("team_id") if isinstance(user, dict) else None) or "")
+    enterprise = body.get("enterprise")
+    authorizations = body.get("authorizations")
+    first = authorizations[0] if isinstance(authorizations, list) and authorizations and isinstance(authorizations[0], dict) else {}
+    enterprise_id = (body.get("enterprise_id") or (enterprise.get("id") if isinstance(enterprise, dict) else enterprise)
+                     or first.get("enterprise_id") or None)
+    return TeamKey(team_id=str(team_id), enterprise_id=str(enterprise_id) if enterprise_id else None)

@@ -189,7 +189,8 @@ async def _a_click_in_b_cannot_decide(bot: TeamsBot, teams: Workspaces, openai_e
 
     def approval() -> Any:
         return next((m for m in replies(slack, teams.a, CHANNEL_A, question["ts"])
-                     if any(b.get("type") == "actions" for b in m.blocks or ())), None)
+                     if any(el.get("action_id") == "relaybot_approve" for b in m.blocks or () if b.get("type") == "actions"
+                            for el in b.get("elements", ()))), None)
 
     assert await eventually(lambda: approval() is not None)
     shown = approval()
@@ -312,3 +313,30 @@ async def test_a_grid_workspace_is_answered_with_its_orgs_install_and_so_is_its_
     mine = [c for c in slack.calls if c.token]
     assert mine and all(c.token == token and c.team_id == grid.team_id and c.error is None for c in mine), \
         [(c.method, c.token[:12], c.team_id, c.error) for c in mine if c.token != token or c.error]
+
+
+async def test_feedback_and_its_notes_in_team_b_go_with_team_bs_token(
+    db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    slack = teams.slack
+    bot = await start_teams_bot(db, slack, openai_emulator.base_url, feedback_buttons=True)
+    try:
+        openai_emulator.script(Text("Team B's answer, to vote on."))
+        question = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question to vote on")
+        await slack.deliver_event(bot.url, question, team_id=TEAM_B)
+
+        def voted_on() -> Any:
+            return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
+                         if any(b.get("type") == "context_actions" for b in m.blocks or ())), None)
+
+        assert await eventually(lambda: voted_on() is not None)
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=True,
+                                                                      team_id=TEAM_B))
+        assert await eventually(lambda: any(e.user == BRUNO and e.channel == CHANNEL_B for e in slack.ephemerals))
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=False,
+                                                                      team_id=TEAM_B))
+        assert await eventually(lambda: len(slack.opened_views) == 1)  # the 👎 modal, opened in team B
+    finally:
+        await bot.stop()
+    assert_every_call_with_its_own_teams_token(teams)
+    assert {c.method for c in slack.calls if c.token == teams.tokens[TEAM_B]} >= {"chat.postEphemeral", "views.open"}

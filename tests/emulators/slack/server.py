@@ -733,7 +733,8 @@ class SlackEmulator:
         self._modals.issue(payload["trigger_id"], user_id=user, team_id=team.team_id)
         return payload
 
-    def feedback_click(self, channel: str, message_ts: str, *, user: str, positive: bool) -> JsonDict:
+    def feedback_click(self, channel: str, message_ts: str, *, user: str, positive: bool,
+                       team_id: str | None = None) -> JsonDict:
         """A click on the 👍 (positive) or 👎 of the message's feedback_buttons element."""
         message = self.message_json(channel, message_ts)
         for block in message.get("blocks") or []:
@@ -743,7 +744,7 @@ class SlackEmulator:
                 if element.get("type") == "feedback_buttons":
                     button = element["positive_button" if positive else "negative_button"]
                     return self.block_actions(channel, message_ts, user=user, action_id=str(element.get("action_id") or ""),
-                                              value=str(button["value"]))
+                                              value=str(button["value"]), team_id=team_id)
         raise ValueError(f"message {message_ts} in {channel} shows no feedback buttons")
 
     async def deliver_event(
