@@ -297,6 +297,10 @@ class RateBudget:
         a 429 that does not say its scope may have been the wider limit. A learning budget slows down."""
         if self._parent is not None and wide:
             self._parent.penalize(retry_after_s)
+            if self._drawn_at_most_one():
+                # Nothing but the refused call drew on this limit within its refill: it cannot have been the
+                # one exceeded. Not pausing it keeps the call's place in the parent's queue for its retry.
+                return
         resume_at = self._clock.now() + max(0.0, retry_after_s)
         if self._learner is not None:
             self._slow_down(resume_at)
@@ -352,6 +356,10 @@ class RateBudget:
             elapsed = now - self._updated_at
             self._tokens = min(self._capacity, self._tokens + elapsed * self._refill_per_s)
             self._updated_at = now
+
+    def _drawn_at_most_one(self) -> bool:
+        self._refill()
+        return self._clock.now() >= self._paused_until and self._tokens >= self._capacity - 1 - TOKEN_EPSILON
 
     def _take(self, reserve: float = 0.0) -> bool:
         """One token, if `reserve` more stay in the bucket after it."""

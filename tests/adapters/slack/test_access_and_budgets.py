@@ -204,3 +204,60 @@ async def test_a_told_workspace_cap_keeps_room_for_a_burst_that_arrives_bunched(
 
     await clock.run(scenario())
     assert workspace.refused == 0
+
+
+class UnpublishedCap:
+    """Slack's workspace-wide chat.postMessage cap as its bucket: 100 a minute, a burst of 10; a post past it is
+    answered 429 with a whole-second Retry-After."""
+
+    def __init__(self, clock: FakeClock, *, per_minute: float = 100, burst: float = 10) -> None:
+        self.clock, self.rate, self.burst = clock, per_minute / 60, burst
+        self.tokens, self.at = burst, clock.now()
+
+    def refusal(self) -> float | None:
+        now = self.clock.now()
+        self.tokens, self.at = min(self.burst, self.tokens + (now - self.at) * self.rate), now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return None
+        return float(max(1, math.ceil((1 - self.tokens) / self.rate)))
+
+
+async def test_with_the_cap_unset_an_answer_refused_by_the_workspace_cap_posts_before_any_younger_one() -> None:
+    # 100 answers, each in its own channel, ready within a second, on the budgets of a workspace whose cap is
+    # not told: the workspace's 429 does not say which limit it was, and the channel had posted nothing else, so
+    # only the workspace pauses and the refused answer keeps its place there: no younger answer posts before it.
+    from adapters.streaming.answer_place import queued_from
+    from adapters.streaming.send import send_paced
+    from adapters.streaming import RateLimited
+
+    clock = FakeClock()
+    budgets = SlackBudgets(clock=clock, share=1.0)
+    cap = UnpublishedCap(clock)
+    log: list[tuple[float, int, bool]] = []
+
+    async def answer(index: int, ready_after_s: float) -> None:
+        await clock.sleep(ready_after_s)
+
+        async def post() -> None:
+            await clock.sleep(0.002)
+            wait = cap.refusal()
+            log.append((clock.now(), index, wait is not None))
+            if wait is not None:
+                raise RateLimited(wait, "ratelimited")
+
+        with queued_from(index * 0.001):
+            await send_paced(post, budget=budgets.post("T1", f"C{index}"), clock=clock, priority=Priority.FIRST)
+
+    async def scenario() -> None:
+        await asyncio.gather(*(answer(index, 2.75 + (index * 37 % 100) / 150) for index in range(100)))
+
+    await clock.run(scenario(), max_virtual_s=600)
+    refused = [(at, index) for at, index, limited in log if limited]
+    assert refused, "the burst met the cap"
+    for refused_at, index in refused:
+        posted_at = next(at for at, other, limited in log if other == index and not limited)
+        younger_between = [other for at, other, limited in log
+                           if not limited and refused_at < at < posted_at and other > index]
+        assert younger_between == [], (index, refused_at, posted_at, younger_between)
+    assert sorted({index for _, index, limited in log if not limited}) == list(range(100))
