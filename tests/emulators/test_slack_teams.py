@@ -68,3 +68,13 @@ async def test_files_need_a_token_of_the_files_team(slack_emulator: SlackEmulato
             assert r.content_type == "text/html"  # the sign-in page, as Slack answers a wrong token
         async with session.get(info["url_private_download"], headers={"Authorization": f"Bearer {slack.bot_token}"}) as r:
             assert await r.read() == b"team a's"
+
+
+async def test_another_workspaces_people_are_not_found(slack_emulator: SlackEmulator) -> None:  # noqa: F811
+    slack = slack_emulator
+    other = slack.add_team("T0000TEAMB")
+    slack.add_user("U0000BRUNO", team_id=other.team_id)
+    assert (await client(slack, other.bot_token).users_info(user="U0000BRUNO"))["user"]["team_id"] == other.team_id
+    with pytest.raises(SlackApiError) as raised:
+        await client(slack, slack.bot_token).users_info(user="U0000BRUNO")
+    assert raised.value.response["error"] == "user_not_found"

@@ -132,7 +132,7 @@ class WebApi:
 
     async def users_info(self, team: Team, params: JsonDict) -> JsonDict:
         user = self._store.users.get(str(params.get("user", "")))
-        if user is None:
+        if user is None or not self._store.sees(team, user):
             return error("user_not_found")
         return {
             "ok": True,

@@ -117,6 +117,13 @@ class SlackStore:
             return grant.team_id == team_id
         return team.enterprise_id is not None and team.enterprise_id == grant.enterprise_id
 
+    def sees(self, team: Team, user: User) -> bool:
+        """Whether `team`'s bot may look `user` up: a person of its own workspace or org, or of a team this emulator
+        does not model (a Slack Connect guest's); another modelled workspace's people are not found."""
+        other = self.teams.get(user.team_id)
+        return (other is None or other.team_id == team.team_id
+                or (team.enterprise_id is not None and other.enterprise_id == team.enterprise_id))
+
     def add_user(self, *, user_id: str, team_id: str, name: str | None, real_name: str | None) -> User:
         user = User(
             user_id=user_id,
