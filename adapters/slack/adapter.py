@@ -87,7 +87,7 @@ class SlackAdapter:
         # Every Web API call's 429 is counted (Bolt copies the handlers into its per-event clients too). No retry
         # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
         self.clients = TeamClients(self._tokens, base_url=slack.api_url, retry_handlers=[RateLimitCounter()],
-                                   state=ports.state)
+                                   state=ports.state if self.multi_team else None)  # Grid orgs: several workspaces
         # Bolt's client: SLACK_BOT_TOKEN's in single-workspace mode; tokenless with many, each event's client
         # getting its team's token from TeamAuthorize.
         self.client = AsyncWebClient(token=None if self.multi_team else slack.bot_token, base_url=slack.api_url,
