@@ -41,8 +41,9 @@ class RateLimitCounter(AsyncRetryHandler):
 
 
 class SlackNotInstalled(PermanentSendError):
-    """The team has no usable bot token (never installed, uninstalled, tokens revoked): every call to it fails
-    at once, before anything is sent, and is never retried."""
+    """The team has no usable bot token (never installed, uninstalled, tokens revoked): every call to it fails at
+    once, before anything is sent. Permanent and team-wide: a delivery gives it up as it gives up a channel that is
+    gone, never waiting for it as for a 429 or a 5xx."""
 
     def __init__(self, team: TeamKey) -> None:
         super().__init__(f"relaybot is not installed in Slack team {team.team_id}: nothing sent", code="not_installed",
@@ -104,7 +105,7 @@ class TeamClients:
             if key not in self._refused:
                 self._refused.add(key)
                 logger.warning("Slack team %s%s has no bot token (not installed, uninstalled or revoked): its calls "
-                               "fail and are not retried", key.team_id,
+                               "fail at once, nothing is sent", key.team_id,
                                f" (org {key.enterprise_id})" if key.enterprise_id else "")
             self._clients.pop(key, None)
             raise SlackNotInstalled(key) from None
