@@ -30,6 +30,8 @@ T = TypeVar("T")
 LOOKUP_SKEW_S = 60.0
 # Pages of one look-up at most: the window starts just before the attempt, so a few pages reach now.
 LOOKUP_MAX_PAGES = 20
+# Tokens whose auth.test answer is kept (a rotation makes a new token a team every 12 hours): the oldest go first.
+IDENTITIES_KEPT = 1024
 
 
 async def send_paced(
@@ -94,6 +96,8 @@ class SlackWeb:
             known = self._identities[token] = await send_paced(
                 lambda: self.once(team, "auth.test"), budget=self.budgets.other(team_id_of(team), "auth.test"),
                 clock=self.clock)
+            while len(self._identities) > IDENTITIES_KEPT:
+                self._identities.pop(next(iter(self._identities)))
         return known
 
     async def call(
