@@ -73,6 +73,11 @@ class PlayedAnswer:
             since=pacing.since,
         )
 
+    @property
+    def workspace(self) -> str:
+        """The workspace the answer is shown in (a Slack team, a Discord guild)."""
+        return self._place.workspace
+
     async def play(self, approvals: ApprovalMessages) -> bool:
         """Plays the run to its end; True when the answer ended here (False never: a cancel is raised)."""
         try:

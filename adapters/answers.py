@@ -192,6 +192,20 @@ class AnswerRunner:
             if untold:
                 log.warning("%d waiting questions not told of the restart in time", len(untold))
 
+    async def drop_workspace(self, workspace: str) -> int:
+        """The bot left a workspace (a guild removed it, a team uninstalled it): its answers in flight stop now with
+        nothing more shown there (the platform would refuse it); returns how many. A final one of them kept goes back
+        to the outbox, for the caller to drop with the rest of the workspace's pending work (forget_team)."""
+        answers = [answer for answer in self._answers if answer.workspace == workspace]
+        for answer in answers:
+            answer.interrupted = True  # its records are forgotten as it ends: nothing is left to repair
+            if answer.task is not None and answer.task is not asyncio.current_task():
+                answer.task.cancel()
+        tasks = [answer.task for answer in answers if answer.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=INTERRUPT_WAIT_S)
+        return len(answers)
+
     def cancel_all(self) -> list[asyncio.Task[Any]]:
         """Cancels every streaming task without touching the platform (their records stay for the next start)."""
         self._slots.abandon()

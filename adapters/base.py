@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.notifier import Notifier
-from core.ports import AppState, EventDedup, FeedbackVotes, FinalOutbox, Installs, KnownConversations, LiveAnswerLog
+from core.ports import (AppState, EventDedup, FeedbackVotes, FinalOutbox, ForgetTeam, Installs, KnownConversations,
+                        LiveAnswerLog)
 from core.tools.context import ConversationReader
 
 
@@ -21,6 +22,7 @@ class AdapterPorts:
     state: AppState
     feedback: FeedbackVotes  # 👍/👎 clicks and 👎 reasons
     installs: Installs  # the app's stored installs and OAuth states (a multi-workspace Slack app's)
+    forget_team: ForgetTeam  # what a team's leaving drops: an uninstall, a guild removing the bot
 
 
 class PlatformAdapter(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from datetime import timezone
@@ -35,13 +36,14 @@ from core.store.event_journal import EventJournal
 from core.store.feedback import FeedbackStore
 from core.store.conversations import ConversationStore
 from core.store.db import Database
-from core.store.heartbeats import HEARTBEAT_INTERVAL_S, Heartbeats, process_identity
+from core.store.heartbeats import Heartbeats, process_identity
 from core.store.installations import InstallStore
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
 from core.store.run_stops import RunStopStore
 from core.store.shard_leases import ShardLeases
+from core.store.team_data import forget_team
 from core.tokens import get_token_counter
 from core.tools import ToolRegistry, ToolServices, builtin_registry
 from core.tools.mcp.tools import McpTools
@@ -221,6 +223,7 @@ class Runtime:
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
             conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
             state=AppStateStore(self.db), feedback=FeedbackStore(self.db), installs=InstallStore(self.db),
+            forget_team=functools.partial(forget_team, self.db),
         )
         try:
             for platform in self.platforms:
@@ -260,7 +263,7 @@ class Runtime:
         if self.settings.source_sync_enabled:
             jobs.append((self._sync_sources, self.settings.source_sync_check_s, "sync-sources"))
         jobs += [
-            (adapter.maintain, HEARTBEAT_INTERVAL_S, f"maintain-{adapter.platform}") for adapter in self.adapters
+            (adapter.maintain, self.heartbeats.interval_s, f"maintain-{adapter.platform}") for adapter in self.adapters
         ]
         for job, interval_s, name in jobs:
             self.scheduler.add_job(self._job(job, name), "interval", seconds=interval_s, id=name, coalesce=True,

@@ -180,3 +180,11 @@ class Installs(Protocol):
     async def consume_state(self, state: str) -> bool:
         """True once for a state issued and not expired; False ever after."""
         ...
+
+
+class ForgetTeam(Protocol):
+    """Drops a team's pending work (kept finals, live records, reminders, approvals, syncs) and, with `purge`, every
+    row of it (core.store.team_data.forget_team over the process's database): a Slack uninstall, a Discord guild
+    removing the bot."""
+
+    async def __call__(self, platform: str, workspace: str, *, purge: bool) -> object: ...

@@ -33,7 +33,7 @@ from .buttons import ArgumentsButton, DecisionButton
 from .clicks import DiscordClicks
 from .controls import DiscordStops, StopButton
 from .feedback import DiscordFeedback, FeedbackButton
-from .guilds import DiscordGuilds, ForgetTeam
+from .guilds import DiscordGuilds
 from .commands import DiscordCommands
 from .inbound import DiscordAccess, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
@@ -207,8 +207,8 @@ class DiscordAdapter:
             allowed_guilds=self._discord.guild_ids, direct_messages=settings.direct_messages, is_member=self._is_member
         )
         self.watch = GatewayWatch(self._clock)
-        self.guilds = DiscordGuilds(gate=self.gate, budgets=self.budgets, clock=self._clock,
-                                    purge=settings.uninstall_data == "purge")
+        self.guilds = DiscordGuilds(gate=self.gate, runner=self.runner, budgets=self.budgets, clock=self._clock,
+                                    forget=ports.forget_team, purge=settings.uninstall_data == "purge")
         self.client = self._build_client(engine, ports)
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         # What the read_conversation tool reads through (thread context uses the same reading function).
@@ -294,10 +294,6 @@ class DiscordAdapter:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
         self.watch.up()  # READY is in: on_ready may not have run yet
-
-    def use_team_data(self, forget: ForgetTeam) -> None:
-        """What drops a removed guild's pending work and keeps or purges its data (before start)."""
-        self.guilds.forget = forget
 
     def use_shard_leases(self, leases: ShardLeasePort) -> None:
         """With DISCORD_SHARD_COUNT, shards are claimed by lease among the bot's live processes (before start)."""

@@ -4,12 +4,13 @@ DISCORD_GUILD_IDS left, and a removed guild's pending work dropped, its data kep
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 import discord
 
+from adapters.answers import AnswerRunner
 from adapters.gate import EventNotRecorded, Gate
 from adapters.streaming import Clock
+from core.ports import ForgetTeam
 
 from . import transport_calls as calls
 from .install import missing_permissions
@@ -20,13 +21,6 @@ from .transport_guilds import leave_guild
 log = logging.getLogger(__name__)
 
 
-class ForgetTeam(Protocol):
-    """Drops a team's pending work (kept finals, live records, reminders, approvals, syncs) and, with `purge`, every
-    row of it: core/store/team_data.py's forget_team over the process's database, as the composition root binds it."""
-
-    async def __call__(self, platform: str, workspace: str, *, purge: bool) -> object: ...
-
-
 def welcome_line(bot: str) -> str:
     """What the bot says once in a guild's system channel when it is added there."""
     return (f"👋 Hello, I'm {bot}. Mention me with a question, or use `/ask`, and I answer in a thread from the "
@@ -34,14 +28,17 @@ def welcome_line(bot: str) -> str:
 
 
 class DiscordGuilds:
-    """on_guild_join and on_guild_remove for one adapter; `forget` is set by use_team_data before start."""
+    """on_guild_join and on_guild_remove for one adapter; `forget` drops a removed guild's work (the adapter's port)."""
 
-    def __init__(self, *, gate: Gate, budgets: DiscordBudgets, clock: Clock, purge: bool) -> None:
+    def __init__(
+        self, *, gate: Gate, runner: AnswerRunner, budgets: DiscordBudgets, clock: Clock, forget: ForgetTeam, purge: bool,
+    ) -> None:
         self._gate = gate
+        self._runner = runner
         self._budgets = budgets
         self._clock = clock
         self._purge = purge
-        self.forget: ForgetTeam | None = None
+        self.forget = forget
 
     def listen(self, client: discord.Client) -> None:
         # discord.py looks a handler up on the client by name (on_<event>) each time it dispatches the event.
@@ -94,14 +91,13 @@ class DiscordGuilds:
     async def on_remove(self, guild: discord.Guild) -> None:
         """Removed (kicked, the guild deleted) or left: nothing of it may be delivered any more."""
         with self._gate.track():
-            if self.forget is None:
-                log.error("removed from Discord guild %s, but this process cannot drop its pending work (no team data)",
-                          guild.id)
-                return
+            # First: an answer cancelled hands its kept final back to the outbox, which forget then drops.
+            stopped = await self._runner.drop_workspace(str(guild.id))
             try:
                 await self.forget(PLATFORM, str(guild.id), purge=self._purge)
             except Exception:
                 log.exception("removed from Discord guild %s, but its pending work could not be dropped", guild.id)
                 return
-            log.info("removed from Discord guild %s (%s): its pending work is dropped and its data %s", guild.id,
-                     guild.name, "purged (UNINSTALL_DATA=purge)" if self._purge else "kept (UNINSTALL_DATA=keep)")
+            log.info("removed from Discord guild %s (%s): %d answer(s) in flight stopped, its pending work dropped and "
+                     "its data %s", guild.id, guild.name, stopped,
+                     "purged (UNINSTALL_DATA=purge)" if self._purge else "kept (UNINSTALL_DATA=keep)")

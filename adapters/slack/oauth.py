@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
@@ -23,7 +23,7 @@ from slack_sdk.oauth.installation_store import Installation
 from slack_sdk.web.async_client import AsyncWebClient
 
 from core.config import Settings, SettingsError
-from core.ports import Installs
+from core.ports import ForgetTeam, Installs
 
 from .installations import STATE_EXPIRY_S, Sealer, SecretKeyError, SlackInstallations, SlackOAuthStates
 from .settings import SlackSettings
@@ -209,30 +209,16 @@ def add_install_routes(app: web.Application, flow: AsyncOAuthFlow) -> None:
     app.router.add_get(REDIRECT_PATH, partial(serve_redirect, flow))
 
 
-class ForgetTeam(Protocol):
-    """Drops a team's pending work and, with `purge`, every row of it (core/store/team_data.py's forget_team, bound
-    to the process's database by the composition root)."""
-
-    async def __call__(self, platform: str, workspace: str, *, purge: bool) -> object: ...
-
-
 class SlackUninstalls:
     """What an uninstall does after the tokens are gone: the team's pending work dropped (kept finals, reminders,
-    syncs) and its data kept or purged per UNINSTALL_DATA, through `forget` once it is bound (use_team_data)."""
+    syncs) and its data kept or purged per UNINSTALL_DATA, through `forget` (the adapter's port)."""
 
-    def __init__(self, *, purge: bool) -> None:
+    def __init__(self, *, forget: ForgetTeam, purge: bool) -> None:
         self.purge = purge
-        self.forget: ForgetTeam | None = None
-
-    def use_team_data(self, forget: ForgetTeam) -> None:
         self.forget = forget
 
     async def __call__(self, team: TeamKey) -> None:
         workspace = team.team_id or team.enterprise_id or ""
-        if self.forget is None:
-            log.warning("Slack team %s uninstalled: its tokens are deleted, but this process has no team data to "
-                        "drop its pending work from", workspace)
-            return
         forgotten = await self.forget(PLATFORM, workspace, purge=self.purge)
         log.info("Slack team %s uninstalled: its pending work dropped, its data %s (UNINSTALL_DATA=%s): %s", workspace,
                  "purged" if self.purge else "kept", "purge" if self.purge else "keep", forgotten)

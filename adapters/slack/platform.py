@@ -28,8 +28,8 @@ def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, ht
         return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
     adapter = SlackAdapter(settings=settings, engine=engine, ports=ports, http=http, tokens=installations,
                            installation_store=installations)
-    # Its use_team_data binds the team data an uninstall drops or purges (UNINSTALL_DATA).
-    adapter.uninstalls = SlackUninstalls(purge=settings.uninstall_data == "purge")
+    # What an uninstall drops, and purges with UNINSTALL_DATA=purge.
+    adapter.uninstalls = SlackUninstalls(forget=ports.forget_team, purge=settings.uninstall_data == "purge")
     register_uninstall(adapter.app, installations, adapter.uninstalls)
     return adapter
 

@@ -5,7 +5,6 @@ data kept or purged; and `relaybot doctor`'s install link with the permissions t
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from contextlib import AsyncExitStack
 from urllib.parse import parse_qs, urlsplit
@@ -20,20 +19,15 @@ from core.config import Settings
 from core.ports import FinalPart, PendingFinal
 from core.store.db import Database
 from core.store.pending_finals import PendingFinals
-from core.store.team_data import forget_team
-from tests.adapters.discord.harness import DeployTool, approval_message, bot_messages, button_ids, running_bot
+from tests.adapters.discord.harness import (
+    DeployTool, approval_message, bot_messages, button_ids, running_bot, wait_for_text,
+)
 from tests.emulators.discord import DiscordEmulator, StoredMessage
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 
 pytestmark = pytest.mark.timeout(90)
 
 DEPLOY = ToolCalls([Call("deploy", '{"env": "prod"}')])
-
-
-def wired(adapter: DiscordAdapter, db: Database) -> DiscordAdapter:
-    """As the composition root wires it: a removed guild's work is dropped through core/store/team_data.py."""
-    adapter.use_team_data(functools.partial(forget_team, db))
-    return adapter
 
 
 async def joined(dc: DiscordEmulator, adapter: DiscordAdapter, guild_id: int) -> discord.Guild:
@@ -91,7 +85,6 @@ async def test_a_join_of_a_guild_outside_discord_guild_ids_is_left_with_a_log_li
     stranger_system = dc.add_channel(stranger, "welcome")
     dc.set_system_channel(stranger, stranger_system)
     async with running_bot(dc, db, openai_emulator, discord_guild_ids=(str(allowed),)) as (adapter, _engine):
-        wired(adapter, db)
         with caplog.at_level(logging.INFO, logger="adapters.discord.guilds"):
             await dc.add_bot_to_guild(stranger)
             await dc.wait_for(lambda: dc.requests_to("guild_leave"), what="the bot leaving")
@@ -148,7 +141,6 @@ async def test_a_removal_drops_that_guilds_approval_and_kept_final_and_leaves_an
     removed_ops, kept_ops = dc.add_channel(removed, "ops"), dc.add_channel(kept, "ops")
     openai_emulator.script(DEPLOY, DEPLOY, Text("Deployed to prod."))
     async with running_bot(dc, db, openai_emulator, registry=tool.registry(), uninstall_data=uninstall_data) as (adapter, _):
-        wired(adapter, db)
         _, removed_approval = await ask_for_approval(dc, removed_ops, alice)
         kept_thread, kept_approval = await ask_for_approval(dc, kept_ops, alice)
         await kept_final(db, removed, removed_news, "the removed guild's final")
@@ -171,7 +163,7 @@ async def test_a_removal_drops_that_guilds_approval_and_kept_final_and_leaves_an
     if uninstall_data == "keep":
         assert await continuation_statuses(db, removed) == ["expired"]
         assert await count(db, CONVERSATIONS, removed) == 1, "its data is kept for a reinstall"
-        assert f"removed from Discord guild {removed} (removed): its pending work is dropped and its data kept" in caplog.text
+        assert f"removed from Discord guild {removed} (removed): 0 answer(s) in flight stopped, its pending work dropped and its data kept" in caplog.text
     else:
         assert await continuation_statuses(db, removed) == [] and await count(db, CONVERSATIONS, removed) == 0
         assert "purged (UNINSTALL_DATA=purge)" in caplog.text
@@ -186,7 +178,6 @@ async def test_a_discord_outage_of_a_guild_is_not_a_removal_and_drops_nothing(
     flaky = dc.add_guild("flaky")
     dc.add_channel(flaky, "general")
     async with running_bot(dc, db, openai_emulator, uninstall_data="purge") as (adapter, _engine):
-        wired(adapter, db)
         alive = PendingFinals(db, owner="alive-elsewhere")
         await alive.keep(PendingFinal(answer_id="answer-flaky", platform="discord", workspace=str(flaky), channel="1",
                                       thread="", parts=(FinalPart(text="kept"),)))
@@ -219,3 +210,35 @@ async def test_doctor_prints_an_install_link_whose_permissions_are_the_computed_
     # What the bot does needs these, and nothing beyond them (no Administrator, no Manage Server).
     assert granted.send_messages_in_threads and granted.create_public_threads and granted.read_message_history
     assert not (granted.administrator or granted.manage_guild or granted.mention_everyone)
+
+
+LONG = "A long answer that keeps streaming for a while, word after word, so that it is still going. " * 5
+
+
+async def test_a_removal_stops_that_guilds_answer_in_flight_and_lets_another_guilds_finish(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator, caplog: pytest.LogCaptureFixture,
+) -> None:
+    dc = discord_emulator
+    alice = dc.add_user("alice")
+    removed, kept = dc.add_guild("removed"), dc.add_guild("kept")
+    removed_channel, kept_channel = dc.add_channel(removed, "general"), dc.add_channel(kept, "general")
+    openai_emulator.script(*(Text(LONG.strip(), chunk_chars=6, delay_s=0.06) for _ in range(2)))
+    async with running_bot(dc, db, openai_emulator) as (adapter, _engine):
+        threads = []
+        for channel in (removed_channel, kept_channel):
+            asked = await dc.send_user_message(channel, alice, "tell me everything", mentions_bot=True)
+            threads.append((await dc.wait_for(lambda: dc.thread_of(asked), what="thread")).id)
+        removed_thread, kept_thread = threads
+        await dc.wait_for(lambda: all(bot_messages(dc, t) for t in threads), what="both answers streaming")
+        assert adapter.runner.inflight == 2
+        with caplog.at_level(logging.INFO, logger="adapters.discord.guilds"):
+            await dc.remove_bot_from_guild(removed)
+            # Stopped at once, not when its model stream ends seconds later.
+            await dc.wait_for(lambda: adapter.runner.inflight == 1, timeout=1.5, what="the removed guild's answer stopped")
+            await dc.wait_for(lambda: f"removed from Discord guild {removed}" in caplog.text, what="the removal's log line")
+        await wait_for_text(dc, kept_thread, LONG.strip(), timeout=20)
+    assert f"removed from Discord guild {removed} (removed): 1 answer(s) in flight stopped" in caplog.text
+    shown = "".join(m.content for m in bot_messages(dc, removed_thread))
+    assert LONG.strip() not in shown, "the removed guild's answer was cut short"
+    for table in ("pending_finals", "live_messages"):
+        assert await count(db, f"SELECT count(*) FROM {table} WHERE platform = 'discord' AND workspace = %s", removed) == 0

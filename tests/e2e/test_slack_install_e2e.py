@@ -198,7 +198,7 @@ async def test_uninstall_deletes_the_teams_tokens_at_once_leaves_the_other_and_a
         forgotten.append(await forget_team(db, platform, workspace, purge=purge))
         return forgotten[-1]
 
-    deployment.adapter.uninstalls.use_team_data(forget)
+    deployment.adapter.uninstalls.forget = forget  # the port, recording what it forgot
     for team in (TEAM_A, TEAM_B):
         assert (await deployment.install(team))[0] == 200
     token_b = await deployment.installs.bot_token(TeamKey(TEAM_B))

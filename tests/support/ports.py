@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from adapters.base import AdapterPorts
 from core.store.app_state import AppStateStore
 from core.store.conversations import ConversationStore
@@ -12,6 +14,7 @@ from core.store.installations import InstallStore
 from core.store.live_messages import LiveMessages
 from core.store.pending_finals import PendingFinals
 from core.store.processed_events import ProcessedEvents
+from core.store.team_data import forget_team
 
 
 def ports_for(db: Database) -> AdapterPorts:
@@ -20,5 +23,5 @@ def ports_for(db: Database) -> AdapterPorts:
     return AdapterPorts(
         live=LiveMessages(db, owner=owner), dedup=ProcessedEvents(db), conversations=ConversationStore(db),
         outbox=PendingFinals(db, owner=owner), state=AppStateStore(db), feedback=FeedbackStore(db),
-        installs=InstallStore(db),
+        installs=InstallStore(db), forget_team=functools.partial(forget_team, db),
     )
