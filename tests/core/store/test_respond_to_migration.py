@@ -36,7 +36,7 @@ async def test_rows_with_the_older_field_are_rewritten_as_respond_to(pg_server: 
         for scope, settings in rows.items():
             conn.execute("INSERT INTO channel_config (scope, settings, updated_by) VALUES (%s, %s, 'test')",
                          (scope, Jsonb(settings)))
-    assert await apply_migrations(url) == [NAME]
+    assert (await apply_migrations(url))[0] == NAME
     with psycopg.connect(url) as conn:
         stored = dict(conn.execute("SELECT scope, settings FROM channel_config").fetchall())
         audited = conn.execute("SELECT scope, after FROM config_audit ORDER BY scope").fetchall()
