@@ -79,4 +79,6 @@ class SlackSettings(PlatformSettings):
         return bool(self.client_id and self.client_secret)
 
     def defaults(self) -> PlatformDefaults:
-        return PlatformDefaults(followups_need_mention=not self.thread_followups)
+        # Installed by many teams, none of them owns what the deployment ingested without --team.
+        return PlatformDefaults(followups_need_mention=not self.thread_followups,
+                                shares_deployment_sources=not self.multi_workspace)

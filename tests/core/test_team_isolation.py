@@ -333,3 +333,12 @@ async def test_a_teams_open_approvals_are_never_crowded_out_by_another_teams(
 async def test_forget_team_refuses_a_team_without_a_workspace(db: Database) -> None:
     with pytest.raises(ValueError, match="needs a platform and a workspace id"):
         await forget_team(db, "slack", "", purge=True)
+
+
+def test_slacks_multi_workspace_mode_shares_no_deployment_sources_and_single_workspace_mode_does() -> None:
+    # In "Add to Slack" mode the teams are other owners: none of them may search what was ingested without --team.
+    from adapters.slack.settings import SlackSettings
+
+    assert SlackSettings(bot_token="xoxb-1").defaults().shares_deployment_sources
+    multi = SlackSettings(client_id="1.2", client_secret="s")
+    assert multi.multi_workspace and not multi.defaults().shares_deployment_sources
