@@ -12,6 +12,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.streaming import TransientSendError
 from adapters.streaming.transport import PermanentSendError
 from core import metrics
 from core.ports import AppState
@@ -97,8 +98,12 @@ class TeamClients:
                 await self._state.put(ORG_OF_PREFIX + team.team_id, team.enterprise_id)
 
     async def token(self, team: SlackTeam) -> str:
-        """The team's current bot token; SlackNotInstalled (logged once until the team has one again) without one."""
-        key = await self.key(team)
+        """The team's current bot token; SlackNotInstalled (logged once until the team has one again) without one,
+        TransientSendError when the tokens cannot be read now (the database away): a call waits, as for a 5xx."""
+        try:
+            key = await self.key(team)
+        except Exception as exc:
+            raise TransientSendError(f"the Grid org of Slack team {team} could not be read now: {exc!r}") from exc
         try:
             token = await self.tokens.bot_token(key)
         except NotInstalled:
@@ -109,6 +114,8 @@ class TeamClients:
                                f" (org {key.enterprise_id})" if key.enterprise_id else "")
             self._clients.pop(key, None)
             raise SlackNotInstalled(key) from None
+        except Exception as exc:
+            raise TransientSendError(f"the bot token of Slack team {team} could not be read now: {exc!r}") from exc
         self._refused.discard(key)
         return token
 

@@ -10,6 +10,7 @@ import pytest
 from adapters.slack.team_clients import SlackNotInstalled, TeamClients
 from adapters.slack.team_tokens import NotInstalled, TeamKey
 from adapters.slack.transport import ScaledClock, SlackBudgets, SlackWeb
+from adapters.streaming import TransientSendError
 from adapters.streaming.transport import is_permanent
 from core.store.app_state import AppStateStore
 from core.store.db import Database
@@ -137,3 +138,28 @@ async def test_a_grid_workspace_named_by_its_team_id_reaches_the_org_its_events_
     restarted = TeamClients(tokens, base_url="http://127.0.0.1:9/api/", state=AppStateStore(db))
     assert await restarted.key("T0000GRID1") == TeamKey("T0000GRID1", enterprise_id="E0000ORG01")
     assert await restarted.key("T0000PLAIN") == TeamKey("T0000PLAIN")
+
+
+async def test_tokens_that_cannot_be_read_now_are_a_transient_failure_not_a_permanent_one(
+    slack_emulator: SlackEmulator,  # noqa: F811
+) -> None:
+    """The installs' database away: the call waits and is tried again, as for a 5xx, and is never given up."""
+    slack = slack_emulator
+    tokens = Tokens({slack.team_id: slack.bot_token})
+    web = web_over(slack, tokens)
+    real = tokens.bot_token
+    failures = 2
+
+    async def database_away_twice(team: TeamKey) -> str:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise OSError("connection refused")
+        return await real(team)
+
+    tokens.bot_token = database_away_twice  # type: ignore[method-assign]
+    with pytest.raises(TransientSendError):
+        await web.once(slack.team_id, "chat.postMessage", channel="C0000AWAY1", text="not yet")
+    # The paced lane retries it until the tokens can be read again.
+    await web.post(team_id=slack.team_id, channel="C0000AWAY1", thread_ts=None, text="later")
+    assert [m.text for m in slack.messages("C0000AWAY1")] == ["later"]
