@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from adapters.policy import FileOnMessage, read_capped, read_files
+from adapters.streaming import TransientSendError
 from adapters.streaming.transport import PermanentSendError
 from core.requests import Attachment
 
@@ -58,7 +59,7 @@ class SlackFiles:
                 return None
             try:
                 token = await self._token(team_id)
-            except PermanentSendError as exc:
+            except (PermanentSendError, TransientSendError) as exc:  # as a download that fails: the file is left out
                 logger.warning("not reading Slack file %s: %s", file.handle.get("id"), exc)
                 return None
             return await self._download(url, file, cap, token=token)
