@@ -340,3 +340,17 @@ async def test_feedback_and_its_notes_in_team_b_go_with_team_bs_token(
         await bot.stop()
     assert_every_call_with_its_own_teams_token(teams)
     assert {c.method for c in slack.calls if c.token == teams.tokens[TEAM_B]} >= {"chat.postEphemeral", "views.open"}
+
+
+async def test_a_file_on_team_bs_message_is_read_with_team_bs_token(
+    bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    """files.slack.com serves a file only to a token of the file's team (the emulator shows others its sign-in page)."""
+    slack = teams.slack
+    notes = slack.add_file("plan.md", b"# Plan\nTeam B ships on Friday.", "text/markdown", team_id=TEAM_B)
+    openai_emulator.script(Text("Friday."))
+    question = ask(slack, teams.b, CHANNEL_B, BRUNO, "when do we ship?")
+    question["files"] = [notes]
+    await slack.deliver_event(bot.url, question, team_id=TEAM_B)
+    assert await eventually(lambda: [m.text for m in replies(slack, teams.b, CHANNEL_B, question["ts"])] == ["Friday."])
+    assert "Team B ships on Friday." in json.dumps(openai_emulator.chat_requests[-1])
