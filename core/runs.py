@@ -351,11 +351,12 @@ class Runs:
         if signal is not None:
             signal.outcome = run.outcome
 
-    async def stop(self, run_id: str, *, actor: Actor, mention: Callable[[str], str] = str, admins: bool = True) -> StopResult:
-        """A Stop click on run `run_id` (its turn id), from any process: the asker, an approver or an admin."""
+    async def stop(self, run_id: str, *, actor: Actor, mention: Callable[[str], str] = str, admins: bool = True,
+                   team: str | None = None) -> StopResult:
+        """A Stop click on run `run_id` (its turn id), from any process; from `team`, only that team's runs."""
         if self.stops is None:
             return StopResult(outcome="not_found", message=wording.stop_not_found())
-        return await self.stops.request(run_id, actor=actor, mention=mention, admins=admins)
+        return await self.stops.request(run_id, actor=actor, mention=mention, admins=admins, team=team)
 
     @asynccontextmanager
     async def _registered(self, plan: RunPlan) -> AsyncIterator[StopSignal | None]:
@@ -381,9 +382,8 @@ _ENDED = object()
 
 
 async def _next_or_stop(outputs: AsyncIterator[AgentOutput], signal: StopSignal | None) -> Any:
-    """The agent's next output; None when a stop came first (the step is cancelled where it waits: the
-    model's stream closes, a tool call in progress is cut off and one not started never starts); `_ENDED`
-    at the end."""
+    """The agent's next output; None when a stop came first (the step is cancelled where it waits: the model's stream
+    closes, a tool call in progress is cut off and one not started never starts); `_ENDED` at the end."""
     try:
         if signal is None:
             return await anext(outputs)

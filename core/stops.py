@@ -138,14 +138,16 @@ class RunStops:
 
     async def request(
         self, run_id: str, *, actor: Actor, mention: Callable[[str], str] = str, admins: bool = True,
+        team: str | None = None,
     ) -> StopResult:
-        """A Stop click: the asker, an approver (of the run's channel) or an admin may stop a run still going."""
+        """A Stop click: the asker, an approver (of the run's channel) or an admin may stop a run still going. A click
+        naming its `team` (`discord:G1`) finds no run of another team, as an approval click finds no approval of one."""
         try:
             uuid.UUID(run_id)
         except ValueError:
             return StopResult(outcome="not_found", message=wording.stop_not_found())
         row = await self._store.get(run_id)
-        if row is None:
+        if row is None or (team is not None and f"{row.conversation.platform}:{row.conversation.workspace}" != team):
             return StopResult(outcome="not_found", message=wording.stop_not_found())
         local = self._local.get(run_id)
         if row.ended_at is not None or row.dead or (local is not None and local.finished):

@@ -65,7 +65,9 @@ class DiscordStops:
             await calls.acknowledge(interaction)
             try:
                 actor = self._actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None)
-                result = await self._runs.stop(run_id, actor=actor, mention=mention)
+                # A guild's Stop finds only that guild's runs (a DM's, where the asker's private answers are, any).
+                team = f"discord:{interaction.guild_id}" if interaction.guild_id else None
+                result = await self._runs.stop(run_id, actor=actor, mention=mention, team=team)
                 if result.outcome != "stopping":
                     await calls.tell(interaction, result.message)
             except Exception:

@@ -134,3 +134,15 @@ async def test_a_stop_landing_while_a_finished_answer_is_stored_leaves_it_whole(
                                     (uuid.UUID(run_id),))
         row = await cursor.fetchone()
     assert row is not None and row[0] == 1
+
+
+async def test_a_stop_from_another_team_finds_no_run_and_one_from_the_runs_team_stops_it(db: Database) -> None:
+    # Run ids travel in buttons: a click from team B naming team A's run is told there is none (even by its asker's
+    # id, or an admin of B), as an approval of another team is not found.
+    stops = RunStops(store=RunStopStore(db), policy=ApprovalPolicy())
+    run_id = str(uuid.uuid4())
+    async with stops.running(run_id, WHERE, asked_by=ADA.id) as signal:
+        other = await stops.request(run_id, actor=Actor(id=ADA.id, name="Ada", is_admin=True), team="test:OTHER")
+        assert other.outcome == "not_found" and not signal.is_set()
+        own = await stops.request(run_id, actor=ADA, team="test:W")
+        assert own.outcome == "stopping" and signal.is_set()
