@@ -42,6 +42,11 @@ def _env(database_url: str, openai: OpenAIEmulator, dc: DiscordEmulator, port: i
         PYTHONPATH=str(REPO), DATABASE_URL=database_url, LLM_BASE_URL=openai.base_url, LLM_API_KEY="sk-test",
         EMBEDDING_PROVIDER="none", DISCORD_TOKEN=dc.token, DISCORD_API_BASE=dc.api_base,
         DISCORD_GATEWAY_URL=dc.gateway_url, HTTP_PORT=str(port), SHUTDOWN_GRACE_S="1",
+        # The emulator's windows are scaled (a tenth of Discord's) and a process's are not: its channel budget (4 in
+        # Discord's 5 s) is scaled up instead, so its posts are paced as Discord's own windows would pace them.
+        DISCORD_CHANNEL_BUDGET_PER_5S=str(round(4 / dc.time_scale)),
+        # Beats of a second (at most the default): each beat follows the shard leases (claims, takeovers).
+        HEARTBEAT_INTERVAL_S="1",
         # The calculator asks for approval, so a question about a sum shows Approve / Reject.
         TOOL_APPROVAL_POLICY='{"calculator": "always"}', **extra,
     )
