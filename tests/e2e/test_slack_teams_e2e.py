@@ -17,7 +17,10 @@ from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
 from adapters.slack.installations import Sealer, SlackInstallations
 from adapters.slack.oauth import register_uninstall
+from bot.jobs import expire_approvals
+from core.engine import Engine
 from core.ports import FinalPart, PendingFinal
+from core.requests import ConversationKey
 from core.store.db import Database
 from core.store.installations import InstallStore
 from core.store.pending_finals import PendingFinals
@@ -43,6 +46,7 @@ KEY = "a passphrase that is long enough to seal the tokens"
 @dataclass(kw_only=True)
 class TeamsBot:
     adapter: SlackAdapter
+    engine: Engine
     http: HttpServer
     installations: SlackInstallations
 
@@ -114,7 +118,7 @@ async def start_teams_bot(db: Database, slack: SlackEmulator, llm_url: str, *, r
     readers.register(adapter.platform, adapter.reader)
     await http.start()
     await adapter.start()
-    return TeamsBot(adapter=adapter, http=http, installations=stored)
+    return TeamsBot(adapter=adapter, engine=engine, http=http, installations=stored)
 
 
 @pytest.fixture
@@ -354,3 +358,38 @@ async def test_a_file_on_team_bs_message_is_read_with_team_bs_token(
     await slack.deliver_event(bot.url, question, team_id=TEAM_B)
     assert await eventually(lambda: [m.text for m in replies(slack, teams.b, CHANNEL_B, question["ts"])] == ["Friday."])
     assert "Team B ships on Friday." in json.dumps(openai_emulator.chat_requests[-1])
+
+
+async def test_a_reminder_and_an_expired_approval_of_team_b_go_with_team_bs_token(
+    db: Database, bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    """What the process's jobs ask of Slack outside a run names the team of the stored row it came from."""
+    slack = teams.slack
+    openai_emulator.script(ToolCalls([Call("deploy", json.dumps({"env": "prod"}), id="call_b")], text="Deploying."))
+    question = ask(slack, teams.b, CHANNEL_B, BRUNO, "deploy please")
+    await slack.deliver_event(bot.url, question, team_id=TEAM_B)
+
+    def approval() -> Any:
+        return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
+                     if any(el.get("action_id") == "relaybot_approve" for b in m.blocks or () if b.get("type") == "actions"
+                            for el in b.get("elements", ()))), None)
+
+    assert await eventually(lambda: approval() is not None)
+    shown = approval()
+    async with db.connection() as conn:
+        await conn.execute("UPDATE continuations SET expires_at = now() - interval '1 second'")
+    assert await expire_approvals(bot.engine.approvals, {"slack": bot.adapter.notifier}) == 1
+    assert "⌛" in json.dumps(slack.message(CHANNEL_B, shown.ts).blocks, ensure_ascii=False)
+
+    async def still_claimed() -> None:
+        return None
+
+    await bot.adapter.notifier.deliver_reminder(
+        conversation=ConversationKey(platform="slack", workspace=TEAM_B, channel=CHANNEL_B, thread=question["ts"]),
+        user=BRUNO, text="Reminder: check the deploy.", key="reminder:teams-1", attempted_at=None,
+        check_claim=still_claimed,
+    )
+    assert "Reminder: check the deploy." in [m.text for m in replies(slack, teams.b, CHANNEL_B, question["ts"])]
+    assert_every_call_with_its_own_teams_token(teams)
+    updates = [c for c in slack.calls if c.method == "chat.update" and c.params.get("ts") == shown.ts]
+    assert updates and all(c.token == teams.tokens[TEAM_B] for c in updates)
