@@ -17,9 +17,10 @@ from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
 from adapters.slack.installations import Sealer, SlackInstallations
 from adapters.slack.oauth import register_uninstall
+from adapters.slack.surface import ReplyTarget, SlackShownMessages
 from bot.jobs import expire_approvals
 from core.engine import Engine
-from core.ports import FinalPart, PendingFinal
+from core.ports import FinalPart, LiveMessage, PendingFinal
 from core.requests import ConversationKey
 from core.store.db import Database
 from core.store.installations import InstallStore
@@ -27,6 +28,7 @@ from core.store.pending_finals import PendingFinals
 from core.tools import ToolRegistry
 from core.tools.read_conversation import PlatformReaders
 from tests.e2e.slack_harness import deploy_registry, eventually
+from tests.e2e.test_unseen_post_repair import NOTE_MARK, died_before_the_reply
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
 from tests.emulators.slack import SlackEmulator, Team, app_mention_event
 from tests.emulators.slack.oauth import DEFAULT_CLIENT_ID
@@ -393,3 +395,20 @@ async def test_a_reminder_and_an_expired_approval_of_team_b_go_with_team_bs_toke
     assert_every_call_with_its_own_teams_token(teams)
     updates = [c for c in slack.calls if c.method == "chat.update" and c.params.get("ts") == shown.ts]
     assert updates and all(c.token == teams.tokens[TEAM_B] for c in updates)
+
+
+async def test_an_answer_of_team_b_a_crash_left_streaming_is_repaired_with_team_bs_token(
+    db: Database, bot: TeamsBot, teams: Workspaces,
+) -> None:
+    slack = teams.slack
+    thread = slack.add_user_message(CHANNEL_B, "a question of team B", BRUNO, team_id=TEAM_B)
+    transport = bot.adapter.surfaces.transport(ReplyTarget(team_id=TEAM_B, channel=CHANNEL_B, thread_ts=thread))
+    shown = await transport.post("The answer so far", key="answer-b-cut:0")
+    # The process streaming it died: its live record stays, its heartbeat stale.
+    await died_before_the_reply(db, LiveMessage(platform="slack", workspace=TEAM_B, channel=CHANNEL_B, message_id=shown,
+                                                thread=thread), answer_id="answer-b-cut")
+    assert await bot.adapter.runner.repair_leftovers(SlackShownMessages(bot.adapter.surfaces)) == 1
+    assert NOTE_MARK in slack.message(CHANNEL_B, shown).text
+    assert_every_call_with_its_own_teams_token(teams)
+    repaired = [c for c in slack.calls if c.method == "chat.update" and c.params.get("ts") == shown]
+    assert repaired and all(c.token == teams.tokens[TEAM_B] for c in repaired)
