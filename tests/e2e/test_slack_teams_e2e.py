@@ -30,7 +30,7 @@ from core.tools.read_conversation import PlatformReaders
 from tests.e2e.slack_harness import deploy_registry, eventually
 from tests.e2e.test_unseen_post_repair import NOTE_MARK, died_before_the_reply
 from tests.emulators.openai_server import Call, OpenAIEmulator, Text, ToolCalls
-from tests.emulators.slack import SlackEmulator, Team, app_mention_event
+from tests.emulators.slack import SlackEmulator, Team, app_home_opened_event, app_mention_event
 from tests.emulators.slack.oauth import DEFAULT_CLIENT_ID
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
@@ -412,3 +412,18 @@ async def test_an_answer_of_team_b_a_crash_left_streaming_is_repaired_with_team_
     assert_every_call_with_its_own_teams_token(teams)
     repaired = [c for c in slack.calls if c.method == "chat.update" and c.params.get("ts") == shown]
     assert repaired and all(c.token == teams.tokens[TEAM_B] for c in repaired)
+
+
+async def test_ask_and_the_home_tab_in_team_b_go_with_team_bs_token(
+    bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    slack = teams.slack
+    openai_emulator.script(Text("B's window is Tuesday."))
+    command = slack.slash_command("/ask", "when is our deploy window?", user=BRUNO, channel=CHANNEL_B, team_id=TEAM_B)
+    assert (await slack.deliver_command(bot.url, command)).status == 200
+    assert await eventually(lambda: any(m.text == "B's window is Tuesday." for m in slack.messages(CHANNEL_B)))
+    await slack.deliver_event(bot.url, app_home_opened_event(user=BRUNO, channel="D0000BRUNO"), team_id=TEAM_B)
+    assert await eventually(lambda: any(v.user_id == BRUNO for v in slack.views))
+    assert_every_call_with_its_own_teams_token(teams)
+    published = [c for c in slack.calls if c.method == "views.publish"]
+    assert published and all(c.token == teams.tokens[TEAM_B] for c in published)
