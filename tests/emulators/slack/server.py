@@ -142,7 +142,9 @@ class SlackEmulator:
         app.router.add_post("/command-response/{team}/{channel}/{user}", self._handle_command_response)
         app.router.add_get("/socket", self._socket.handle)
         app.router.add_get("/oauth/v2/authorize", self.oauth.handle_authorize)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A reply still held back when the emulator stops (a slow_reply fault) is cut off this soon: aiohttp's
+        # default waits a minute for it.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
