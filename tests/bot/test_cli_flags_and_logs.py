@@ -42,8 +42,10 @@ def closed_port() -> int:
 
 
 async def test_version_before_or_after_a_subcommand(tmp_path: Path) -> None:
-    for args in (("--version",), ("run", "--version"), ("sources", "list", "--version")):
-        code, out, err = await relaybot(*args, environment=env(), cwd=tmp_path)
+    every = (("--version",), ("run", "--version"), ("sources", "list", "--version"))
+    # Started together: each its own process, nothing shared.
+    results = await asyncio.gather(*(relaybot(*args, environment=env(), cwd=tmp_path) for args in every))
+    for args, (code, out, err) in zip(every, results):
         assert (code, out, err) == (0, f"relaybot {version()}\n", ""), args
 
 
@@ -62,19 +64,23 @@ async def test_migrate_dash_v_after_the_subcommand_logs_debug_lines(database_url
 
 async def test_errors_go_to_stderr_and_nothing_to_stdout(tmp_path: Path) -> None:
     unreachable = env(DATABASE_URL=f"postgresql://app@127.0.0.1:{closed_port()}/app?connect_timeout=2")
-    for args, environment, expected_code in (
+    cases = (
         (("bogus",), env(), 2),
         (("usage", "--by", "week"), env(), 2),
         (("migrate",), unreachable, 1),
         (("usage",), unreachable, 1),
         (("sources", "list"), unreachable, 1),
         (("doctor",), env(LOG_LEVEL="chatty"), 2),
-    ):
-        code, out, err = await relaybot(*args, environment=environment, cwd=tmp_path)
-        assert code == expected_code, (args, out, err)
+    )
+    # Started together: each its own process, nothing shared.
+    *results, (_, _, err) = await asyncio.gather(
+        *(relaybot(*args, environment=environment, cwd=tmp_path) for args, environment, _ in cases),
+        relaybot("doctor", environment=env(LOG_LEVEL="chatty"), cwd=tmp_path),
+    )
+    for (args, _, expected_code), (code, out, err_of_case) in zip(cases, results):
+        assert code == expected_code, (args, out, err_of_case)
         assert out == "", (args, out)
-        assert err.strip() and "Traceback" not in err, (args, err)
-    code, _, err = await relaybot("doctor", environment=env(LOG_LEVEL="chatty"), cwd=tmp_path)
+        assert err_of_case.strip() and "Traceback" not in err_of_case, (args, err_of_case)
     assert "LOG_LEVEL" in err
 
 
@@ -88,8 +94,11 @@ async def test_json_logs_are_one_object_a_line_with_no_secret(database_url: str,
     assert "postgres:@" in database_url
     secret_url = database_url.replace("postgres:@", f"postgres:{SECRET}@")
     fresh = secret_url.replace("/t_", "/missing_t_", 1)  # a database that is not there: an error line too
-    for url in (secret_url, fresh):
-        code, out, err = await relaybot("-v", "migrate", environment=env(DATABASE_URL=url, LOG_FORMAT="JSON"), cwd=tmp_path)
+    results = await asyncio.gather(
+        *(relaybot("-v", "migrate", environment=env(DATABASE_URL=url, LOG_FORMAT="JSON"), cwd=tmp_path)
+          for url in (secret_url, fresh))
+    )
+    for code, out, err in results:
         lines = [line for line in err.splitlines() if line.strip()]
         records = [json.loads(line) for line in lines if not line.startswith("relaybot: ")]
         assert records, err
