@@ -323,6 +323,15 @@ class DiscordAdapter:
             self.client.connect(reconnect=True), name="discord-gateway", context=observe.platform_context(PLATFORM)
         )
 
+    async def _close_left_sockets(self) -> None:
+        """The gateway sockets an ended task left open: closed, with the keep-alive threads beating them (and a sharded
+        client's shard readers), before the client connects again."""
+        if isinstance(self.client, discord.AutoShardedClient):
+            for shard in self.client.shards.values():
+                await shard.disconnect()
+        elif self.client.ws is not None:
+            await self.client.ws.close(code=1000)
+
     def _gateway_ended(self) -> str | None:
         """Why the gateway task ended while the adapter still runs, or None while it runs."""
         if self._connection is None or not self._connection.done() or self.client.is_closed():
@@ -341,6 +350,7 @@ class DiscordAdapter:
             if ended is not None and self.gate.accepting:
                 log.error("%s; connecting again", ended)
                 self.watch.down()
+                await self._close_left_sockets()
                 self._connect()
             await self.runner.repair_leftovers(DiscordShownMessages(self.client, self.budgets, self._clock))
             delivery = DiscordFinalDelivery(self.client, self.budgets, self._clock)

@@ -72,3 +72,5 @@ async def test_a_gateway_task_that_ended_makes_the_process_unready_until_maintai
         asked = await dc.send_user_message(w.channel_id, w.alice, "still listening?", mentions_bot=True)
         thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
         await wait_for_text(dc, thread.id, "back again")
+        # The socket the ended task left is closed (and its keep-alive thread with it), not left beating beside.
+        assert dc.live_session_count == 1
