@@ -19,7 +19,7 @@ from core.approval_views import (
 )
 from core.channels import ChannelResolver
 from core.events import Event, Failed
-from core.requests import Actor, ConversationKey
+from core.requests import Actor, ConversationKey, team_key
 from core.runs import Runs
 from core.store.continuations import ContinuationRow, ContinuationStore, Decision
 from core.tools import ApprovalPolicy
@@ -313,7 +313,7 @@ def team_of(row: ContinuationRow) -> str:
     conversation = row.state.get("conversation") if isinstance(row.state, dict) else None
     if not isinstance(conversation, dict):
         return ""
-    return f"{conversation.get('platform', row.platform)}:{conversation.get('workspace', '')}"
+    return team_key(str(conversation.get('platform', row.platform)), str(conversation.get('workspace', '')))
 
 
 def _approved(decision: bool | Decision) -> bool:

@@ -11,7 +11,7 @@ from core.config import Settings
 from core.platform_settings import PlatformDefaults
 from core.quota import DayLimits
 from core.requests import ConversationKey
-from core.retrieval.retriever import DEPLOYMENT_OWNER, SourceScope, team_owner
+from core.retrieval.retriever import DEPLOYMENT_OWNER, SourceScope
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
 from core.tools.context import ToolContext
 
@@ -164,7 +164,7 @@ def source_owners(key: ConversationKey, defaults: PlatformDefaults | None = None
     """Whose sources a conversation searches: its team's, and the deployment's own where its platform shares them
     (PlatformDefaults.shares_deployment_sources); never another team's."""
     shared = defaults.shares_deployment_sources if defaults is not None else True
-    return (team_owner(key.platform, key.workspace),) + ((DEPLOYMENT_OWNER,) if shared else ())
+    return (key.team,) + ((DEPLOYMENT_OWNER,) if shared else ())
 
 
 def settings_defaults(settings: Settings, platform: str, defaults: PlatformDefaults | None = None) -> ChannelSettings:

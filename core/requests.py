@@ -22,6 +22,16 @@ class ConversationKey:
     # part of the identity: a key rebuilt from stored columns names the same conversation.
     direct: bool = field(default=False, compare=False)
 
+    @property
+    def team(self) -> str:
+        """The team it belongs to, as every team-scoped row names one: `slack:T1`, `discord:G1`."""
+        return team_key(self.platform, self.workspace)
+
+
+def team_key(platform: str, workspace: str) -> str:
+    """A team's name in rows and checks: a workspace scope, as channel_config's (`slack:T1`)."""
+    return f"{platform}:{workspace}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Attachment:

@@ -147,7 +147,7 @@ class RunStops:
         except ValueError:
             return StopResult(outcome="not_found", message=wording.stop_not_found())
         row = await self._store.get(run_id)
-        if row is None or (team is not None and f"{row.conversation.platform}:{row.conversation.workspace}" != team):
+        if row is None or (team is not None and row.conversation.team != team):
             return StopResult(outcome="not_found", message=wording.stop_not_found())
         local = self._local.get(run_id)
         if row.ended_at is not None or row.dead or (local is not None and local.finished):

@@ -206,3 +206,8 @@ def custom_ids_of(message: discord.Message) -> list[str]:
             if custom_id:
                 found.append(custom_id)
     return found
+
+def team_of(interaction: discord.Interaction) -> str | None:
+    """The guild a click comes from, as the approvals name teams (`discord:G1`): another guild's approval is not found
+    from it. None in a DM, where an asker's private approvals wait whatever guild they came from."""
+    return f"discord:{interaction.guild_id}" if interaction.guild_id else None

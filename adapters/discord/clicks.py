@@ -17,7 +17,7 @@ from core import wording as engine_wording
 from core.approvals import ApprovalService, ApprovalView, Click
 
 from . import buttons, render
-from .buttons import Pressed
+from .buttons import Pressed, team_of
 from .inbound import DiscordAccess, actor_of, guild_of, workspace_of
 from .render import ApprovalPart
 from .surface import DiscordSurface, DiscordSurfaces, edit_approval
@@ -106,7 +106,7 @@ class DiscordClicks:
                 if not _shown_to_clicker(interaction, continuation_id):
                     await reply.tell(engine_wording.approval_not_found())
                     return
-                view = await self._approvals.view(continuation_id)
+                view = await self._approvals.view(continuation_id, team=team_of(interaction))
                 if view is None:
                     await reply.tell(engine_wording.approval_not_found())
                     return
@@ -130,16 +130,17 @@ class DiscordClicks:
 
     async def _click_of(self, pressed: Pressed, interaction: discord.Interaction, shown: ApprovalPart | None) -> Click:
         """The decision a pressed button asks for."""
-        among = await self._shown_call_ids(pressed, shown) if pressed.call_index is None and pressed.approve else None
+        team = team_of(interaction)
+        among = await self._shown_call_ids(pressed, shown, team) if pressed.call_index is None and pressed.approve else None
         return Click(
             continuation_id=pressed.continuation_id, call_index=pressed.call_index, approved=pressed.approve, among=among,
             actor=actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None),
-            mention=mention,
+            mention=mention, team=team,
         )
 
-    async def _shown_call_ids(self, pressed: Pressed, shown: ApprovalPart | None) -> tuple[str, ...]:
+    async def _shown_call_ids(self, pressed: Pressed, shown: ApprovalPart | None, team: str | None) -> tuple[str, ...]:
         """The calls an Approve all covers: those of its own message, never one the clicker was not shown."""
-        view = await self._approvals.view(pressed.continuation_id)
+        view = await self._approvals.view(pressed.continuation_id, team=team)
         if view is None:
             return ()
         part = pressed.part or shown or render.approval_parts(view.calls)[0]
@@ -155,7 +156,7 @@ class DiscordClicks:
         lock = self._part_locks.setdefault(continuation_id, asyncio.Lock())
         try:
             async with lock:
-                view = await self._approvals.view(continuation_id)
+                view = await self._approvals.view(continuation_id, team=team_of(interaction))
                 if view is None:
                     return
                 found = await calls.read_history(

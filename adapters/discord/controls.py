@@ -14,6 +14,7 @@ from adapters.gate import Gate
 from core.requests import Actor
 
 from . import transport_calls as calls
+from .buttons import team_of
 from .wording import mention
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,8 @@ class DiscordStops:
             await calls.acknowledge(interaction)
             try:
                 actor = self._actor_of(interaction.user, permissions=interaction.permissions if interaction.guild_id else None)
-                # A guild's Stop finds only that guild's runs (a DM's, where the asker's private answers are, any).
-                team = f"discord:{interaction.guild_id}" if interaction.guild_id else None
+                # A guild's Stop finds only that guild's runs (a DM names no guild).
+                team = team_of(interaction)
                 result = await self._runs.stop(run_id, actor=actor, mention=mention, team=team)
                 if result.outcome != "stopping":
                     await calls.tell(interaction, result.message)

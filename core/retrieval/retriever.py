@@ -12,11 +12,6 @@ Exposure = Literal["prefetch", "agentic_tool"]
 DEPLOYMENT_OWNER = ""
 
 
-def team_owner(platform: str, workspace: str) -> str:
-    """The owner a team's sources carry: `slack:T1`, `discord:G1` (a workspace scope, as channel_config's)."""
-    return f"{platform}:{workspace}"
-
-
 @dataclass(frozen=True, kw_only=True)
 class SourceScope:
     """Which sources one conversation may search: of the sources `owners` hold (its team's, `slack:T1`, and

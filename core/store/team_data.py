@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from psycopg import AsyncConnection
 
+from core.requests import team_key
 from core.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -21,11 +22,6 @@ class Forgotten:
     dropped: dict[str, int] = field(default_factory=dict)  # pending work: kept finals, reminders, live records…
     deleted: dict[str, int] = field(default_factory=dict)  # every row of the team, with purge
     syncs_stopped: tuple[str, ...] = ()  # the team's sources whose scheduled sync was turned off
-
-
-def team_key(platform: str, workspace: str) -> str:
-    """A team as its rows name it (a workspace scope, a source's owner): `platform:workspace`."""
-    return f"{platform}:{workspace}"
 
 
 def _under(team: str) -> str:

@@ -54,3 +54,33 @@ async def test_a_click_from_someone_who_cannot_view_the_approvals_channel_neithe
         await dc.click_button(secret.id, ops_approve, w.bob)
         await dc.wait_for(lambda: any("Deployed." in m.content for m in bot_messages(dc, ops_thread.id)), what="resumed")
     assert [run["env"] for run in tool.runs] == ["ops-secret"]
+
+
+async def test_a_click_from_another_guild_naming_an_approval_decides_nothing_there(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    # Bob approves anywhere and may view the approval's channel, but the interaction comes from another guild (an
+    # admin there, a button id copied over): another team's approval is not found from it (issue 25).
+    dc, tool = discord_emulator, DeployTool()
+    w = make_world(dc)
+    other_guild = dc.add_guild("Other guild")
+    other_channel = dc.add_channel(other_guild, "general")
+    dc.add_member(other_guild, w.bob)
+    openai_emulator.script(ToolCalls([Call("deploy", json.dumps({"env": "prod"}))]), Text("Deployed."))
+    async with running_bot(dc, db, openai_emulator, registry=tool.registry(), approvers=str(w.bob)):
+        asked = await dc.send_user_message(w.channel_id, w.alice, "deploy prod", mentions_bot=True)
+        thread = await dc.wait_for(lambda: dc.thread_of(asked), what="thread")
+        approval = await dc.wait_for(lambda: approval_message(dc, thread.id), what="approval")
+        [approve] = [i for i in button_ids(approval) if i.startswith("rb:a:")]
+
+        # A hand-made interaction from the other guild's channel naming the approval's message and button.
+        forged = await dc.click_custom_id(other_channel, approve, w.bob, message_id=approval.id)
+        await dc.wait_for(lambda: any(
+            engine_wording.approval_not_found() in (r.content or "") and r.ephemeral for r in dc.interaction_responses(forged)
+        ), what="the refusal")
+        assert tool.runs == [] and dc.message(approval.id).edit_count == 0
+
+        # From the approval's own guild, the same button decides it.
+        await dc.click_button(approval.id, approve, w.bob)
+        await dc.wait_for(lambda: any("Deployed." in m.content for m in bot_messages(dc, thread.id)), what="resumed")
+    assert [run["env"] for run in tool.runs] == ["prod"]
