@@ -1,8 +1,9 @@
-"""`relaybot teams`: the Slack installs (team, enterprise, installer, when, scopes, token expiry, health) and `relaybot teams import`, SLACK_BOT_TOKEN made a stored install."""
+"""`relaybot teams`: the Slack installs (team, enterprise, installer, when, scopes, token expiry, health), `relaybot teams import` (SLACK_BOT_TOKEN made a stored install) and `relaybot teams purge` (a gone team's rows deleted)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from datetime import datetime, timezone
@@ -14,10 +15,13 @@ from core.retrieval.store import adopt_deployment_sources
 from core.store.db import Database, DatabaseError
 from core.store.installations import InstallStore
 from core.store.migrations import MigrationError
+from core.store.team_data import forget_team
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+PURGE_PLATFORMS = ("slack", "discord")
+DISCORD_TIMEOUT_S = 10.0
 
 
 def add_teams_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,6 +31,12 @@ def add_teams_command(subparsers: argparse._SubParsersAction) -> None:  # type: 
     actions.add_parser("import", help="store SLACK_BOT_TOKEN's workspace as an install (moving to several workspaces)")
     actions.add_parser("reseal", help="re-encrypt every stored token with SECRET_KEY's first key (after a key rotation)")
     actions.add_parser("check", help="ask Slack whether each install's bot token is accepted (auth.test), one line each")
+    purge = actions.add_parser("purge", help="delete every stored row of teams the bot has left (a Grid org id: each of "
+                                              "its workspaces)")
+    purge.add_argument("ids", nargs="+", metavar="ID", help="Slack team (T…) or Grid org (E…) ids; Discord guild ids")
+    purge.add_argument("--platform", choices=PURGE_PLATFORMS, default="slack", help="whose ids these are (default: slack)")
+    purge.add_argument("--force", action="store_true", help="purge a team the bot is still installed in (its install "
+                                                            "stays; only its data goes)")
 
 
 async def teams(settings: Settings, args: argparse.Namespace) -> int:
@@ -46,6 +56,8 @@ async def teams(settings: Settings, args: argparse.Namespace) -> int:
             return await _reseal(settings, db)
         if command == "check":
             return await _check(settings, db)
+        if command == "purge":
+            return await _purge(settings, db, args)
         return await _list(db)
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
@@ -186,6 +198,101 @@ async def _check(settings: Settings, db: Database) -> int:
             why = error.response.get("error", "refused") if isinstance(error, SlackApiError) else str(error)
             print(f"{label}: FAILED — {why}")
     return EXIT_FAILURE if failed else EXIT_OK
+
+
+async def _purge(settings: Settings, db: Database, args: argparse.Namespace) -> int:
+    """Every row of each named team deleted (core/store/team_data.forget_team with purge), refusing — before
+    anything is deleted — a team the bot is still installed in, unless --force."""
+    platform, ids = args.platform, list(dict.fromkeys(str(i).strip() for i in args.ids if str(i).strip()))
+    if platform == "slack":
+        workspaces, still = await _slack_teams(db, ids)
+    else:
+        try:
+            workspaces, still = ids, await _discord_guilds_joined(settings, ids)
+        except _Unknown as error:
+            if not args.force:
+                print(f"relaybot: {error}; nothing was purged (--force purges without asking).", file=sys.stderr)
+                return EXIT_FAILURE
+            workspaces, still = ids, []
+    if still and not args.force:
+        word = "Slack team" if platform == "slack" else "Discord server"
+        print(f"relaybot: the bot is still installed in {word}{'s' if len(still) > 1 else ''} {', '.join(still)}: "
+              f"uninstall it there first (or pass --force to delete the data and keep the install); nothing was "
+              "purged.", file=sys.stderr)
+        return EXIT_FAILURE
+    for workspace in workspaces:
+        forgotten = await forget_team(db, platform, workspace, purge=True)
+        if platform == "slack":
+            async with db.connection() as conn:  # what the team clients learnt of its org
+                await conn.execute("DELETE FROM app_state WHERE key = %s", (ORG_OF + workspace,))
+        counted = ", ".join(f"{count} {table}" for table, count in forgotten.deleted.items() if count)
+        print(f"Purged {forgotten.team}: {sum(forgotten.deleted.values())} rows deleted"
+              f"{' (' + counted + ')' if counted else ''}.")
+    return EXIT_OK
+
+
+# adapters/slack/team_clients.py's ORG_OF_PREFIX (spelt here: this module does not load slack_sdk for a purge).
+ORG_OF = "slack.org_of:"
+
+
+async def _slack_teams(db: Database, ids: list[str]) -> tuple[list[str], list[str]]:
+    """The workspaces the ids name (a Grid org: itself and each workspace of it the installs or its events named),
+    and those of the ids still installed (their own bot, or their org's org-wide one)."""
+    bots = await InstallStore(db).bots()
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT substr(key, %s), value FROM app_state WHERE key LIKE %s",
+                                    (len(ORG_OF) + 1, ORG_OF + "%"))
+        org_of = {str(row[0]): str(row[1]) for row in await cursor.fetchall()}
+    workspaces: list[str] = []
+    still: list[str] = []
+    for named in ids:
+        if named.startswith("E"):
+            members = sorted({bot.team_id for bot in bots if bot.enterprise_id == named and bot.team_id}
+                             | {team for team, org in org_of.items() if org == named})
+            workspaces.extend([named, *members])
+            installed = any(bot.enterprise_id == named for bot in bots)
+        else:
+            workspaces.append(named)
+            installed = any(bot.team_id == named or (bot.is_enterprise_install and bot.enterprise_id
+                                                     and bot.enterprise_id == org_of.get(named)) for bot in bots)
+        if installed:
+            still.append(named)
+    return list(dict.fromkeys(workspaces)), still
+
+
+class _Unknown(Exception):
+    """Whether the bot is still in a Discord server cannot be told now; the message says why."""
+
+
+async def _discord_guilds_joined(settings: Settings, ids: list[str]) -> list[str]:
+    """Those of the ids of servers the bot is still a member of (GET /users/@me/guilds, 200 a page)."""
+    import aiohttp
+
+    from adapters.discord.install import DEFAULT_API_BASE
+    from adapters.discord.settings import DiscordSettings
+
+    group = settings.platform_settings(DiscordSettings)
+    if not group.token:
+        raise _Unknown("DISCORD_TOKEN is not set, so whether the bot is still in these servers cannot be asked")
+    base = (group.api_base or DEFAULT_API_BASE).rstrip("/")
+    joined: set[str] = set()
+    after = "0"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DISCORD_TIMEOUT_S)) as http:
+            while True:
+                async with http.get(f"{base}/users/@me/guilds", params={"limit": "200", "after": after},
+                                    headers={"Authorization": f"Bot {group.token}"}) as response:
+                    if response.status != 200:
+                        raise _Unknown(f"Discord answered HTTP {response.status} when asked which servers the bot is in")
+                    page = await response.json(content_type=None)
+                found = [str(guild.get("id")) for guild in page if isinstance(guild, dict)]
+                joined.update(found)
+                if len(found) < 200:
+                    break
+                after = max(found, key=int)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as error:
+        raise _Unknown(f"Discord could not be asked which servers the bot is in ({type(error).__name__})") from None
+    return [guild for guild in ids if guild in joined]
 
 
 def _when(epoch_s: float | None) -> str:
