@@ -89,13 +89,12 @@ class SlackWeb:
         return dict(response.data) if isinstance(response.data, dict) else {"ok": True}
 
     async def identity(self, team: SlackTeam) -> dict[str, Any]:
-        """auth.test's answer for the team's token (its bot user and bot ids), asked once per token."""
+        """auth.test's answer for the team's token (its bot user and bot ids), asked once per token: one try, as
+        Bolt's own authorization asks it (an event whose authorize fails is delivered again by Slack)."""
         token = await self.clients.token(team)
         known = self._identities.get(token)
         if known is None:
-            known = self._identities[token] = await send_paced(
-                lambda: self.once(team, "auth.test"), budget=self.budgets.other(team_id_of(team), "auth.test"),
-                clock=self.clock)
+            known = self._identities[token] = await self.once(team, "auth.test")
             while len(self._identities) > IDENTITIES_KEPT:
                 self._identities.pop(next(iter(self._identities)))
         return known
