@@ -8,7 +8,7 @@ import io
 import json
 import sys
 
-from bot.usage_cli import parse_since
+from bot.usage_cli import parse_since, parse_team
 from core.config import Settings
 from core.store.db import Database, DatabaseError
 from core.store.feedback import FeedbackRow, FeedbackStore
@@ -17,7 +17,8 @@ from core.store.migrations import MigrationError
 EXIT_OK = 0
 EXIT_FAILURE = 1
 FORMATS = ("table", "csv", "json")
-COLUMNS = ("at", "platform", "user_id", "user_name", "vote", "comment", "question", "answer", "sources", "turn_id")
+COLUMNS = ("at", "platform", "workspace", "user_id", "user_name", "vote", "comment", "question", "answer", "sources",
+           "turn_id")
 # The table is for reading in a terminal: long texts are cut there (CSV and JSON keep them whole).
 TABLE_CELL_CHARS = 60
 
@@ -29,6 +30,9 @@ def add_feedback_command(subparsers: argparse._SubParsersAction) -> None:  # typ
         help="only votes given or changed since then: a date (2026-01-31), a UTC date and time (2026-01-31T09:00), "
         "or a time ago (30m, 12h, 7d, 2w); default: all",
     )
+    feedback.add_argument("--team", type=parse_team, default=None, metavar="PLATFORM:ID",
+                          help="only votes on this team's answers: a Slack workspace (slack:T…) or a Discord server "
+                          "(discord:…)")
     feedback.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
 
 
@@ -36,7 +40,7 @@ async def feedback(settings: Settings, args: argparse.Namespace) -> int:
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
         await db.open()
-        rows = await FeedbackStore(db).export(since=args.since)
+        rows = await FeedbackStore(db).export(since=args.since, team=getattr(args, "team", None))
     except (DatabaseError, MigrationError) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_FAILURE
@@ -68,7 +72,8 @@ def render(rows: list[FeedbackRow], *, output: str) -> str:
 def record(row: FeedbackRow) -> dict[str, object]:
     """One vote as exported: the vote as 👍/👎 words (`up` / `down`), sources as their titles and addresses."""
     return {
-        "at": row.at.isoformat(), "platform": row.platform, "user_id": row.user_id, "user_name": row.user_name,
+        "at": row.at.isoformat(), "platform": row.platform, "workspace": row.workspace, "user_id": row.user_id,
+        "user_name": row.user_name,
         "vote": "up" if row.vote > 0 else "down", "comment": row.comment, "question": row.question,
         "answer": row.answer,
         "sources": [{"title": str(s.get("title") or ""), "uri": str(s.get("uri") or "")} for s in row.sources],

@@ -81,7 +81,20 @@ def add_usage_command(subparsers: argparse._SubParsersAction) -> None:  # type: 
         help="only turns since then: a date (2026-01-31), a UTC date and time (2026-01-31T09:00), "
         "or a time ago (30m, 12h, 7d, 2w); default: all",
     )
+    usage.add_argument("--team", type=parse_team, default=None, metavar="PLATFORM:ID",
+                       help="only this team's turns: a Slack workspace (slack:T…) or a Discord server (discord:…)")
     usage.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+
+
+def parse_team(value: str) -> tuple[str, str]:
+    """A team as (platform, workspace), from `slack:T1` or `discord:123` (core.requests.team_key's spelling)."""
+    platform, _, workspace = value.strip().partition(":")
+    if not platform or not workspace or ":" in workspace:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a team: write PLATFORM:ID, a Slack workspace (slack:T0123) or a Discord server "
+            "(discord:1234)"
+        )
+    return platform.lower(), workspace
 
 
 def parse_since(value: str, *, now: datetime | None = None) -> datetime:
@@ -114,12 +127,18 @@ async def usage(settings: Settings, args: argparse.Namespace) -> int:
         # The person first: a name nobody has costs no database.
         only = await person(book, args.user) if args.user else None
         await db.open()
-        lines = await UsageLog(db).report(by=by, since=args.since)
+        team = getattr(args, "team", None)
+        lines = await UsageLog(db).report(by=by, since=args.since, team=team)
         today, note = await people_today(db, settings) if by == "user" else (None, "")
         if only is not None:
             lines = [line for line in lines if _key(line) == only]
             today = Today(counted={k: v for k, v in today.counted.items() if k == person_account(*only)},
                           limits=today.limits, exempt=today.exempt) if today is not None else None
+        if team is not None and today is not None:
+            # The day's ledger names no team: with --team, only the people the team's own turns name are shown.
+            listed = {person_account(dict(line.group)["platform"], dict(line.group)["user"]) for line in lines}
+            today = Today(counted={k: v for k, v in today.counted.items() if k in listed}, limits=today.limits,
+                          exempt=today.exempt)
         named = lines + (_uncounted_lines(lines, today) if today is not None else [])
         names = await group_names(book, named, by=by) if by in ("user", "channel") else {}
     except (PersonError, *NAME_ERRORS) as error:

@@ -116,11 +116,15 @@ class KnownConversations(Protocol):
 
 class FeedbackVotes(Protocol):
     """👍/👎 on final answers and a 👎's reason, one vote per person per turn (core.store.feedback); False: no
-    such turn (a run whose answer was never stored)."""
+    such turn (a run whose answer was never stored), or none of `workspace`'s — the team the click came from
+    (a Slack team, a Discord guild; None where the platform names none, a Discord DM): a team never votes on
+    another's answer."""
 
-    async def vote(self, turn_id: str, *, user_id: str, user_name: str, platform: str, up: bool) -> bool: ...
+    async def vote(self, turn_id: str, *, user_id: str, user_name: str, platform: str, up: bool,
+                   workspace: str | None = None) -> bool: ...
 
-    async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str) -> bool: ...
+    async def comment(self, turn_id: str, *, user_id: str, user_name: str, platform: str, text: str,
+                      workspace: str | None = None) -> bool: ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -90,7 +90,8 @@ class DiscordFeedback:
                 await calls.show_modal(interaction, WhyModal(run_id))
             try:
                 kept = await self._feedback.vote(
-                    run_id, user_id=str(interaction.user.id), user_name=interaction.user.name, platform="discord", up=up
+                    run_id, user_id=str(interaction.user.id), user_name=interaction.user.name, platform="discord",
+                    up=up, workspace=guild_of(interaction),
                 )
             except Exception:
                 log.exception("feedback click on run %s failed", run_id)
@@ -118,12 +119,18 @@ class DiscordFeedback:
                 kept = await self._feedback.comment(
                     run_id, user_id=str(interaction.user.id), user_name=interaction.user.name, platform="discord",
                     text=submitted(data.get("components") or [], WHY_INPUT)[:WHY_MAX_CHARS],
+                    workspace=guild_of(interaction),
                 )
             except Exception:
                 log.exception("could not store the 👎 reason on run %s", run_id)
                 await _followup(interaction, wording.click_failed())
                 return
             await _followup(interaction, wording.feedback_comment_thanks() if kept else wording.feedback_unknown_answer())
+
+
+def guild_of(interaction: discord.Interaction) -> str | None:
+    """The guild a click came from, whose answers alone it may vote on (None in a DM, where no guild's can be)."""
+    return str(interaction.guild_id) if interaction.guild_id else None
 
 
 def submitted(components: list[Any], custom_id: str) -> str:

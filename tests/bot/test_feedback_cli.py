@@ -73,7 +73,7 @@ async def test_a_bad_since_is_a_usage_error(database_url: str, tmp_path: Path) -
 
 def test_formats_with_nothing_and_long_texts() -> None:
     assert render([], output="table") == "No feedback recorded.\n"
-    assert render([], output="csv") == "at,platform,user_id,user_name,vote,comment,question,answer,sources,turn_id\n"
+    assert render([], output="csv") == "at,platform,workspace,user_id,user_name,vote,comment,question,answer,sources,turn_id\n"
     assert render([], output="json") == "[]\n"
     row = FeedbackRow(
         turn_id="t", platform="slack", user_id="U1", user_name="ada", vote=1, comment="", at=datetime(2026, 3, 1, tzinfo=timezone.utc),
