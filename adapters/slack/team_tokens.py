@@ -1,4 +1,4 @@
-"""Whose token a Slack call uses: a workspace (or Enterprise Grid org) named by a TeamKey, and the tokens' source."""
+"""Whose token a Slack call uses: a workspace (or Enterprise Grid org) named by a TeamKey, the one a request names, and the tokens' source."""
 
 from __future__ import annotations
 
