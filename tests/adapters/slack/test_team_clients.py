@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from adapters.slack.team_clients import SlackNotInstalled, TeamClients
-from adapters.slack.team_tokens import NotInstalled, TeamKey
+from adapters.slack.team_tokens import NotInstalled, TeamKey, team_of
 from adapters.slack.transport import ScaledClock, SlackBudgets, SlackWeb
 from adapters.streaming import TransientSendError
 from adapters.streaming.transport import is_permanent
@@ -163,3 +163,19 @@ async def test_tokens_that_cannot_be_read_now_are_a_transient_failure_not_a_perm
     # The paced lane retries it until the tokens can be read again.
     await web.post(team_id=slack.team_id, channel="C0000AWAY1", thread_ts=None, text="later")
     assert [m.text for m in slack.messages("C0000AWAY1")] == ["later"]
+
+
+def test_the_team_a_request_names_events_clicks_views_and_org_wide_installs() -> None:
+    event = {"type": "event_callback", "team_id": "T1", "enterprise_id": None,
+             "authorizations": [{"team_id": "T1", "enterprise_id": None, "is_enterprise_install": False}]}
+    assert team_of(event) == TeamKey("T1")
+    # An org-wide install's event: its authorization names the org and no team; the workspace is the body's.
+    org_wide = {"type": "event_callback", "team_id": "T2", "enterprise_id": "E1",
+                "authorizations": [{"team_id": None, "enterprise_id": "E1", "is_enterprise_install": True}]}
+    assert team_of(org_wide) == TeamKey("T2", enterprise_id="E1")
+    click = {"type": "block_actions", "team": {"id": "T3", "domain": "three"}, "enterprise": {"id": "E2"},
+             "user": {"id": "U1", "team_id": "T9"}}
+    assert team_of(click) == TeamKey("T3", enterprise_id="E2")
+    # A click whose team Slack left out (org-wide installs' interactivity may): the clicker's own.
+    assert team_of({"type": "block_actions", "team": None, "user": {"id": "U1", "team_id": "T4"}}) == TeamKey("T4")
+    assert team_of({}) == TeamKey("")
