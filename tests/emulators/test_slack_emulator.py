@@ -277,14 +277,16 @@ async def test_workspace_wide_post_cap_spans_channels_and_answers_429_with_retry
             await client.chat_postMessage(channel="C0000CAP99", text="over the workspace cap")
         response = raised.value.response
         assert response.status_code == 429 and response["error"] == "ratelimited"
-        assert int(response.headers["Retry-After"]) >= 1
+        # Whole Slack seconds, at least one, in real seconds: at time scale 0.5, a multiple of 0.5 s.
+        retry_after = float(response.headers["Retry-After"])
+        assert retry_after >= 0.5 and (retry_after / 0.5).is_integer()
         assert slack.messages("C0000CAP99") == [] and slack.count_429 == {"chat.postMessage": 1}
         # Other methods and other workspaces are not capped by it.
         await client.chat_update(channel="C0000CAP00", ts=slack.messages("C0000CAP00")[0].ts, text="edit")
         other = slack.add_team("T0000OTHER")
         await AsyncWebClient(token=other.bot_token, base_url=slack.api_url).chat_postMessage(channel="C0000OTH01", text="y")
         # After the Retry-After it gave, the call goes through.
-        await asyncio.sleep(int(response.headers["Retry-After"]))
+        await asyncio.sleep(retry_after)
         await client.chat_postMessage(channel="C0000CAP99", text="later")
         slack.cap_workspace_posts(None)
         for n in range(10):

@@ -121,9 +121,12 @@ class RateLimiter:
         return bucket
 
 
-def retry_after_header(wait_s: float) -> str:
-    """Slack sends whole seconds and slack_sdk parses with int(): scaled waits round up to >= 1."""
-    return str(max(1, math.ceil(wait_s)))
+def retry_after_header(wait_s: float, *, time_scale: float = 1.0) -> str:
+    """Slack sends whole seconds (at least one): `wait_s` real seconds rounded up to whole Slack seconds, given in real
+    seconds — fractional on a scaled emulator, so a 429's pause is as long against a scaled minute as Slack's is
+    against a real one (a whole real second would be twenty Slack seconds at 0.05). The bot parses it as a float."""
+    slack_s = max(1, math.ceil(wait_s / time_scale - 1e-9))
+    return f"{slack_s * time_scale:g}"
 
 
 @dataclass(kw_only=True)

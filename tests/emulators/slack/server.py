@@ -67,9 +67,8 @@ _LOGIN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign 
 class SlackEmulator:
     """`async with SlackEmulator(time_scale=0.05) as slack:` serves Slack on 127.0.0.1.
 
-    Rate windows are multiplied by `time_scale` (0.05 turns a minute into 3 s). `Retry-After`
-    stays a whole number of seconds (slack_sdk parses it with int()), so scaled waits round up
-    to at least 1 s. `limits=False` turns rate limiting off; a dict replaces limits per method.
+    Rate windows are multiplied by `time_scale` (0.05 turns a minute into 3 s), and so is a rate limit's `Retry-After`:
+    whole Slack seconds, at least one, sent in real seconds (fractional when scaled; the bot parses a float). `limits=False` turns rate limiting off; a dict replaces limits per method.
     Unknown but well-formed channel ids (C…, D…, G…) are created on first use unless
     `strict_channels=True`.
 
@@ -545,7 +544,7 @@ class SlackEmulator:
             wait_s = self._limiter.try_acquire_all(names, team_id=team.team_id,
                                                    channel=str(channel) if channel else None)
             if wait_s is not None:
-                return 429, error("ratelimited"), {"Retry-After": retry_after_header(wait_s)}
+                return 429, error("ratelimited"), {"Retry-After": retry_after_header(wait_s, time_scale=self.time_scale)}
         if method == "apps.connections.open":
             return 200, {"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket?ticket="
                                             f"{self._socket.issue_ticket()}"}, {}
