@@ -83,6 +83,7 @@ def test_the_wheel_carries_the_migrations_and_no_tests(wheel: Path) -> None:
     assert "migrations/__init__.py" in names
     assert any(name.startswith("migrations/") and name.endswith(".sql") for name in names)
     assert "bot/__main__.py" in names and "adapters/slack/adapter.py" in names
+    assert "adapters/slack/slack-app-manifest.yaml" in names  # "Add to Slack" reads its scopes from it
     assert not any(name.startswith("tests/") for name in names)
 
 
@@ -128,6 +129,25 @@ async def test_migrate_and_doctor_run_from_the_installed_wheel(
     assert f"{migrations} migrations applied" in lines["database"], out + err
     assert lines["llm"].strip().startswith("ok — "), out + err
     assert code == 0, out + err
+
+
+async def test_several_workspaces_read_the_manifests_scopes_from_the_installed_wheel(
+    venv: Path, tmp_path: Path
+) -> None:
+    import yaml
+
+    env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "TMPDIR")}
+    code, out, err = await _run(
+        venv / "bin" / "python", "-c",
+        "from adapters.slack.oauth import MANIFEST, manifest_scopes; print(MANIFEST); print(*manifest_scopes())",
+        cwd=tmp_path, env=env,
+    )
+    assert code == 0, err
+    path, scopes = out.splitlines()
+    # Read from the installed package (no checkout to fall back on), the same scopes as the repository's manifest.
+    assert Path(path).is_relative_to(venv) and Path(path).is_file(), path
+    manifest = yaml.safe_load((REPO / "slack-app-manifest.yaml").read_text(encoding="utf-8"))
+    assert scopes.split() == manifest["oauth_config"]["scopes"]["bot"]
 
 
 # --- the pip Python bundles, offline ---------------------------------------------------------------------

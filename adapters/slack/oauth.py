@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 INSTALL_PATH = "/slack/install"
 REDIRECT_PATH = "/slack/oauth_redirect"
-MANIFEST = Path(__file__).resolve().parents[2] / "slack-app-manifest.yaml"
+# Package data (pyproject.toml), so an installed wheel and the image read the scopes too; the repository's root
+# slack-app-manifest.yaml is a link to it, the one copy.
+MANIFEST = Path(__file__).resolve().parent / "slack-app-manifest.yaml"
 
 # What the redirect page says when the install did not happen, by Bolt's reason (one sentence each).
 FAILURES: dict[str, str] = {
