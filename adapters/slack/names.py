@@ -104,11 +104,22 @@ def _person(member: dict[str, Any]) -> Named:
                  also=tuple(dict.fromkeys(names[1:])))
 
 
-def slack_names(settings: Settings) -> SlackNames | None:
-    """The directory over Slack's door, or None where SLACK_BOT_TOKEN is not set."""
+class NoNamesWithSeveralWorkspaces:
+    """Several workspaces and no SLACK_BOT_TOKEN: the tokens are the stored installs', which the CLI's names do not
+    open; every look-up says so (instead of "Slack is not configured")."""
+
+    async def list(self, kind: Kind, workspace: str) -> Sequence[Named]:
+        raise NamesUnreadable("with several workspaces the CLI reads no Slack names: SLACK_BOT_TOKEN is not set")
+
+    async def close(self) -> None:
+        """Nothing held open."""
+
+
+def slack_names(settings: Settings) -> SlackNames | NoNamesWithSeveralWorkspaces | None:
+    """The directory over Slack's door with SLACK_BOT_TOKEN; None where Slack is not configured."""
     slack = settings.platform_settings(SlackSettings)
     if not slack.bot_token:
-        return None
+        return NoNamesWithSeveralWorkspaces() if slack.multi_workspace else None
     clock = ScaledClock()
     budgets = SlackBudgets(clock=clock, share=slack.rate_share, history_tier=slack.history_tier)
     # No retry handler of slack_sdk's own: the attempts above are the only ones.

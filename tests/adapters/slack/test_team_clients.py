@@ -1,17 +1,22 @@
 """The per-team clients behind SlackWeb: each call with its team's current token, a rotated token picked up at the
-next call, and a team without one failing at once, permanently, with one log line (issue 25)."""
+next call, a team without one failing at once, permanently, with one log line; the TeamKey a request names, and the
+CLI's names with several workspaces (issue 25)."""
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import pytest
 
+from adapters.slack.names import slack_names
 from adapters.slack.team_clients import SlackNotInstalled, TeamClients
 from adapters.slack.team_tokens import NotInstalled, TeamKey, team_of
 from adapters.slack.transport import ScaledClock, SlackBudgets, SlackWeb
 from adapters.streaming import TransientSendError
 from adapters.streaming.transport import is_permanent
+from core.config import Settings
+from core.names import NameBook, NamesUnreadable
 from core.store.app_state import AppStateStore
 from core.store.db import Database
 from tests.emulators.slack import SlackEmulator
@@ -179,3 +184,12 @@ def test_the_team_a_request_names_events_clicks_views_and_org_wide_installs() ->
     # A click whose team Slack left out (org-wide installs' interactivity may): the clicker's own.
     assert team_of({"type": "block_actions", "team": None, "user": {"id": "U1", "team_id": "T4"}}) == TeamKey("T4")
     assert team_of({}) == TeamKey("")
+
+
+async def test_the_clis_names_with_several_workspaces_and_no_bot_token_say_why_they_cannot_be_read() -> None:
+    settings = Settings(_env_file=None, slack_client_id="1.2", slack_client_secret="s")  # type: ignore[call-arg]
+    book = NameBook({"slack": partial(slack_names, settings)})
+    with pytest.raises(NamesUnreadable) as raised:
+        await book.resolve("slack", "T0000TEAMB", "channel", "#general")
+    assert "with several workspaces the CLI reads no Slack names" in str(raised.value)
+    assert "not configured" not in str(raised.value)
