@@ -39,8 +39,8 @@ from .inbound import DiscordAccess, DiscordInbound, actor_of
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
 from .settings import DiscordSettings
-from .shards import (RECONNECT_GRACE_S, GatewayWatch, RetiredClients, ShardKeeper, ShardLeasePort, Shards, shard_plan,
-                     tolerate_malformed_events)
+from .shards import (RECONNECT_GRACE_S, GatewayWatch, PacedIdentify, RetiredClients, ShardKeeper, ShardLeasePort, Shards,
+                     close_left_sockets, shard_plan, tolerate_malformed_events)
 from .surface import PLATFORM, DiscordFinalDelivery, DiscordShownMessages, DiscordSurfaces
 from . import transport_calls as calls
 from .transport import DISCORD_WINDOW_S, DiscordBudgets, bot_key, watch_global_lock
@@ -163,8 +163,9 @@ class RelayClient(discord.Client):
         self.watch.down()
 
 
-class ShardedRelayClient(RelayClient, discord.AutoShardedClient):
-    """A RelayClient running the shards it is given (shard_count, shard_ids): fixed once it connects."""
+class ShardedRelayClient(PacedIdentify, RelayClient, discord.AutoShardedClient):
+    """A RelayClient running the shards it is given (shard_count, shard_ids): fixed once it connects; its shards
+    identify as fast as the bot's max_concurrency lets them."""
 
 
 class DiscordAdapter:
@@ -323,15 +324,6 @@ class DiscordAdapter:
             self.client.connect(reconnect=True), name="discord-gateway", context=observe.platform_context(PLATFORM)
         )
 
-    async def _close_left_sockets(self) -> None:
-        """The gateway sockets an ended task left open: closed, with the keep-alive threads beating them (and a sharded
-        client's shard readers), before the client connects again."""
-        if isinstance(self.client, discord.AutoShardedClient):
-            for shard in self.client.shards.values():
-                await shard.disconnect()
-        elif self.client.ws is not None:
-            await self.client.ws.close(code=1000)
-
     def _gateway_ended(self) -> str | None:
         """Why the gateway task ended while the adapter still runs, or None while it runs."""
         if self._connection is None or not self._connection.done() or self.client.is_closed():
@@ -350,7 +342,7 @@ class DiscordAdapter:
             if ended is not None and self.gate.accepting:
                 log.error("%s; connecting again", ended)
                 self.watch.down()
-                await self._close_left_sockets()
+                await close_left_sockets(self.client)
                 self._connect()
             await self.runner.repair_leftovers(DiscordShownMessages(self.client, self.budgets, self._clock))
             delivery = DiscordFinalDelivery(self.client, self.budgets, self._clock)

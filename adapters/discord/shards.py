@@ -11,10 +11,11 @@ from typing import Any, Protocol
 
 import discord
 
-from adapters.streaming import Clock
+from adapters.streaming import Clock, MonotonicClock
 from core import metrics
 from core.config import SettingsError
 
+from . import transport_calls as calls
 from .settings import DiscordSettings
 from .surface import PLATFORM
 
@@ -26,6 +27,49 @@ RECONNECT_GRACE_S = 30.0
 RETIRE_POLL_S = 0.5
 
 Shards = tuple[int, ...]
+# Discord lets a bot's shards identify max_concurrency at a time, one per bucket (shard id modulo max_concurrency),
+# each bucket once in this window (GET /gateway/bot's session_start_limit); discord.py waits it out before every
+# identify but a client's first, whatever the bot's max_concurrency.
+IDENTIFY_WINDOW_S = 5.0
+
+
+class IdentifyPacing:
+    """When each of a client's shards may identify: its bucket (shard id % max_concurrency) once a window, so a bot
+    allowed 16 at a time starts 16 shards at once instead of one every 5 s."""
+
+    def __init__(self, max_concurrency: int, clock: Clock) -> None:
+        self.max_concurrency = max(1, max_concurrency)
+        self._clock = clock
+        self._next_s: dict[int, float] = {}
+
+    async def wait(self, shard_id: int) -> None:
+        bucket = shard_id % self.max_concurrency
+        at = max(self._clock.now(), self._next_s.get(bucket, 0.0))
+        self._next_s[bucket] = at + IDENTIFY_WINDOW_S  # booked before the wait: one reconnecting meanwhile goes next
+        await self._clock.sleep(at - self._clock.now())
+
+
+class PacedIdentify:
+    """For an AutoShardedClient: its shards identify as the bot's max_concurrency lets them (IdentifyPacing), where
+    discord.py's own hook waits 5 s before each but the first."""
+
+    http: discord.http.HTTPClient  # the client's own
+    identify_pacing: IdentifyPacing | None = None
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        if self.identify_pacing is None:
+            self.identify_pacing = IdentifyPacing(await calls.max_concurrency(self.http), MonotonicClock())
+        await self.identify_pacing.wait(shard_id or 0)
+
+
+async def close_left_sockets(client: discord.Client) -> None:
+    """The gateway sockets an ended gateway task left open, closed before the client connects again: their
+    keep-alive threads (and a sharded client's shard readers) stop with them instead of beating beside the new."""
+    if isinstance(client, discord.AutoShardedClient):
+        for shard in client.shards.values():
+            await shard.disconnect()
+    elif client.ws is not None:
+        await client.ws.close(code=1000)
 
 
 class ShardLeasePort(Protocol):

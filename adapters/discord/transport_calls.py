@@ -225,6 +225,17 @@ async def followup(
 # ---- the bot itself ------------------------------------------------------------------------------
 
 
+async def max_concurrency(http: discord.http.HTTPClient) -> int:
+    """How many of the bot's shards may identify at once (GET /gateway/bot's session_start_limit); 1, as discord.py
+    assumes, when Discord does not say."""
+    try:
+        _, _, limits = await http.get_bot_gateway()
+        return int(limits["max_concurrency"])
+    except (discord.DiscordException, aiohttp.ClientError, KeyError, TypeError, ValueError) as error:
+        log.warning("Discord did not say how many shards may identify at once (%s): one each 5 s", type(error).__name__)
+        return 1
+
+
 async def is_member(client: discord.Client, guild_id: int, user_id: int) -> bool:
     """Asked of Discord's REST API (the bot has no members intent, so its cache does not know)."""
     try:

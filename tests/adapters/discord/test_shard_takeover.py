@@ -21,6 +21,7 @@ async def test_a_takeover_mid_answer_finishes_that_answer_and_then_hears_both_sh
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator,
 ) -> None:
     dc = discord_emulator
+    dc.world.max_concurrency = 2  # a bot whose two shards may identify at once (no 5 s between them)
     zero = dc.add_guild("zero", on_shard=(0, 2))
     one = dc.add_guild("one", on_shard=(1, 2))
     channels = {zero: dc.add_channel(zero, "general"), one: dc.add_channel(one, "general")}
@@ -50,6 +51,7 @@ async def test_a_takeover_mid_answer_finishes_that_answer_and_then_hears_both_sh
             await adapter.maintain()  # the beat: shard 0 is free, taken over by a new client over both
             assert adapter.runner.inflight == 1, "the answer still streams"
             assert sorted(set(dc.live_shards)) == [(0, 2), (1, 2)]
+            assert dc.requests_to("get_gateway_bot"), "each client asks how many shards may identify at once"
             await wait_for_text(dc, thread.id, SLOW)
             await dc.wait_for(lambda: dc.live_shards == [(0, 2), (1, 2)], what="the old client closed after its answer")
 
@@ -66,6 +68,7 @@ async def test_a_process_with_no_free_shard_stands_by_ready_and_connects_once_th
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator,
 ) -> None:
     dc = discord_emulator
+    dc.world.max_concurrency = 2
     guild = dc.add_guild("zero", on_shard=(0, 2))
     channel = dc.add_channel(guild, "general")
     ada = dc.add_user("ada")

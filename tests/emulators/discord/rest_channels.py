@@ -116,7 +116,7 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         return json_response({"url": gateway_url()})
 
     async def get_gateway_bot(_: web.Request) -> web.Response:
-        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": world.max_concurrency}
         return json_response({"url": gateway_url(), "shards": 1, "session_start_limit": limit})
 
     async def get_channel(request: web.Request) -> web.Response:

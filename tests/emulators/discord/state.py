@@ -67,6 +67,9 @@ class World:
     guilds_without_bot: set[int] = field(default_factory=set)
     # When the bot was last added to each guild (its member's joined_at), in epoch seconds; 0 if at the start.
     bot_joined_at: dict[int, float] = field(default_factory=dict)
+    # GET /gateway/bot's session_start_limit.max_concurrency: how many shards may identify at once (1 but for large
+    # bots; the emulator does not enforce it).
+    max_concurrency: int = 1
     bot_user_id: int = 0
 
     def __post_init__(self) -> None:
