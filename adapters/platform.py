@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from adapters.http.server import HttpServer
     from core.engine import Engine
     from core.names import NameDirectory
+    from core.ports import Installs
 
 
 class Lifecycle(Protocol):
@@ -34,6 +35,19 @@ class AdapterFactory(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class InstallCheck:
+    """One stored install asked about by `relaybot doctor` (and `relaybot teams check`): its label and line."""
+
+    label: str  # the install: a team id, `(org-wide) of E1`
+    ok: bool
+    line: str  # "ok — …" or "FAILED — …"
+
+
+# The check of each stored install this configuration serves (None where it stores none: one bot token).
+InstallChecks = Callable[[Settings], "Callable[[Installs], Awaitable[list[InstallCheck]]] | None"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Platform:
     """Everything the composition root, `relaybot doctor` and `relaybot channels` know of one platform.
 
@@ -51,6 +65,8 @@ class Platform:
     emulator: str  # "module:Class" of the loopback server its tests run the real client library against
     # The CLI's names (core/names.py): its directory over its own door, None where it is not configured.
     names: Callable[[Settings], NameDirectory | None] | None = None
+    # `relaybot doctor`'s line per stored install (several workspaces installed through the platform's OAuth).
+    install_checks: InstallChecks | None = None
 
     def configured(self, settings: Settings) -> bool:
         """Whether this process serves the platform (its credentials are set)."""

@@ -1,4 +1,4 @@
-"""`relaybot doctor`: one line per part — settings, database, model endpoint, embeddings, platforms."""
+"""`relaybot doctor`: one line per part — settings, database, model endpoint, embeddings, platforms, and each stored install."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from core.config import Settings
 from core.llm import LLMError
 from core.redact import redact_text, redact_url
 from core.store.db import Database, DatabaseError
+from core.store.installations import InstallStore
 from core.store.migrations import MigrationError, apply_migrations
 
 Check = Callable[[Settings], Awaitable[tuple[bool, str]]]
@@ -88,6 +89,35 @@ def platform_line(line: str) -> tuple[bool, str]:
     return line.startswith(("ok — ", "not configured")), line
 
 
+async def install_lines(settings: Settings, platforms: Sequence[Platform]) -> list[tuple[str, bool, str]]:
+    """One (name, healthy, line) per stored install of each platform that serves several (its install_checks),
+    the installs read from the database; none where no platform stores any."""
+    checks = [(platform.name, check) for platform in platforms if platform.install_checks is not None
+              and platform.configured(settings) and (check := platform.install_checks(settings)) is not None]
+    if not checks:
+        return []
+    lines: list[tuple[str, bool, str]] = []
+    db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    try:
+        await db.open()
+        for name, check in checks:
+            try:
+                results = await check(InstallStore(db))
+            except (DatabaseError, MigrationError):
+                raise
+            except Exception as error:  # one line, never a traceback
+                lines.append((f"{name} installs", False, f"FAILED — {type(error).__name__}: {' '.join(str(error).split())}"))
+                continue
+            if not results:
+                lines.append((f"{name} installs", True, "none stored yet"))
+            lines.extend((f"{name} {result.label}", result.ok, result.line) for result in results)
+    except (DatabaseError, MigrationError) as error:
+        lines.append(("installs", False, f"FAILED — the stored installs cannot be read ({error})"))
+    finally:
+        await db.close()
+    return lines
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("llm", check_llm),
@@ -110,6 +140,9 @@ async def run_checks(settings: Settings, *, platforms: Sequence[Platform] = PLAT
             ok, line = await check(settings)
         except Exception as error:  # a doctor reports every failure as a line, never a traceback
             ok, line = False, f"FAILED — {type(error).__name__}: {' '.join(str(error).split())}"
+        healthy = healthy and ok
+        show(f"{name}: {line}")
+    for name, ok, line in await install_lines(settings, platforms):
         healthy = healthy and ok
         show(f"{name}: {line}")
     return 0 if healthy else 1

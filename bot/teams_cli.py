@@ -167,37 +167,19 @@ async def _reseal(settings: Settings, db: Database) -> int:
 
 async def _check(settings: Settings, db: Database) -> int:
     """Each install's bot token (refreshed first when it rotates and is due) tried with auth.test."""
-    from slack_sdk.errors import SlackApiError
-    from slack_sdk.web.async_client import AsyncWebClient
+    from adapters.slack.installations import SecretKeyError
+    from adapters.slack.oauth import check_installs
 
-    from adapters.slack.installations import Sealer, SecretKeyError, SlackInstallations
-    from adapters.slack.team_tokens import NotInstalled, TeamKey
-    from adapters.slack.transport_oauth import SlackOAuthCalls
-
-    slack = settings.platform_settings(SlackSettings)
-    calls = SlackOAuthCalls(AsyncWebClient(base_url=slack.api_url), client_id=slack.client_id or "",
-                            client_secret=slack.client_secret or "")
     try:
-        installs = SlackInstallations(InstallStore(db), sealer=Sealer(settings.secret_key or ""),
-                                      client_id=slack.client_id or "", calls=calls)
+        results = await check_installs(settings, InstallStore(db))
     except SecretKeyError as error:
         print(f"relaybot: {error}.", file=sys.stderr)
         return EXIT_USAGE
-    bots = await InstallStore(db).bots()
-    if not bots:
+    if not results:
         print("No Slack installs are stored.")
-    failed = 0
-    for bot in bots:
-        name = "(org-wide)" if bot.is_enterprise_install else bot.team_id
-        label = f"{name} of {bot.enterprise_id}" if bot.enterprise_id else name
-        try:
-            who = await calls.whoami(await installs.bot_token(TeamKey(bot.team_id, bot.enterprise_id or None)))
-            print(f"{label}: ok — the bot token is accepted ({who.get('team') or who.get('team_id')})")
-        except (NotInstalled, SecretKeyError, SlackApiError, OSError) as error:
-            failed += 1
-            why = error.response.get("error", "refused") if isinstance(error, SlackApiError) else str(error)
-            print(f"{label}: FAILED — {why}")
-    return EXIT_FAILURE if failed else EXIT_OK
+    for result in results:
+        print(f"{result.label}: {result.line}")
+    return EXIT_OK if all(result.ok for result in results) else EXIT_FAILURE
 
 
 async def _purge(settings: Settings, db: Database, args: argparse.Namespace) -> int:

@@ -22,13 +22,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.oauth.installation_store import Installation
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.platform import InstallCheck
 from core.config import Settings, SettingsError
 from core.ports import ForgetTeam, Installs
 
 from .installations import STATE_EXPIRY_S, Sealer, SecretKeyError, SlackInstallations, SlackOAuthStates
 from .settings import SlackSettings
 from .surface import PLATFORM
-from .team_tokens import TeamKey
+from .team_tokens import NotInstalled, TeamKey
 from .transport_oauth import SlackOAuthCalls, serve_install, serve_redirect
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,28 @@ def doctor_line(settings: Settings) -> str:
     allowed = f"only {', '.join(slack.team_ids)}" if slack.team_ids else "anyone who finds the page (SLACK_TEAM_IDS is unset)"
     return (f"ok — several workspaces: Add to Slack at {INSTALL_PATH} ({len(scopes)} scopes from the manifest), "
             f"back to {where}; installs from {allowed}; `relaybot teams` lists them")
+
+
+async def check_installs(settings: Settings, installs: Installs) -> list[InstallCheck]:
+    """Each stored install's bot token (refreshed first when it rotates and is due) tried with auth.test, one result
+    each (`relaybot teams check`, `relaybot doctor`); SecretKeyError when SECRET_KEY cannot open the tokens."""
+    slack = settings.platform_settings(SlackSettings)
+    calls = SlackOAuthCalls(AsyncWebClient(base_url=slack.api_url), client_id=slack.client_id or "",
+                            client_secret=slack.client_secret or "")
+    stored = SlackInstallations(installs, sealer=Sealer(settings.secret_key or ""), client_id=slack.client_id or "",
+                                calls=calls)
+    results = []
+    for bot in await installs.bots():
+        name = "(org-wide)" if bot.is_enterprise_install else bot.team_id
+        label = f"{name} of {bot.enterprise_id}" if bot.enterprise_id else name
+        try:
+            who = await calls.whoami(await stored.bot_token(TeamKey(bot.team_id, bot.enterprise_id or None)))
+            results.append(InstallCheck(label=label, ok=True, line=f"ok — the bot token is accepted "
+                                                                    f"({who.get('team') or who.get('team_id')})"))
+        except (NotInstalled, SecretKeyError, SlackApiError, OSError) as error:
+            why = error.response.get("error", "refused") if isinstance(error, SlackApiError) else str(error)
+            results.append(InstallCheck(label=label, ok=False, line=f"FAILED — {why}"))
+    return results
 
 
 def add_install_routes(app: web.Application, flow: AsyncOAuthFlow) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from adapters.platform import Platform
+from collections.abc import Awaitable, Callable
+
+from adapters.platform import InstallCheck, Platform
 from core.config import Settings
 
 from .settings import SlackSettings
 
 if TYPE_CHECKING:
+    from core.ports import Installs
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
@@ -55,6 +58,20 @@ async def doctor_line(settings: Settings) -> str:
     return line
 
 
+def install_checks(settings: Settings) -> Callable[[Installs], Awaitable[list[InstallCheck]]] | None:
+    """With several workspaces, each stored install's token tried (auth.test) for `relaybot doctor`; None with
+    SLACK_BOT_TOKEN alone (the doctor line has tried it)."""
+    if not settings.platform_settings(SlackSettings).multi_workspace:
+        return None
+
+    async def check(installs: Installs) -> list[InstallCheck]:
+        from .oauth import check_installs  # slack-bolt only when there are installs to ask about
+
+        return await check_installs(settings, installs)
+
+    return check
+
+
 def build_names(settings: Settings) -> NameDirectory | None:
     from .names import slack_names  # slack_sdk only when a command reads names
 
@@ -64,4 +81,5 @@ def build_names(settings: Settings) -> NameDirectory | None:
 SLACK = Platform(
     name=SlackSettings.platform, settings=SlackSettings, adapter=build_adapter, doctor=doctor_line,
     workspace_word="TEAM", emulator="tests.emulators.slack:SlackEmulator", names=build_names,
+    install_checks=install_checks,
 )
