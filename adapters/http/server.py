@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -18,13 +18,16 @@ READY_CHECK_TIMEOUT_S = 3.0
 
 # None when ready; otherwise the reason, in a few words.
 ReadinessCheck = Callable[[], Awaitable[str | None]]
+# What is wrong with some teams only (a Slack workspace whose token refresh fails), by team: shown, never unready.
+ReadinessNotes = Callable[[], Awaitable[Mapping[str, str]]]
 
 
 class HttpServer:
     """Serves on the configured host and port; adapters add routes before start().
 
     /healthz: the process is alive (503 only while shutting down). /readyz: every readiness check
-    passes (the database, each platform), else 503 with the reasons. /metrics: Prometheus' text
+    passes (the database, each platform), else 503 with the reasons; either way with `notes`, what is wrong with
+    some teams only (by platform, then team), which fails no one's readiness. /metrics: Prometheus' text
     format, behind `Authorization: Bearer <metrics_token>` when a token is set.
     """
 
@@ -37,12 +40,18 @@ class HttpServer:
         self.app.router.add_get("/metrics", self._metrics)
         self._metrics_token = metrics_token or None
         self._checks: dict[str, ReadinessCheck] = {}
+        self._notes: dict[str, ReadinessNotes] = {}
         self._runner: web.AppRunner | None = None
         self._healthy = True
 
     def add_readiness_check(self, name: str, check: ReadinessCheck) -> None:
         """/readyz answers 200 only when `check()` (and every other) returns None."""
         self._checks[name] = check
+
+    def add_readiness_notes(self, name: str, notes: ReadinessNotes) -> None:
+        """/readyz shows `notes()` (team → what is wrong there) under `notes.<name>`; they never make it 503, so one
+        team's trouble leaves the others served."""
+        self._notes[name] = notes
 
     async def _healthz(self, request: web.Request) -> web.Response:
         if not self._healthy:
@@ -52,12 +61,18 @@ class HttpServer:
     async def _readyz(self, request: web.Request) -> web.Response:
         if not self._healthy:
             return web.json_response({"status": "stopping", "reasons": {"process": "shutting down"}}, status=503)
-        names = list(self._checks)
-        results = await asyncio.gather(*(_bounded(self._checks[name]) for name in names))
+        names, noted = list(self._checks), list(self._notes)
+        results, notes = await asyncio.gather(
+            asyncio.gather(*(_bounded(self._checks[name]) for name in names)),
+            asyncio.gather(*(_noted(self._notes[name]) for name in noted)),
+        )
         reasons = {name: reason for name, reason in zip(names, results) if reason is not None}
+        shown = {"notes": {name: note for name, note in zip(noted, notes) if note}}
+        if not shown["notes"]:
+            shown = {}
         if reasons:
-            return web.json_response({"status": "not ready", "reasons": reasons}, status=503)
-        return web.json_response({"status": "ready"})
+            return web.json_response({"status": "not ready", "reasons": reasons, **shown}, status=503)
+        return web.json_response({"status": "ready", **shown})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if self._metrics_token is not None and not _bearer_matches(request, self._metrics_token):
@@ -98,6 +113,15 @@ async def _bounded(check: ReadinessCheck) -> str | None:
     except Exception as error:
         log.warning("a readiness check failed", exc_info=True)
         return f"the check failed ({type(error).__name__})"
+
+
+async def _noted(notes: ReadinessNotes) -> dict[str, str]:
+    """The notes, or none when they cannot be read in time (the readiness checks say why the database is away)."""
+    try:
+        return dict(await asyncio.wait_for(notes(), READY_CHECK_TIMEOUT_S))
+    except Exception:
+        log.warning("readiness notes could not be read", exc_info=True)
+        return {}
 
 
 def _bearer_matches(request: web.Request, token: str) -> bool:

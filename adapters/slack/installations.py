@@ -244,6 +244,12 @@ class SlackInstallations(AsyncInstallationStore):
                 log.info("Slack bot token of team %s refreshed", record.team_id or record.enterprise_id)
                 return fresh
 
+    async def refresh_failures(self) -> dict[str, str]:
+        """Each install whose last token refresh failed (kept on its row until one succeeds, by any process), and
+        why: what /readyz notes for that team alone."""
+        return {_label(bot): f"token refresh failing ({bot.refresh_error}); tried again on the next call"
+                for bot in await self._installs.bots() if bot.refresh_error}
+
     def _bot_values(self, record: InstallRecord) -> dict[str, Any]:
         values = {**record.fields, **self._sealer.open(record.sealed)}
         values["bot_token_expires_at"] = int(record.token_expires_at) if record.token_expires_at is not None else None
@@ -274,6 +280,11 @@ class SlackOAuthStates(AsyncOAuthStateStore):
 
     async def async_consume(self, state: str) -> bool:
         return bool(state) and await self._installs.consume_state(state)
+
+
+def _label(bot: InstallRecord) -> str:
+    """An install as a person reads it: its team id, or its Grid org's for an org-wide one."""
+    return bot.team_id or bot.enterprise_id
 
 
 def _named(key: tuple[str, str]) -> dict[str, str]:

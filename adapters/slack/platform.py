@@ -31,6 +31,9 @@ def build_adapter(*, settings: Settings, engine: Engine, ports: AdapterPorts, ht
         return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http)
     adapter = SlackAdapter(settings=settings, engine=engine, ports=ports, http=http, tokens=installations,
                            installation_store=installations)
+    if http is not None:
+        # A team whose token refresh fails is shown in /readyz, and the other teams stay served.
+        http.add_readiness_notes(SlackSettings.platform, installations.refresh_failures)
     # What an uninstall drops, and purges with UNINSTALL_DATA=purge.
     adapter.uninstalls = SlackUninstalls(forget=ports.forget_team, purge=settings.uninstall_data == "purge")
     register_uninstall(adapter.app, installations, adapter.uninstalls)
