@@ -46,9 +46,9 @@ class Gate:
         self._admitted: OrderedDict[str, Admission] = OrderedDict()
         self._held = HeldEvents(platform=platform)
 
-    def allows(self, workspace: str | None) -> bool:
-        """No allowlist, or a workspace on it; None (a Discord DM) passes."""
-        if workspace is None or not self._allowed or workspace in self._allowed:
+    def allows(self, workspace: str | None, *, org: str | None = None) -> bool:
+        """No allowlist, or a workspace (or the org it belongs to: a Slack Grid org's E…) on it; None (a DM) passes."""
+        if workspace is None or not self._allowed or workspace in self._allowed or (org and org in self._allowed):
             return True
         log.info("ignoring a %s event from %s, which is not in %s", self.platform, workspace, self._setting)
         return False

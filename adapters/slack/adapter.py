@@ -319,12 +319,12 @@ class SlackAdapter:
             logger.info("shutting down: refusing a Slack %s so that Slack retries it", body.get("type"))
             return BoltResponse(status=503, body="")
         team = str(body.get("team_id") or (body.get("team") or {}).get("id") or "")
-        if self.multi_team:
-            # The workspace's org (an org-wide install's authorizations name no team) and its bot, as authorized.
-            await self.clients.learn(key := team_of(body))
-            if key.team_id and req.context.bot_user_id:
-                self._identities[key.team_id] = BotIdentity(user_id=req.context.bot_user_id, bot_id=req.context.bot_id or "")
-        if not self.gate.allows(team):
+        # The workspace's Grid org (an org-wide install's authorizations name no team), for its calls and SLACK_TEAM_IDS.
+        await self.clients.learn(key := team_of(body))
+        if self.multi_team and key.team_id and req.context.bot_user_id:
+            # Each team's bot, as authorized.
+            self._identities[key.team_id] = BotIdentity(user_id=req.context.bot_user_id, bot_id=req.context.bot_id or "")
+        if not self.gate.allows(team, org=key.enterprise_id):
             return BoltResponse(status=200, body="")
         # Ahead of Bolt's ack: a question whose record cannot be written is refused (HTTP 503, no Socket
         # Mode ack), so Slack redelivers it instead of it being acked into silence. The record also starts the

@@ -50,9 +50,13 @@ class SlackAccess:
     `open` (anyone) or `closed`.
     """
 
-    def __init__(self, *, allowed_teams: tuple[str, ...], direct_messages: DirectMessagePolicy) -> None:
+    def __init__(
+        self, *, allowed_teams: tuple[str, ...], direct_messages: DirectMessagePolicy,
+        org_of: Callable[[str], str | None] = lambda team: None,
+    ) -> None:
         self._allowed = frozenset(allowed_teams)
         self._direct_messages = direct_messages
+        self._org_of = org_of  # a team's Grid org: SLACK_TEAM_IDS may name the org (E…) instead of its workspaces
 
     def person(self, user: str, teams: tuple[str, ...], *, direct: bool, shared: bool = False, quiet: bool = False) -> Access:
         """`teams`: every team the payload says `user` belongs to; `shared`: the envelope says the
@@ -62,7 +66,7 @@ class SlackAccess:
             return "direct_messages_off"
         if (direct and self._direct_messages == "open") or not self._allowed:
             return "allowed"
-        outside = [team for team in teams if team not in self._allowed]
+        outside = [team for team in teams if team not in self._allowed and self._org_of(team) not in self._allowed]
         if outside or (shared and not teams):
             if not quiet:
                 logger.info("refusing Slack user %s of %s: not in SLACK_TEAM_IDS", user, ", ".join(outside) or "an unstated team")
@@ -98,7 +102,8 @@ class SlackInbound:
         self.answer_all_cap = AnswerAllCap(per_minute=settings.respond_all_per_minute)
         self._identity = identity  # a team's bot as auth.test told it (what Bolt's context says too)
         self.early_signs = EarlySigns()
-        self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages)
+        self.access = SlackAccess(allowed_teams=self._slack.team_ids, direct_messages=settings.direct_messages,
+                                  org_of=surfaces.web.clients.known_org)
 
     async def open(self) -> None:
         await self._files.open()

@@ -90,6 +90,10 @@ class TeamClients:
             self._orgs[team] = await self._state.get(ORG_OF_PREFIX + team) if self._state is not None and team else None
         return TeamKey(team_id=team, enterprise_id=self._orgs[team])
 
+    def known_org(self, team_id: str) -> str | None:
+        """The Grid org an event (or `state`) named for the team so far, from memory; None: none known."""
+        return self._orgs.get(team_id)
+
     async def learn(self, team: TeamKey) -> None:
         """An event named the team's Grid org: later calls by its bare team id use the org's install too."""
         if team.enterprise_id and team.team_id and self._orgs.get(team.team_id) != team.enterprise_id:

@@ -4,6 +4,8 @@ others untouched (issue 25)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -319,6 +321,41 @@ async def test_a_grid_workspace_is_answered_with_its_orgs_install_and_so_is_its_
     mine = [c for c in slack.calls if c.token]
     assert mine and all(c.token == token and c.team_id == grid.team_id and c.error is None for c in mine), \
         [(c.method, c.token[:12], c.team_id, c.error) for c in mine if c.token != token or c.error]
+
+
+async def test_slack_team_ids_naming_a_grid_org_lets_its_workspaces_ask_and_no_other_team(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator,
+) -> None:
+    # SLACK_TEAM_IDS may name the org (E…), as the install check does: its workspaces' events pass the gate and their
+    # people the access rule; a workspace outside the org is still refused.
+    slack = slack_emulator
+    org = "E0000ORG02"
+    grid = slack.add_team("T0000GRID2", name="Grid two", enterprise_id=org)
+    slack.add_channel("C0000GRID2", name="grid", team_id=grid.team_id)
+    token = slack.oauth.issue(None, enterprise_id=org).access_token
+    await installations(db).async_save(Installation(
+        app_id=slack.app_id, enterprise_id=org, team_id=None, bot_token=token, bot_id=grid.bot_id,
+        bot_user_id=grid.bot_user_id, bot_scopes="chat:write,app_mentions:read", user_id="UINSTALLER",
+        is_enterprise_install=True,
+    ))
+    outsider = slack.add_team("T0000OUTSD", name="Outside")
+    slack.add_channel("C0000OUTSD", name="outside", team_id=outsider.team_id)
+    bot = await start_teams_bot(db, slack, openai_emulator.base_url, slack_team_ids=org)
+    try:
+        openai_emulator.script(Text("Answered inside the org."))
+        question = ask(slack, grid, "C0000GRID2", ALICE, "a question in a workspace of the allowed org")
+        envelope = slack.event_envelope(question, team_id=grid.team_id)
+        envelope["enterprise_id"] = org
+        envelope["authorizations"][0].update(enterprise_id=org, team_id=None, is_enterprise_install=True)
+        await slack.deliver_envelope(bot.url, envelope)
+        assert await eventually(lambda: [m.text for m in replies(slack, grid, "C0000GRID2", question["ts"])]
+                                == ["Answered inside the org."])
+        refused = ask(slack, outsider, "C0000OUTSD", ALICE, "a question from outside")
+        await slack.deliver_envelope(bot.url, slack.event_envelope(refused, team_id=outsider.team_id))
+        await asyncio.sleep(0.5)
+        assert replies(slack, outsider, "C0000OUTSD", refused["ts"]) == []
+    finally:
+        await bot.stop()
 
 
 async def test_feedback_and_its_notes_in_team_b_go_with_team_bs_token(
