@@ -17,7 +17,7 @@ from adapters import wording as shared_wording
 from adapters.gate import Gate
 from adapters.streaming.transport import LiveText
 from core.ports import AppState
-from core.requests import Actor
+from core.requests import Actor, team_key
 
 from . import wording
 from .buttons import read_click
@@ -192,7 +192,7 @@ class SlackStops:
                 await self._tell(click.team, channel, user_id, thread_ts, text)
 
             await self._stop(run_id, user_id=user_id, user=user, teams=(click.user_team,) if click.user_team else (),
-                             channel=channel, tell=tell)
+                             channel=channel, tell=tell, team=click.team)
 
     async def on_shortcut(
         self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond, context: AsyncBoltContext,
@@ -228,12 +228,14 @@ class SlackStops:
             if run_id is None:
                 await tell(shared_wording.stop_shortcut_no_answer())
                 return
-            await self._stop(run_id, user_id=user_id, user=shortcut.user, teams=shortcut.teams, channel=channel, tell=tell)
+            await self._stop(run_id, user_id=user_id, user=shortcut.user, teams=shortcut.teams, channel=channel, tell=tell,
+                             team=shortcut.team)
 
     async def _stop(
         self, run_id: str, *, user_id: str, user: dict[str, Any], teams: tuple[str, ...], channel: str,
-        tell: Callable[[str], Awaitable[None]],
+        tell: Callable[[str], Awaitable[None]], team: str,
     ) -> None:
+        """`team`: the workspace whose message was clicked; a run of another team is not found from it."""
         access = self._access.person(user_id, teams, direct=channel.startswith("D"))
         if access == "direct_messages_off":
             await tell(shared_wording.direct_messages_off())
@@ -244,7 +246,8 @@ class SlackStops:
         # The name goes into the answer's text, where a mention would be neutralised: the person's name.
         name = str(user.get("name") or user.get("username") or user_id)
         try:
-            result = await self._runs.stop(run_id, actor=Actor(id=user_id, name=name), mention=wording.mention, admins=False)
+            result = await self._runs.stop(run_id, actor=Actor(id=user_id, name=name), mention=wording.mention, admins=False,
+                                           team=team_key("slack", team) if team else None)
         except Exception:
             logger.exception("Stop on run %s failed", run_id)
             await tell(shared_wording.click_failed())
@@ -269,6 +272,7 @@ class MessageShortcut:
 
     user_id: str
     teams: tuple[str, ...]  # the teams the body says the user belongs to
+    team: str  # the workspace the shortcut was used in
     user: dict[str, Any]
     channel: str
     message: dict[str, Any]
@@ -280,7 +284,9 @@ def read_shortcut(body: Any) -> MessageShortcut:
     channel = body.get("channel") if isinstance(body.get("channel"), dict) else {}
     message = body.get("message") if isinstance(body.get("message"), dict) else {}
     team = user.get("team_id")
+    where = body.get("team") if isinstance(body.get("team"), dict) else {}
     return MessageShortcut(
         user_id=str(user.get("id") or ""), teams=(team,) if isinstance(team, str) and team else (), user=user,
+        team=str(where.get("id") or team or ""),
         channel=str(channel.get("id") or ""), message=message,
     )
