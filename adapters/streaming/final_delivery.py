@@ -13,7 +13,7 @@ from .fair_queue import Priority
 from .limits import StreamLimits
 from .part_messages import PartMessages, Slot
 from .rate_budget import RateBudget
-from .transport import RateLimited, TransientSendError, is_permanent
+from .transport import PermanentSendError, RateLimited, TransientSendError, is_permanent
 
 # The editor task's lines keep the streamer's logger whichever step writes them (log filters name it).
 logger = logging.getLogger("adapters.streaming.streamer")
@@ -101,6 +101,10 @@ class FinalDelivery:
                 if not is_permanent(exc):
                     await self._transient(tries, exc)
                     continue
+                if isinstance(exc, PermanentSendError) and exc.team_wide:
+                    # No call to that workspace or bot can go (uninstalled, its token revoked): no later try would.
+                    logger.error("final text not delivered: the platform refuses every call of its workspace (%s)", exc)
+                    return False
                 self._permanent(slot, tries, posting=posting)
             if tries.permanent >= self._limits.max_final_attempts:
                 logger.error(

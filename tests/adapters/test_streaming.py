@@ -1285,3 +1285,18 @@ async def test_a_final_kept_while_a_later_part_waits_lists_each_part_once() -> N
     [kept] = pending
     assert [text for text, _ in kept] == delivered, "each part once, in order"
     assert kept[0][1] == "m1" and all(message_id is None for _, message_id in kept[1:])
+
+
+async def test_a_final_refused_for_its_whole_workspace_is_tried_once_not_again_and_again() -> None:
+    # An uninstalled workspace or a revoked token refuses every call: retrying with a back-off would only log the
+    # same refusal max_final_attempts times.
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    streamer = make_streamer(clock, transport)
+
+    async def scenario() -> list[str]:
+        transport.faults.extend(PermanentSendError("token_revoked", code="token_revoked", team_wide=True) for _ in range(9))
+        return await streamer.finish("never seen")
+
+    await clock.run(scenario())
+    assert len(transport.attempt_times) == 1 and transport.final_texts() == []
