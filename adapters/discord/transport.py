@@ -28,6 +28,10 @@ NO_PINGS = discord.AllowedMentions.none()
 DISCORD_WINDOW_S = 5.0
 # The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
 GLOBAL_MARGIN = 0.1
+# The bot-wide budget's burst: window-safe, every call of it comes out of the refill, which is what paces a burst of
+# answers (C calls take (C - burst) / (allowed - burst) s), so a small one sends a burst fastest. Two calls are what a
+# lone answer needs before its first text (its thread, then its message): it is not paced at all.
+GLOBAL_BURST_CALLS = 2.0
 NONCE_CHARS = 25
 
 
@@ -64,10 +68,10 @@ class DiscordBudgets:
         self.global_budget: RateBudget | None = None
         if global_calls is not None:
             allowed = global_calls * (1 - GLOBAL_MARGIN)
-            # Window-safe: burst plus a window's refill never exceeds what one window allows.
-            burst = max(1.0, allowed * 0.1)
+            # Window-safe: burst plus a window's refill never exceeds what one window allows, at any share.
             self.global_budget = RateBudget(
-                capacity=burst, refill_per_s=max(allowed - burst, 1.0) / global_window_s, clock=clock
+                capacity=GLOBAL_BURST_CALLS, refill_per_s=max(allowed - GLOBAL_BURST_CALLS, 1.0) / global_window_s,
+                clock=clock, window_s=global_window_s,
             )
         self._budgets: BudgetMap[int] = BudgetMap(self._new)
 

@@ -63,11 +63,14 @@ class RateBudget:
     quiet stretches grow it back towards where it started. `known_limit` (the operator told the number):
     a 429 slows it by a tenth. Otherwise the starting rate is a guess: a 429 halves it, and two
     overloads close together measure the limit (see learned_rate.py).
+    `window_s`: a window-safe budget (its burst plus a window's refill is what one window allows): a share's burst,
+    rounded up to one call, comes out of that share's refill, so N processes' windows together never hold more.
     """
 
     def __init__(
         self, *, capacity: float, refill_per_s: float, clock: Clock, parent: RateBudget | None = None,
         learns: bool = False, learned_floor_per_s: float = LEARNED_RATE_FLOOR_PER_S, known_limit: bool = True,
+        window_s: float | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least one call")
@@ -77,6 +80,7 @@ class RateBudget:
         self._refill_per_s = float(refill_per_s)
         self._clock = clock
         self._parent = parent
+        self._window_s = window_s
         self._learner = RateLearner(
             capacity=self._capacity, refill_per_s=self._refill_per_s, floor_per_s=learned_floor_per_s,
             known_limit=known_limit,
@@ -162,6 +166,9 @@ class RateBudget:
             whole_capacity, whole_refill = self._whole
             self._capacity = max(1.0, whole_capacity * share)
             self._refill_per_s = whole_refill * share
+            if self._window_s is not None:
+                rounded_up = self._capacity - whole_capacity * share
+                self._refill_per_s = max(self._refill_per_s - rounded_up / self._window_s, self._refill_per_s / 2)
             if self._learner is not None:
                 self._learner.rescale(share / self._learner_share)
                 self._learner_share = share
