@@ -4,19 +4,7 @@ from __future__ import annotations
 
 from adapters.discord.transport import DiscordBudgets
 from adapters.streaming import Priority
-
-
-class FakeClock:
-    """Virtual time that moves on by each sleep (one budget's calls in sequence)."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
+from tests.adapters.discord.test_units import FakeClock  # virtual time moved on by each sleep
 
 
 async def test_the_bot_wide_budget_sends_a_burst_at_its_rate_and_its_shares_together_stay_within_a_window() -> None:
