@@ -110,7 +110,8 @@ class SlackFeedback:
                     logger.warning("could not open the 👎 modal of run %s", run_id, exc_info=True)
             try:
                 kept = await self._feedback.vote(
-                    run_id, user_id=user_id, user_name=_name(user, user_id), platform="slack", up=up
+                    run_id, user_id=user_id, user_name=_name(user, user_id), platform="slack", up=up,
+                    workspace=team or None,  # a vote naming another team's answer is not kept
                 )
             except Exception:
                 logger.exception("feedback click on run %s failed", run_id)
@@ -140,7 +141,8 @@ class SlackFeedback:
             text = str((values.get(WHY_INPUT) or {}).get("value") or "")[:WHY_MAX_CHARS]
             try:
                 kept = await self._feedback.comment(
-                    run_id, user_id=user_id, user_name=_name(user, user_id), platform="slack", text=text
+                    run_id, user_id=user_id, user_name=_name(user, user_id), platform="slack", text=text,
+                    workspace=team or None,
                 )
             except Exception:
                 logger.exception("could not store the 👎 reason on run %s", run_id)

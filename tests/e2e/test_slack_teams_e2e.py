@@ -385,6 +385,34 @@ async def test_feedback_and_its_notes_in_team_b_go_with_team_bs_token(
     assert {c.method for c in slack.calls if c.token == teams.tokens[TEAM_B]} >= {"chat.postEphemeral", "views.open"}
 
 
+async def test_a_vote_naming_team_bs_answer_from_team_a_is_not_kept(
+    db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator,
+) -> None:
+    # A click payload of team A carrying the vote button of team B's answer (a copied value): it is not kept.
+    slack = teams.slack
+    bot = await start_teams_bot(db, slack, openai_emulator.base_url, feedback_buttons=True)
+    try:
+        openai_emulator.script(Text("Team B's answer, not A's to vote on."))
+        question = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question to vote on")
+        await slack.deliver_event(bot.url, question, team_id=TEAM_B)
+
+        def voted_on() -> Any:
+            return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
+                         if any(b.get("type") == "context_actions" for b in m.blocks or ())), None)
+
+        assert await eventually(lambda: voted_on() is not None)
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=ALICE, positive=True,
+                                                                      team_id=teams.a.team_id))
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=False,
+                                                                      team_id=TEAM_B))
+        assert await eventually(lambda: len(slack.opened_views) == 1)  # B's own 👎 went through
+    finally:
+        await bot.stop()
+    async with db.connection() as conn:
+        cursor = await conn.execute("SELECT vote FROM feedback WHERE user_id = %s", (ALICE,))
+        assert await cursor.fetchall() == []
+
+
 async def test_a_file_on_team_bs_message_is_read_with_team_bs_token(
     bot: TeamsBot, teams: Workspaces, openai_emulator: OpenAIEmulator,
 ) -> None:
