@@ -301,7 +301,9 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
           f"{target(p95_first / bound_real_s <= POSITION_RATIO_TARGET)}")
     overhead_s = (read.first_text_at(single) or math.nan) - single.model_first_token_at
     platform_limit = Limit(burst=cap.burst, per_slack_s=rate_per_slack_s)
-    ratios = position_ratios(read, many, limits=(platform_limit, own_limit), overhead_s=overhead_s, time_scale=TIME_SCALE)
+    # With the cap unset the budget cannot know Slack's: its position bound is also the budget's own slots (see there).
+    ratios = position_ratios(read, many, limits=(platform_limit, own_limit), overhead_s=overhead_s, time_scale=TIME_SCALE,
+                             own_slots=not told_cap)
     position, first_s, bound_s, worst_probe = max(ratios, key=lambda r: r[1] / r[2])
     worst = first_s / bound_s
     print(f"  worst answer against the bound of its position: the {position}th showed its first text after "
@@ -311,6 +313,14 @@ async def run(database_url: str, slack: SlackEmulator, openai: OpenAIEmulator, l
           f"{1000 * overhead_s:.0f} ms real from token to text); ratio "
           f"{worst:.2f} (target ≤ {POSITION_RATIO_TARGET:g}): {target(worst <= POSITION_RATIO_TARGET)}")
     print(f"    that answer: {how_first_text_came(read, worst_probe)}")
+    if not told_cap:
+        # The same answers against the rates alone: what a budget that had been told Slack's cap could have done.
+        by_rates = position_ratios(read, many, limits=(platform_limit, own_limit), overhead_s=overhead_s,
+                                   time_scale=TIME_SCALE)
+        r_position, r_first, r_bound, _ = max(by_rates, key=lambda r: r[1] / r[2])
+        print(f"    bounds from the rates alone, as if the cap were known (not a target here: the budget learns it "
+              f"from 429s, and no slot it lost to their pauses is an answer's to make up): worst the {r_position}th, "
+              f"ratio {r_first / r_bound:.2f}; the budget's own slots count above")
     queued = [r for r in ratios if r[0] > own_limit.burst]
     if queued:
         q_position, q_first, q_bound, _ = max(queued, key=lambda r: r[1] / r[2])

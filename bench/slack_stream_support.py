@@ -177,18 +177,28 @@ def how_first_text_came(reading: Reading, probe: Probe) -> str:
 
 
 def position_ratios(reading: Reading, probes: list[Probe], *, limits: tuple[Limit, ...], overhead_s: float,
-                    time_scale: float) -> list[tuple[int, float, float, Probe]]:
+                    time_scale: float, own_slots: bool = False) -> list[tuple[int, float, float, Probe]]:
     """Each answer's (position, first text, bound, probe) in real seconds after its event. Positions are the order the
     questions were asked (their ts: the bot's budget queues rank answers by it). The bound is when an ideal server
     would have shown the answer: posts at the slower of the posting limits (the platform's, and the bot's own budget as
     it stood when the burst came), counted from when the first answer's text was ready, each to the oldest answer whose
     text is ready (its model's first token) — an answer whose model was late is not owed its position's slot, and
-    a younger one that was ready takes it; plus what a lone answer takes from token to text (`overhead_s`)."""
+    a younger one that was ready takes it; plus what a lone answer takes from token to text (`overhead_s`).
+
+    `own_slots`: nor sooner than the budget itself showed its k-th first text (the burst's first texts in time order) —
+    the bound a budget that does not know the platform's limit allows: the pauses its 429s imposed are no answer's
+    to make up, and what is measured is whether each answer got its position's slot among those the budget had."""
     ordered = sorted(probes, key=_asked_at)
     first_ready = min(p.model_first_token_at for p in probes)
-    shown = _ideal_first_posts(
-        ordered, lambda calls: first_ready + max(limit.seconds_for(calls) for limit in limits) * time_scale
-    )
+    slots = sorted(at for at in (reading.first_text_at(p) for p in probes) if at is not None)
+
+    def allowed_at(calls: int) -> float:
+        ideal = first_ready + max(limit.seconds_for(calls) for limit in limits) * time_scale
+        if own_slots and calls <= len(slots):
+            return max(ideal, slots[calls - 1] - overhead_s)
+        return ideal
+
+    shown = _ideal_first_posts(ordered, allowed_at)
     out = []
     for position, probe in enumerate(ordered, start=1):
         first = reading.first_text_at(probe)
