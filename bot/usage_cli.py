@@ -9,14 +9,14 @@ import io
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from bot.cli_names import NAME_ERRORS, name_book
 from core.config import Settings
 from core.names import NameBook
-from core.person_limits import person_account, person_ledger
+from core.person_limits import account_person, person_ledger
 from core.quota import DayLimits
 from core.store.channel_config import ChannelConfigStore
 from core.store.day_counts import today_utc
@@ -57,15 +57,28 @@ class PersonToday:
 
 @dataclass(frozen=True, kw_only=True)
 class Today:
-    """The per-person ledger's day: what each counted account used, and the settings' limits and exemptions."""
+    """The per-person ledger's day: what each counted account (a person in one team) used, and the settings' limits
+    and exemptions."""
 
     counted: Mapping[str, tuple[int, int]]
     limits: DayLimits = DayLimits()
     exempt: frozenset[str] = frozenset()
 
     def of(self, platform: str, user: str) -> PersonToday:
-        requests, tokens = self.counted.get(person_account(platform, user), (0, 0))
+        """The person's day in the team where they used most of it (each team's limits count its own questions)."""
+        days = [used for account, used in self.counted.items() if _person(account) == (platform, user)]
+        requests, tokens = max(days, default=(0, 0))
         return PersonToday(requests=requests, tokens=tokens, limits=self.limits, exempt=user in self.exempt)
+
+    def where(self, keep: Callable[[str, str, str], bool]) -> Today:
+        """The accounts whose (platform, workspace, user) `keep` says yes to."""
+        return Today(counted={k: v for k, v in self.counted.items() if keep(*account_person(k))}, limits=self.limits,
+                     exempt=self.exempt)
+
+
+def _person(account: str) -> tuple[str, str]:
+    platform, _, user = account_person(account)
+    return platform, user
 
 
 def add_usage_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -132,13 +145,10 @@ async def usage(settings: Settings, args: argparse.Namespace) -> int:
         today, note = await people_today(db, settings) if by == "user" else (None, "")
         if only is not None:
             lines = [line for line in lines if _key(line) == only]
-            today = Today(counted={k: v for k, v in today.counted.items() if k == person_account(*only)},
-                          limits=today.limits, exempt=today.exempt) if today is not None else None
+            today = today.where(lambda platform, _, user: (platform, user) == tuple(only)) if today is not None else None
         if team is not None and today is not None:
-            # The day's ledger names no team: with --team, only the people the team's own turns name are shown.
-            listed = {person_account(dict(line.group)["platform"], dict(line.group)["user"]) for line in lines}
-            today = Today(counted={k: v for k, v in today.counted.items() if k in listed}, limits=today.limits,
-                          exempt=today.exempt)
+            # With --team, that team's accounts only: its people's day as its limits count it.
+            today = today.where(lambda platform, workspace, _: (platform, workspace) == tuple(team))
         named = lines + (_uncounted_lines(lines, today) if today is not None else [])
         names = await group_names(book, named, by=by) if by in ("user", "channel") else {}
     except (PersonError, *NAME_ERRORS) as error:
@@ -257,10 +267,10 @@ def _today(line: UsageLine, today: Today) -> PersonToday:
 
 def _uncounted_lines(lines: list[UsageLine], today: Today) -> list[UsageLine]:
     """People counted today who have no turn in the report (e.g. every question of theirs refused)."""
-    listed = {person_account(dict(line.group)["platform"], dict(line.group)["user"]) for line in lines}
-    return [UsageLine(group=(("platform", account.partition(":")[0]), ("user", account.partition(":")[2])),
-                      turns=0, tokens_in=0, tokens_out=0)
-            for account in sorted(today.counted) if account not in listed]
+    listed = {(dict(line.group)["platform"], dict(line.group)["user"]) for line in lines}
+    people = sorted({_person(account) for account in today.counted} - listed)
+    return [UsageLine(group=(("platform", platform), ("user", user)), turns=0, tokens_in=0, tokens_out=0)
+            for platform, user in people]
 
 
 def _cell(value: object) -> str:

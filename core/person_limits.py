@@ -31,9 +31,17 @@ class NotAdmitted(ValueError):
     The message is the sentence the asker is shown."""
 
 
-def person_account(platform: str, user_id: str) -> str:
-    """A person's account in the ledger, named as `relaybot usage --by user` groups them (platform, user)."""
-    return f"{platform}:{user_id}"
+def person_account(platform: str, workspace: str, user_id: str) -> str:
+    """A person's account in the ledger, one per team they ask in (`slack:T1:U1`): a limit one team sets is never
+    spent by questions asked in another."""
+    return f"{platform}:{workspace}:{user_id}"
+
+
+def account_person(account: str) -> tuple[str, str, str]:
+    """(platform, workspace, user) of an account; one written before accounts were per team has workspace ''."""
+    platform, _, rest = account.partition(":")
+    workspace, _, user = rest.rpartition(":")
+    return platform, workspace, user
 
 
 def person_refusal(limit: QuotaLimit, allowed: int, resets_at: datetime) -> QuotaRefusal:
@@ -69,7 +77,7 @@ class PersonLimits:
         """The account a run there by `user` pays into; None: nobody's limits apply (nothing is counted)."""
         if conversation.platform == API_PLATFORM or not channel.person_limits.any or self.exempt(user, channel):
             return None
-        return Charge(ledger=self.ledger, account=person_account(conversation.platform, user.id),
+        return Charge(ledger=self.ledger, account=person_account(conversation.platform, conversation.workspace, user.id),
                       limits=channel.person_limits)
 
 

@@ -46,14 +46,14 @@ async def test_thirty_concurrent_reservations_for_one_person_never_hold_more_tha
     outcomes = await asyncio.gather(*(reserve() for _ in range(30)))
     grants = [outcome for outcome in outcomes if isinstance(outcome, Grant)]
     refusals = [outcome for outcome in outcomes if isinstance(outcome, QuotaExceeded)]
-    assert sum(grant.held[0].tokens for grant in grants) == (await ledger.used("slack:U_RESERVE"))[1] == 45
+    assert sum(grant.held[0].tokens for grant in grants) == (await ledger.used("slack:T1:U_RESERVE"))[1] == 45
     assert len(grants) == 3 and len(refusals) == 27
     assert all(r.refusal.sentence.startswith(SENTENCE.format(n=50, what="tokens")) for r in refusals)
     for grant in grants:
         await grant.settle(7)
-    assert (await ledger.used("slack:U_RESERVE"))[1] == 21
+    assert (await ledger.used("slack:T1:U_RESERVE"))[1] == 21
     clamped = await quota.reserve(conversation=HERE, user=alice, prompt_tokens=5, max_output=4096)
-    assert clamped.max_output == 24 and (await ledger.used("slack:U_RESERVE"))[1] == 50
+    assert clamped.max_output == 24 and (await ledger.used("slack:T1:U_RESERVE"))[1] == 50
 
 
 async def test_a_day_resets_at_utc_midnight_and_the_refusal_says_when(db: Database) -> None:
@@ -91,7 +91,7 @@ async def test_a_channel_override_beats_the_settings_and_a_refused_question_coun
     assert elsewhere.error is not None and elsewhere.error.startswith(SENTENCE.format(n=1, what="questions"))
     # Nothing was counted for the refused questions, and the model never saw them.
     assert len(openai_emulator.chat_requests) == asked == 3
-    requests, tokens = await person_ledger(db).used("slack:U_OVERRIDE")
+    requests, tokens = await person_ledger(db).used("slack:T1:U_OVERRIDE")
     assert requests == 3 and tokens > 0
     # A channel setting is a whole number of at least 0.
     assert ChannelSettings.from_json({"user_tokens_per_day": 10}).user_tokens_per_day == 10
@@ -158,4 +158,30 @@ async def test_a_resumed_run_reserves_against_its_askers_day_and_takes_no_reques
     after = [event async for event in resumed_run(engine, paused.continuation_id, {"call_dep": True}, actor=asker)]
     assert tool.runs == [{"env": "prod"}] and last_done(after).answer == "Deployed."
     # One question, though its run went on after the approval; both model calls on the asker's day.
-    assert await person_ledger(db).used("slack:U_RESUME") == (1, reported.prompt_tokens + reported.completion_tokens)
+    assert await person_ledger(db).used("slack:T1:U_RESUME") == (1, reported.prompt_tokens + reported.completion_tokens)
+
+
+async def test_a_persons_questions_in_another_team_never_spend_this_teams_limit(
+    db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    # Limits are set per team (its channels, its workspace row); each team's count is its own (issue 25).
+    openai_emulator.script_fn(lambda body: Text("Answered."))
+    engine = make_engine(db, openai_emulator.base_url, user_requests_per_day=1)
+    asked_here = await engine.answer(_ask("here", "U_TWO_TEAMS", channel="C_HERE"))
+    elsewhere = await engine.answer(Request(
+        question="there", conversation=ConversationKey(platform="slack", workspace="T2", channel="C_THERE", thread="t"),
+        user=Actor(id="U_TWO_TEAMS"),
+    ))
+    assert asked_here.error is None and elsewhere.error is None
+    assert await person_ledger(db).used("slack:T1:U_TWO_TEAMS") == (1, await _tokens(db, "T1", "U_TWO_TEAMS"))
+    again = await engine.answer(_ask("here again", "U_TWO_TEAMS", channel="C_HERE"))
+    assert again.error is not None and again.error.startswith(SENTENCE.format(n=1, what="questions"))
+
+
+async def _tokens(db: Database, workspace: str, user: str) -> int:
+    async with db.connection() as conn:
+        cursor = await conn.execute(
+            "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM token_usage WHERE workspace = %s "
+            "AND user_id = %s", (workspace, user))
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0

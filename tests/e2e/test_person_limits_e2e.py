@@ -69,7 +69,7 @@ async def test_slack_twelve_concurrent_questions_on_a_fifty_token_person_settle_
         # Every call the model saw was told to stop within what was left of the person's day…
         assert all(0 < request["max_tokens"] <= TOKENS for request in openai_emulator.chat_requests)
         # …and the day, settled with the usage the model reported, never passed the limit.
-        _, settled = await person_ledger(db).used("slack:U0000TWELVE")
+        _, settled = await person_ledger(db).used(f"slack:{slack.team_id}:U0000TWELVE")
         async with db.connection() as conn:
             cursor = await conn.execute(
                 "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM token_usage WHERE user_id = %s",
@@ -128,7 +128,7 @@ async def test_discord_twelve_concurrent_questions_on_a_fifty_token_person_settl
     refused = [text for text in shown if text.startswith(LIMIT_SENTENCE.format(n=TOKENS, what="tokens"))]
     assert shown.count("Within it.") >= 1 and len(refused) >= 1 and len(refused) + shown.count("Within it.") == 12
     assert all(0 < request["max_tokens"] <= TOKENS for request in openai_emulator.chat_requests)
-    _, settled = await person_ledger(db).used(f"discord:{w.alice}")
+    _, settled = await person_ledger(db).used(f"discord:{w.guild_id}:{w.alice}")
     async with db.connection() as conn:
         cursor = await conn.execute(
             "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM token_usage WHERE user_id = %s",
