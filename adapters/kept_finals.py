@@ -7,7 +7,7 @@ import logging
 
 from adapters.answer_protocols import AnswerPlace, FinalDelivery, PartFinder
 from adapters.live_records import LiveRecords
-from adapters.streaming.transport import is_permanent
+from adapters.streaming.transport import PermanentSendError, is_permanent
 from core import metrics
 from core.ports import FinalOutbox, FinalPart, PendingFinal
 
@@ -75,6 +75,14 @@ class KeptFinals:
             log.info("final %s was taken over by another process", final.answer_id)
             return 0
         except Exception as error:
+            if isinstance(error, PermanentSendError) and error.team_wide:
+                # Its team has no usable token (not installed yet — a deployment moving to "Add to Slack" before
+                # `relaybot teams import` — or revoked): the final waits for it, within OUTBOX_MAX_AGE_S. An
+                # uninstall drops the team's finals itself (core/store/team_data.py).
+                log.warning("final %s waits: its workspace %s refuses every call now (%s)", final.answer_id,
+                            final.workspace, error)
+                await outbox.release(final.answer_id, backoff=True)
+                return 0
             if is_permanent(error):
                 log.exception("final %s cannot be delivered to %s; dropping it", final.answer_id, final.channel)
                 await outbox.delivered(final.answer_id)

@@ -255,7 +255,8 @@ async def test_an_uninstalled_team_fails_permanently_with_a_log_line_and_the_oth
     uninstalled = slack.oauth.uninstall(teams.a.team_id)
     assert (await slack.deliver_envelope(bot.url, uninstalled)).status == 200
     assert await eventually(lambda: any("uninstalled from Slack team" in r.getMessage() for r in caplog.records))
-    # A final of A kept for delivery is dropped, not retried for ever; A's new question is not answered.
+    # A final of A kept after the uninstall (by a process that died) sends nothing and waits for A's token, as one of a
+    # team not yet imported would (dropped after OUTBOX_MAX_AGE_S like any kept final); A's new question is not answered.
     thread_a = slack.add_user_message(CHANNEL_A, "an old question of team A", ALICE, team_id=teams.a.team_id)
     await PendingFinals(db, owner="died-with-a-final").keep(PendingFinal(
         answer_id="answer-after-uninstall", platform="slack", workspace=teams.a.team_id, channel=CHANNEL_A,
@@ -266,7 +267,7 @@ async def test_an_uninstalled_team_fails_permanently_with_a_log_line_and_the_oth
                f"Slack team {teams.a.team_id} has no bot token" in r.getMessage() for r in caplog.records)
     async with db.connection() as conn:
         left = await (await conn.execute("SELECT count(*) FROM pending_finals WHERE answer_id = 'answer-after-uninstall'")).fetchone()
-    assert left is not None and left[0] == 0, "the final of an uninstalled team is dropped"
+    assert left is not None and left[0] == 1, "the final of a team without a token waits, never dropped at once"
     calls_before = len(slack.calls)
     in_a = ask(slack, teams.a, CHANNEL_A, ALICE, "still there?")
     await slack.deliver_event(bot.url, in_a, team_id=teams.a.team_id)
@@ -278,6 +279,29 @@ async def test_an_uninstalled_team_fails_permanently_with_a_log_line_and_the_oth
     assert replies(slack, teams.a, CHANNEL_A, in_a["ts"]) == [] and replies(slack, teams.a, CHANNEL_A, thread_a) == []
     assert [c for c in slack.calls[calls_before:] if c.team_id != TEAM_B] == [], "nothing was sent for team A"
     assert_every_call_with_its_own_teams_token(teams)
+
+
+async def test_a_kept_final_of_a_team_not_installed_yet_waits_and_arrives_once_it_is(
+    db: Database, bot: TeamsBot, teams: Workspaces,
+) -> None:
+    # A deployment moving to "Add to Slack" before `relaybot teams import`: its team's kept final is not dropped.
+    slack = teams.slack
+    later = slack.add_team("T0000LATER", name="Installed later")
+    slack.add_channel("C0000LATER", name="later", team_id=later.team_id)
+    slack.revoke_token(later.bot_token)
+    thread = slack.add_user_message("C0000LATER", "a question from before", ALICE, team_id=later.team_id)
+    kept = PendingFinals(db, owner="died-before-the-move")
+    await kept.keep(PendingFinal(answer_id="answer-waits", platform="slack", workspace=later.team_id,
+                                 channel="C0000LATER", thread=thread, parts=(FinalPart(text="Kept until installed."),)))
+    await kept.release("answer-waits")
+    calls_before = len(slack.calls)
+    await bot.adapter.maintain()
+    assert [c for c in slack.calls[calls_before:] if c.team_id == later.team_id] == [], "nothing sent without a token"
+    token = await install(db, slack, later)
+    await asyncio.sleep(2.1)  # the outbox's back-off after that failed pass (2 s)
+    await bot.adapter.maintain()
+    assert await eventually(lambda: [m.text for m in replies(slack, later, "C0000LATER", thread)] == ["Kept until installed."])
+    assert {c.token for c in slack.calls[calls_before:] if c.team_id == later.team_id} == {token}
 
 
 async def test_a_grid_workspace_is_answered_with_its_orgs_install_and_so_is_its_kept_final_after_a_restart(
