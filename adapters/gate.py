@@ -46,10 +46,13 @@ class Gate:
         self._admitted: OrderedDict[str, Admission] = OrderedDict()
         self._held = HeldEvents(platform=platform)
 
-    def allows(self, workspace: str | None, *, org: str | None = None) -> bool:
-        """No allowlist, or a workspace (or the org it belongs to: a Slack Grid org's E…) on it; None (a DM) passes."""
+    def allows(self, workspace: str | None, *, org: str | None = None, quiet: bool = False) -> bool:
+        """No allowlist, or a workspace (or the org it belongs to: a Slack Grid org's E…) on it; None (a DM) passes.
+        `quiet`: a look ahead, whose refusal the event's own check logs."""
         if workspace is None or not self._allowed or workspace in self._allowed or (org and org in self._allowed):
             return True
+        if quiet:
+            return False
         log.info("ignoring a %s event from %s, which is not in %s", self.platform, workspace, self._setting)
         return False
 

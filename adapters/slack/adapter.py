@@ -18,6 +18,7 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -151,6 +152,9 @@ class SlackAdapter:
         many: dict[str, Any] = {}
         if self.multi_team:
             many = {"authorize": TeamAuthorize(self.surfaces.web), "installation_store": self._installation_store}
+        # Signed requests get their first sign ahead of Bolt's dispatch (_handle_http), checked as Bolt checks them.
+        secret = self._slack.signing_secret
+        self._verifier = SignatureVerifier(secret) if secret and not socket_mode else None
         app = AsyncApp(
             client=self.client, signing_secret=self._slack.signing_secret or "",
             process_before_response=False, request_verification_enabled=not socket_mode, **many,
@@ -300,6 +304,10 @@ class SlackAdapter:
                 return _unreadable(f"a body Bolt cannot read ({type(error).__name__})")
             if bolt_request.body.get("type") == "event_callback" and not isinstance(bolt_request.body.get("event"), dict):
                 return _unreadable("an event_callback whose event is not an object")
+            if self._verifier and not request.headers.get("X-Slack-Retry-Num") and self._verifier.is_valid(
+                    bolt_request.raw_body, request.headers.get("X-Slack-Request-Timestamp", "0"),
+                    request.headers.get("X-Slack-Signature", "")):
+                self.inbound.sign_ahead(bolt_request.body)  # the first sign before Bolt's dispatch, once signed
             response = await self.app.async_dispatch(bolt_request)
         if response.status == 404:
             # A signed request no listener takes (Bolt verifies the signature first): Slack would retry

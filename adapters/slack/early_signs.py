@@ -47,6 +47,15 @@ class EarlySigns:
     def __len__(self) -> int:
         return len(self._signs)
 
+    def ahead(self, event_id: str, make: Callable[[], WorkingSign]) -> None:
+        """A signed question has just arrived, before Bolt's dispatch: its sign goes up now, for its record to keep
+        (`recording`); taken down if no record of it comes within `take_within_s`."""
+        if event_id in self._signs or not self._open or not event_id or len(self._signs) >= self.max_signs:
+            return
+        entry = self._signs[event_id] = _Early(sign=make())
+        entry.sign.show()
+        entry.expiry = asyncio.get_running_loop().call_later(self.take_within_s, self._expire, event_id, entry)
+
     def recording(self, event_id: str, make: Callable[[], WorkingSign]) -> bool:
         """A delivery's record is starting: its event's sign goes up now (once per event). False: none (full, closed)."""
         entry = self._signs.get(event_id)
@@ -55,6 +64,9 @@ class EarlySigns:
                 return False
             entry = self._signs[event_id] = _Early(sign=make())
             entry.sign.show()
+        elif entry.expiry is not None and entry.recording == 0 and not entry.answered:
+            entry.expiry.cancel()  # the sign put up ahead: its record now decides
+            entry.expiry = None
         entry.recording += 1
         return True
 
@@ -109,8 +121,12 @@ class EarlySigns:
             await asyncio.wait(set(self._ending), timeout=CLOSE_WAIT_S)
 
     def _expire(self, event_id: str, entry: _Early) -> None:
-        if self._signs.get(event_id) is entry:
-            self._end(event_id)
+        if self._signs.get(event_id) is not entry:
+            return
+        if entry.recording:
+            entry.expiry = None  # a record under way decides; recorded() sets the next expiry
+            return
+        self._end(event_id)
 
     def _end(self, event_id: str) -> asyncio.Task[None]:
         entry = self._signs.pop(event_id)

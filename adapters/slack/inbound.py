@@ -27,6 +27,7 @@ from .files import SlackFiles
 from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
 from .surface import PLATFORM, ReplyTarget, SlackSurfaces
+from .team_tokens import team_of
 from .working import WorkingSign
 
 logger = logging.getLogger(__name__)
@@ -240,6 +241,17 @@ class SlackInbound:
             await self._surfaces.at(target).show_notice(refusal)
             return
         await self._answer_with_sign(event, key=key, target=target, bot_user_id=bot.user_id, sign=sign)
+
+    def sign_ahead(self, body: dict[str, Any]) -> None:
+        """A signed first delivery, before Bolt's dispatch: a question's sign goes up at once (its record keeps it)."""
+        team = team_of(body)
+        self._surfaces.web.clients.note(team)  # its sign's call goes to the org's install (the middleware keeps it)
+        if not self._gate.accepting or not is_question_event(body) or not self._gate.allows(
+                team.team_id, org=team.enterprise_id, quiet=True):
+            return
+        target = self._early_target(body)
+        if target is not None:
+            self.early_signs.ahead(str(body.get("event_id") or ""), partial(self._surfaces.sign, target))
 
     def _early_target(self, body: dict[str, Any]) -> ReplyTarget | None:
         """Where the sign goes of an event its listener will answer as a question whatever the database says: a

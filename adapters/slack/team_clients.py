@@ -70,6 +70,7 @@ class TeamClients:
         self._state = state
         self._clients: dict[TeamKey, AsyncWebClient] = {}
         self._orgs: dict[str, str | None] = {}  # team id → its Grid org (None: none), as events or `state` said
+        self._kept: dict[str, str] = {}  # team id → the org this process wrote to `state` for it
         self._refused: set[TeamKey] = set()  # teams whose last call found no token (logged once until it comes back)
         self.session: aiohttp.ClientSession | None = None  # the adapter's, set when it starts
 
@@ -87,19 +88,26 @@ class TeamClients:
         if isinstance(team, TeamKey):
             return team
         if team not in self._orgs:
-            self._orgs[team] = await self._state.get(ORG_OF_PREFIX + team) if self._state is not None and team else None
+            stored = await self._state.get(ORG_OF_PREFIX + team) if self._state is not None and team else None
+            self._orgs.setdefault(team, stored)  # an event may have named the org while the state was read
         return TeamKey(team_id=team, enterprise_id=self._orgs[team])
 
     def known_org(self, team_id: str) -> str | None:
         """The Grid org an event (or `state`) named for the team so far, from memory; None: none known."""
         return self._orgs.get(team_id)
 
-    async def learn(self, team: TeamKey) -> None:
-        """An event named the team's Grid org: later calls by its bare team id use the org's install too."""
-        if team.enterprise_id and team.team_id and self._orgs.get(team.team_id) != team.enterprise_id:
+    def note(self, team: TeamKey) -> None:
+        """An event named the team's Grid org: this process's calls by its bare team id use the org's install now."""
+        if team.enterprise_id and team.team_id:
             self._orgs[team.team_id] = team.enterprise_id
-            if self._state is not None:
-                await self._state.put(ORG_OF_PREFIX + team.team_id, team.enterprise_id)
+
+    async def learn(self, team: TeamKey) -> None:
+        """As `note`, and kept in `state` so that calls after a restart do too (written once per team and org)."""
+        self.note(team)
+        if team.enterprise_id and team.team_id and self._state is not None \
+                and self._kept.get(team.team_id) != team.enterprise_id:
+            await self._state.put(ORG_OF_PREFIX + team.team_id, team.enterprise_id)
+            self._kept[team.team_id] = team.enterprise_id
 
     async def token(self, team: SlackTeam) -> str:
         """The team's current bot token; SlackNotInstalled (logged once until the team has one again) without one,

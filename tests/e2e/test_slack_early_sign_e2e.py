@@ -16,9 +16,9 @@ import pytest
 from adapters import wording
 from adapters.slack.working import REACTION
 from core.store.db import Database
-from tests.e2e.slack_harness import SlackBot, bot_replies, dm, eventually, mention, start_bot
+from tests.e2e.slack_harness import ALICE, SlackBot, bot_replies, dm, eventually, mention, start_bot
 from tests.emulators.openai_server import OpenAIEmulator, Text
-from tests.emulators.slack import SlackEmulator
+from tests.emulators.slack import SlackEmulator, app_mention_event
 from tests.support.outage import DatabaseOutage
 
 pytestmark = pytest.mark.timeout(90)
@@ -296,5 +296,34 @@ async def test_past_the_bound_a_questions_sign_goes_up_after_its_record_as_befor
             assert await eventually(lambda: [m.text for m in bot_replies(slack, CHANNEL, event["ts"])] == [ANSWER])
             assert set_statuses(slack, CHANNEL, event["ts"]) == [wording.assistant_thinking()]
         assert len(bot.adapter.inbound.early_signs) == 0
+    finally:
+        await bot.stop()
+
+
+async def test_a_question_gets_its_sign_before_bolts_dispatch_only_once_its_signature_verifies(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    # The sign goes up as the request is read, before Bolt's middleware (adapters/slack/adapter.py _handle_http): a
+    # request signed with another secret, or one from a workspace the bot does not serve, puts up nothing.
+    slack = slack_emulator
+    bot = await start_bot(db, slack, openai_emulator.base_url, slack_team_ids=slack.team_id)
+    try:
+        forged = mention(slack, CHANNEL, "signed by someone else")
+        delivery = await slack.deliver_event(bot.url, forged, signing_secret="not-the-apps-secret")
+        assert delivery.status == 401
+        other = slack.add_team("T0000ELSEWH")
+        slack.add_channel("C0000ELSEWH", name="elsewhere", team_id=other.team_id)
+        elsewhere = app_mention_event(text=f"<@{other.bot_user_id}> from a workspace not served", user=ALICE,
+                                      channel="C0000ELSEWH", ts="1700000000.000100", team_id=other.team_id)
+        assert (await slack.deliver_event(bot.url, elsewhere, team_id=other.team_id)).status == 200
+        await asyncio.sleep(0.3)
+        assert not calls_of(slack, "reactions.add") and not calls_of(slack, "assistant.threads.setStatus")
+        assert len(bot.adapter.inbound.early_signs) == 0 and openai_emulator.chat_requests == []
+        # A question signed with the app's secret gets its sign ahead, kept by its record, taken by its answer.
+        openai_emulator.script(Text(ANSWER))
+        asked = mention(slack, CHANNEL, "signed by Slack")
+        await slack.deliver_event(bot.url, asked)
+        assert await eventually(lambda: [m.text for m in bot_replies(slack, CHANNEL, asked["ts"])] == [ANSWER])
+        assert len(calls_of(slack, "assistant.threads.setStatus")) == 1
     finally:
         await bot.stop()
