@@ -10,7 +10,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import openai
 
 from core.retrieval.onnx_embeddings import ONNX_PACKAGES
 
@@ -81,6 +80,10 @@ class OpenAIEmbeddings:
         self._requested_dimension = dimension
         self._dimension = dimension
         self.batch_size = batch_size
+        # Imported here: openai takes ~0.5 s to import, which every CLI command that never embeds would pay.
+        import openai
+
+        self._openai = openai
         # The client refuses to start without a key; OpenAI-compatible local servers often need none.
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", max_retries=max_retries, timeout=OPENAI_TIMEOUT_S
@@ -109,6 +112,7 @@ class OpenAIEmbeddings:
         options: dict[str, Any] = {}
         if self._requested_dimension and self.model.startswith(SHORTENABLE_MODEL_PREFIX):
             options["dimensions"] = self._requested_dimension
+        openai = self._openai
         try:
             response = await self._client.embeddings.create(model=self.model, input=inputs, **options)
         except openai.AuthenticationError as exc:
