@@ -71,6 +71,7 @@ class PlayedAnswer:
             idempotency_key=answer_id,
             on_post_intent=self._post_intent,
             since=pacing.since,
+            sign_shown=pacing.sign_shown,
         )
 
     @property

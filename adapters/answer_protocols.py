@@ -3,7 +3,7 @@ reading back what a crash left, and delivering kept finals."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,6 +37,8 @@ class Pacing:
     # streaming/answer_place.asked_at), so a question that waited for its turn (ANSWERS_IN_FLIGHT_MAX) keeps its place;
     # None: when the answer starts playing.
     since: float | None = None
+    # Another sign already shows the answer is coming (Slack's thread status or 👀): the placeholder waits longer.
+    sign_shown: Callable[[], bool] | None = None
 
 
 class Surface(MessageTransport, Protocol):

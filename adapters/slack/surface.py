@@ -13,6 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.answers import AnswerPlace, Pacing
 from adapters.streaming import Priority, StreamLimits
 from adapters.streaming.answer_place import asked_at
+from adapters.streaming.limits import SIGNED_PLACEHOLDER_AFTER_S
 from adapters.streaming.transport import LiveText
 from core.approvals import ApprovalView
 from core.citations import Citation
@@ -80,6 +81,7 @@ class SlackSurfaces:
         self.limits = StreamLimits(
             max_chars=STREAM_MAX_CHARS, min_edit_interval_s=MIN_EDIT_INTERVAL_S, measure=rendered_length,
             placeholder_after_s=placeholder_after_s / clock.time_scale,
+            signed_placeholder_after_s=SIGNED_PLACEHOLDER_AFTER_S / clock.time_scale,
         )
 
     @property
@@ -158,6 +160,7 @@ class SlackSurface:
             post_budget=surfaces.budgets.post(target.team_id, target.channel),
             clock=surfaces.clock,
             since=asked_at(surfaces.clock, _ts_seconds(target.question_ts), time_scale=surfaces.clock.time_scale),
+            sign_shown=lambda: self._sign.shown != "none",
         )
 
     async def post(self, text: str, *, key: str | None = None) -> str:

@@ -16,6 +16,9 @@ MAX_EDIT_INTERVAL_S = 4.0
 # An answer whose first text comes sooner than this is posted with it; later, the placeholder (or the
 # status line) is posted meanwhile.
 PLACEHOLDER_AFTER_S = 1.0
+# ... while another sign already shows the answer is coming (a thread's status, a 👀): a placeholder would cost a post
+# and make the first text an edit (a budget that is scarcer in a burst), so it waits this long instead.
+SIGNED_PLACEHOLDER_AFTER_S = 10.0
 # Permanent failures (the message or channel is gone) before a final text is given up; 429s and
 # transient failures never count: they only mean "later".
 MAX_FINAL_ATTEMPTS = 8
@@ -33,13 +36,15 @@ class StreamLimits:
     Discord 2,000); the streamer rolls over into a new message before it.
 
     `placeholder_after_s`: how long the streamer waits for the answer's first text before it posts the
-    placeholder (or status line) instead; 0 posts it at once."""
+    placeholder (or status line) instead; 0 posts it at once. `signed_placeholder_after_s`: how long when another
+    sign of the answer shows meanwhile (the streamer's `sign_shown`)."""
 
     max_chars: int
     min_edit_interval_s: float = MIN_EDIT_INTERVAL_S
     edit_interval_growth: float = EDIT_INTERVAL_GROWTH
     max_edit_interval_s: float = MAX_EDIT_INTERVAL_S
     placeholder_after_s: float = PLACEHOLDER_AFTER_S
+    signed_placeholder_after_s: float = SIGNED_PLACEHOLDER_AFTER_S
     cursor: str = " ▌"
     placeholder: str = "_thinking…_"
     empty_text: str = "_(no answer)_"  # shown when an answer ends with no text at all
@@ -62,7 +67,7 @@ class StreamLimits:
         if self.max_final_attempts < 1:
             raise ValueError("max_final_attempts must be at least 1")
         intervals = (self.min_edit_interval_s, self.backoff_base_s, self.placeholder_after_s, self.edit_interval_growth,
-                     self.max_edit_interval_s)
+                     self.max_edit_interval_s, self.signed_placeholder_after_s)
         if min(intervals) < 0 or self.call_timeout_s <= 0:
             raise ValueError("intervals must not be negative and call_timeout_s must be positive")
 

@@ -60,8 +60,10 @@ class MessageStreamer:
         idempotency_key: str | None = None,
         on_post_intent: OnPostIntent | None = None,
         since: float | None = None,
+        sign_shown: Callable[[], bool] | None = None,
     ) -> None:
         self._limits = limits
+        self._sign_shown = sign_shown or (lambda: False)  # another sign shows the answer is coming (Slack's status)
         self._edit_budget = edit_budget
         self._post_budget = post_budget
         self._clock: Clock = clock if clock is not None else MonotonicClock()
@@ -214,13 +216,19 @@ class MessageStreamer:
         delay_s = self._limits.placeholder_after_s
         if self._wrote.is_set() or delay_s <= 0:
             return
+        if await self._wrote_within(delay_s) or not self._sign_shown():
+            return
+        await self._wrote_within(max(0.0, self._limits.signed_placeholder_after_s - delay_s))
+
+    async def _wrote_within(self, seconds: float) -> bool:
         wrote = asyncio.ensure_future(self._wrote.wait())
-        late = asyncio.ensure_future(self._clock.sleep(delay_s))
+        late = asyncio.ensure_future(self._clock.sleep(seconds))
         try:
             await asyncio.wait({wrote, late}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             wrote.cancel()
             late.cancel()
+        return self._wrote.is_set()
 
     async def _send_update(self) -> SendOutcome:
         """Sends the latest text to the current message once (rolling over first if needed)."""

@@ -1300,3 +1300,49 @@ async def test_a_final_refused_for_its_whole_workspace_is_tried_once_not_again_a
 
     await clock.run(scenario())
     assert len(transport.attempt_times) == 1 and transport.final_texts() == []
+
+
+@pytest.mark.parametrize("signed", [False, True])
+async def test_while_another_sign_shows_the_answer_is_coming_its_placeholder_waits_longer(signed: bool) -> None:
+    # Slack's thread status (or a 👀) already says "working on it": a placeholder would cost a post and turn the first
+    # text into an edit, so it waits signed_placeholder_after_s instead of placeholder_after_s.
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    limits = StreamLimits(max_chars=400, placeholder_after_s=1.0, signed_placeholder_after_s=10.0)
+    streamer = MessageStreamer(transport, limits=limits, edit_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock),
+                               post_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock), clock=clock,
+                               sign_shown=lambda: signed)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(5)
+        streamer.append("the first words")
+        await clock.sleep(1)
+        await streamer.finish("the first words, and the rest")
+
+    await clock.run(scenario())
+    posts = [call for call in transport.calls if call.op == "post"]
+    assert len(posts) == 1
+    if signed:
+        assert posts[0].at >= 5 and "the first words" in posts[0].text  # no placeholder: the text was the first post
+    else:
+        assert posts[0].at == pytest.approx(1.0, abs=0.1) and "thinking" in posts[0].text
+
+
+async def test_past_the_signed_wait_the_placeholder_is_posted_all_the_same() -> None:
+    clock = FakeClock()
+    transport = MemoryTransport(clock=clock)
+    limits = StreamLimits(max_chars=400, placeholder_after_s=1.0, signed_placeholder_after_s=10.0)
+    streamer = MessageStreamer(transport, limits=limits, edit_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock),
+                               post_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock), clock=clock,
+                               sign_shown=lambda: True)
+
+    async def scenario() -> None:
+        await streamer.start()
+        await clock.sleep(12)
+        await streamer.finish("late, but whole")
+
+    await clock.run(scenario())
+    posts = [call for call in transport.calls if call.op == "post"]
+    assert posts and posts[0].at == pytest.approx(10.0, abs=0.1) and "thinking" in posts[0].text
+    assert transport.final_texts() == ["late, but whole"]

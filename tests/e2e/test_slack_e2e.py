@@ -67,15 +67,25 @@ async def test_mention_is_answered_by_posting_its_first_text_then_edits_in_markd
     assert await LiveMessages(db).take_all("slack") == []
 
 
-async def test_a_slow_first_token_gets_the_placeholder_meanwhile(
+async def test_a_slow_first_token_gets_the_placeholder_meanwhile_where_no_other_sign_shows(
     db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
 ) -> None:
     slack = slack_emulator
     bot = await start_bot(db, slack, openai_emulator.base_url, stream_placeholder_after_s=0.2)
     try:
         answer = "Ready after a long think."
+        # With the thread's status up, the placeholder waits (SIGNED_PLACEHOLDER_AFTER_S): the text is the first post.
         openai_emulator.script(Text(answer, chunk_chars=100, delay_s=0.6))  # the first token after 0.6 s
         event = mention(slack, CHANNEL, "take your time")
+        await slack.deliver_event(bot.url, event)
+        assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], answer))
+        [reply] = bot_replies(slack, CHANNEL, event["ts"])
+        assert "thinking" not in (reply.posted_text or "") and answer in (reply.posted_text or "")
+        # Where neither the status nor the 👀 can show, the placeholder comes after STREAM_PLACEHOLDER_AFTER_S.
+        slack.refuse("assistant.threads.setStatus", "missing_scope")
+        slack.refuse("reactions.add", "missing_scope")
+        openai_emulator.script(Text(answer, chunk_chars=100, delay_s=0.6))
+        event = mention(slack, CHANNEL, "take your time again")
         await slack.deliver_event(bot.url, event)
         assert await eventually(lambda: answered(slack, CHANNEL, event["ts"], answer))
         [reply] = bot_replies(slack, CHANNEL, event["ts"])
