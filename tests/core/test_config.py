@@ -120,6 +120,16 @@ def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
+def test_redact_text_masks_slack_and_discord_tokens_it_was_never_given() -> None:
+    # Multi-workspace mode holds every installed team's tokens (and their refresh tokens) without them being settings.
+    bot, refresh = "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx", "xoxe-1-My0xLTEyMzQ1Njc4OTAtYWJj"
+    discord_token = "MTIzNDU2Nzg5MDEyMzQ1Njc4OQ.GaBcDe.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    shown = redact_text(f"refresh {refresh} for {bot} failed; gateway token {discord_token}")
+    assert bot not in shown and refresh not in shown and discord_token not in shown
+    assert shown == "refresh *** for *** failed; gateway token ***"
+    assert redact_text("run 3f2a9c1e.b7 took 1.5 s in #ops-xox") == "run 3f2a9c1e.b7 took 1.5 s in #ops-xox"
+
+
 def test_redact_text_masks_urls_pairs_and_known_secrets() -> None:
     text = (
         'missing "=" after "postgresql+psycopg://app:pw-1@db/app" in connection info string; '
