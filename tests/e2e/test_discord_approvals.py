@@ -55,7 +55,8 @@ async def test_approve_runs_the_tool_and_streams_the_rest(
         assert tool.runs == []
         approve, reject = button_ids(approval)
         clicked = await dc.click_button(approval.id, approve, w.alice)
-        await dc.wait_for(lambda: any("Deployed to prod." in m.content for m in bot_messages(dc, thread_id)), what="resumed")
+        # The final text, not a streamed update of it (its cursor still on): close() cancels an answer still streaming.
+        await dc.wait_for(lambda: any(m.content == "Deployed to prod." for m in bot_messages(dc, thread_id)), what="resumed")
     assert tool.runs == [{"env": "prod"}]
     edited = dc.message(approval.id)
     assert "deploy" in edited.history[0] and '"env": "prod"' in edited.history[0] and f"<@{w.alice}>" in edited.history[0]
