@@ -1302,16 +1302,21 @@ async def test_a_final_refused_for_its_whole_workspace_is_tried_once_not_again_a
     assert len(transport.attempt_times) == 1 and transport.final_texts() == []
 
 
+def signed_streamer(clock: FakeClock, transport: MemoryTransport, *, signed: bool) -> MessageStreamer:
+    """A streamer whose placeholder comes after 1 s, or after 10 s while another sign shows (`signed`)."""
+    limits = StreamLimits(max_chars=400, placeholder_after_s=1.0, signed_placeholder_after_s=10.0)
+    return MessageStreamer(transport, limits=limits, edit_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock),
+                           post_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock), clock=clock,
+                           sign_shown=lambda: signed)
+
+
 @pytest.mark.parametrize("signed", [False, True])
 async def test_while_another_sign_shows_the_answer_is_coming_its_placeholder_waits_longer(signed: bool) -> None:
     # Slack's thread status (or a 👀) already says "working on it": a placeholder would cost a post and turn the first
     # text into an edit, so it waits signed_placeholder_after_s instead of placeholder_after_s.
     clock = FakeClock()
     transport = MemoryTransport(clock=clock)
-    limits = StreamLimits(max_chars=400, placeholder_after_s=1.0, signed_placeholder_after_s=10.0)
-    streamer = MessageStreamer(transport, limits=limits, edit_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock),
-                               post_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock), clock=clock,
-                               sign_shown=lambda: signed)
+    streamer = signed_streamer(clock, transport, signed=signed)
 
     async def scenario() -> None:
         await streamer.start()
@@ -1332,10 +1337,7 @@ async def test_while_another_sign_shows_the_answer_is_coming_its_placeholder_wai
 async def test_past_the_signed_wait_the_placeholder_is_posted_all_the_same() -> None:
     clock = FakeClock()
     transport = MemoryTransport(clock=clock)
-    limits = StreamLimits(max_chars=400, placeholder_after_s=1.0, signed_placeholder_after_s=10.0)
-    streamer = MessageStreamer(transport, limits=limits, edit_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock),
-                               post_budget=RateBudget(capacity=10, refill_per_s=10, clock=clock), clock=clock,
-                               sign_shown=lambda: True)
+    streamer = signed_streamer(clock, transport, signed=True)
 
     async def scenario() -> None:
         await streamer.start()

@@ -382,25 +382,32 @@ async def test_slack_team_ids_naming_a_grid_org_lets_its_workspaces_ask_and_no_o
         await bot.stop()
 
 
+async def answer_with_votes(teams: Workspaces, bot: TeamsBot, openai_emulator: OpenAIEmulator, text: str) -> Any:
+    """Bruno's question in team B, answered with `text`: the answer's message once it carries its 👍/👎."""
+    slack = teams.slack
+    openai_emulator.script(Text(text))
+    question = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question to vote on")
+    await slack.deliver_event(bot.url, question, team_id=TEAM_B)
+
+    def voted_on() -> Any:
+        return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
+                     if any(b.get("type") == "context_actions" for b in m.blocks or ())), None)
+
+    assert await eventually(lambda: voted_on() is not None)
+    return voted_on()
+
+
 async def test_feedback_and_its_notes_in_team_b_go_with_team_bs_token(
     db: Database, teams: Workspaces, openai_emulator: OpenAIEmulator,
 ) -> None:
     slack = teams.slack
     bot = await start_teams_bot(db, slack, openai_emulator.base_url, feedback_buttons=True)
     try:
-        openai_emulator.script(Text("Team B's answer, to vote on."))
-        question = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question to vote on")
-        await slack.deliver_event(bot.url, question, team_id=TEAM_B)
-
-        def voted_on() -> Any:
-            return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
-                         if any(b.get("type") == "context_actions" for b in m.blocks or ())), None)
-
-        assert await eventually(lambda: voted_on() is not None)
-        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=True,
+        voted_on = await answer_with_votes(teams, bot, openai_emulator, "Team B's answer, to vote on.")
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on.ts, user=BRUNO, positive=True,
                                                                       team_id=TEAM_B))
         assert await eventually(lambda: any(e.user == BRUNO and e.channel == CHANNEL_B for e in slack.ephemerals))
-        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=False,
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on.ts, user=BRUNO, positive=False,
                                                                       team_id=TEAM_B))
         assert await eventually(lambda: len(slack.opened_views) == 1)  # the 👎 modal, opened in team B
     finally:
@@ -416,18 +423,10 @@ async def test_a_vote_naming_team_bs_answer_from_team_a_is_not_kept(
     slack = teams.slack
     bot = await start_teams_bot(db, slack, openai_emulator.base_url, feedback_buttons=True)
     try:
-        openai_emulator.script(Text("Team B's answer, not A's to vote on."))
-        question = ask(slack, teams.b, CHANNEL_B, BRUNO, "a question to vote on")
-        await slack.deliver_event(bot.url, question, team_id=TEAM_B)
-
-        def voted_on() -> Any:
-            return next((m for m in replies(slack, teams.b, CHANNEL_B, question["ts"])
-                         if any(b.get("type") == "context_actions" for b in m.blocks or ())), None)
-
-        assert await eventually(lambda: voted_on() is not None)
-        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=ALICE, positive=True,
+        voted_on = await answer_with_votes(teams, bot, openai_emulator, "Team B's answer, not A's to vote on.")
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on.ts, user=ALICE, positive=True,
                                                                       team_id=teams.a.team_id))
-        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on().ts, user=BRUNO, positive=False,
+        await slack.deliver_interaction(bot.url, slack.feedback_click(CHANNEL_B, voted_on.ts, user=BRUNO, positive=False,
                                                                       team_id=TEAM_B))
         assert await eventually(lambda: len(slack.opened_views) == 1)  # B's own 👎 went through
     finally:
