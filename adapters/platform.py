@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
+    from core.learning.ports import ChannelHistory
     from core.names import NameDirectory
     from core.ports import Installs
 
@@ -65,6 +66,9 @@ class Platform:
     emulator: str  # "module:Class" of the loopback server its tests run the real client library against
     # The CLI's names (core/names.py): its directory over its own door, None where it is not configured.
     names: Callable[[Settings], NameDirectory | None] | None = None
+    # The CLI's door to a channel's info and history when no adapter runs (`relaybot sources add-channel`), as
+    # `names` is (its `close()`, if it has one, is awaited after the command); None where the platform is not configured.
+    channel_history: Callable[[Settings], ChannelHistory | None] | None = None
     # `relaybot doctor`'s line per stored install (several workspaces installed through the platform's OAuth).
     install_checks: InstallChecks | None = None
 
