@@ -27,11 +27,43 @@ from core.store.locks import ConversationLocks
 from core.store.run_stops import RunStopStore
 from core.store.usage import UsageLog
 from core.tokens import TokenCounter, get_token_counter
-from core.tools import ApprovalPolicy, ToolExecutor, ToolRegistry, ToolServices
+from core.tools import ApprovalPolicy, ToolExecutor, ToolRegistry, ToolServices, builtin_registry
 from core.tools.approval_policy import PolicyLayer, ToolApprovals, settings_layers
 from core.tools.internal_search import INTERNAL_SEARCH
+from core.tools.read_conversation import read_conversation_tool
+from core.tools.read_url import ReadUrlConfig, read_url_tool
+from core.tools.reminders import CREATE_REMINDER
+from core.tools.sql_query import SqlQueryConfig, sql_query_tool
 
-__all__ = ["build_engine", "engine_parts"]
+__all__ = ["add_sql_query", "build_engine", "build_llm", "build_registry", "engine_parts"]
+
+
+def build_llm(settings: Settings) -> LLMClient:
+    return LLMClient(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        request_timeout_s=settings.llm_request_timeout_s,
+        idle_timeout_s=settings.llm_idle_timeout_s,
+    )
+
+
+def build_registry(settings: Settings | None = None) -> ToolRegistry:
+    # internal_search is the engine's own: it registers it when there is a retriever.
+    registry = builtin_registry()
+    registry.register(CREATE_REMINDER)
+    registry.register(read_conversation_tool() if settings is None else read_conversation_tool(
+        max_tokens=settings.read_conversation_max_tokens, counter=get_token_counter(settings.llm_model)
+    ))
+    registry.register(read_url_tool(ReadUrlConfig() if settings is None else ReadUrlConfig.from_settings(settings)))
+    return registry
+
+
+async def add_sql_query(registry: ToolRegistry, settings: Settings) -> ToolRegistry:
+    """sql_query joins the tools only when SQL_QUERY_DSN is set; the database's schema is read now, once."""
+    config = SqlQueryConfig.from_settings(settings)
+    if config is not None:
+        registry.register(await sql_query_tool(config, counter=get_token_counter(settings.llm_model)))
+    return registry
 
 
 def build_engine(

@@ -16,7 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
 from adapters.platform import Lifecycle, Platform
-from bot.engine_parts import build_engine
+# build_llm, build_registry and add_sql_query are imported from here too (doctor, tools_cli, tests).
+from bot.engine_parts import add_sql_query, build_engine, build_llm, build_registry
 from bot.jobs import expire_approvals, sync_sources
 from bot.platforms import PLATFORMS, ApiLifecycle
 from core import metrics
@@ -45,12 +46,9 @@ from core.store.run_stops import RunStopStore
 from core.store.shard_leases import ShardLeases
 from core.store.team_data import forget_team
 from core.tokens import get_token_counter
-from core.tools import ToolRegistry, ToolServices, builtin_registry
+from core.tools import ToolServices
+from core.tools.read_conversation import PlatformReaders
 from core.tools.mcp.tools import McpTools
-from core.tools.reminders import CREATE_REMINDER
-from core.tools.sql_query import SqlQueryConfig, sql_query_tool
-from core.tools.read_conversation import PlatformReaders, read_conversation_tool
-from core.tools.read_url import ReadUrlConfig, read_url_tool
 
 log = logging.getLogger(__name__)
 
@@ -66,34 +64,6 @@ MCP_STARTUP_WAIT_S = 10.0
 DRAIN_POLL_S = 0.05
 # /readyz's database check: a connection from the pool and `SELECT 1` within this (a probe waits less).
 READY_DB_TIMEOUT_S = 2.0
-
-
-def build_llm(settings: Settings) -> LLMClient:
-    return LLMClient(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key,
-        request_timeout_s=settings.llm_request_timeout_s,
-        idle_timeout_s=settings.llm_idle_timeout_s,
-    )
-
-
-def build_registry(settings: Settings | None = None) -> ToolRegistry:
-    # internal_search is the engine's own: it registers it when there is a retriever.
-    registry = builtin_registry()
-    registry.register(CREATE_REMINDER)
-    registry.register(read_conversation_tool() if settings is None else read_conversation_tool(
-        max_tokens=settings.read_conversation_max_tokens, counter=get_token_counter(settings.llm_model)
-    ))
-    registry.register(read_url_tool(ReadUrlConfig() if settings is None else ReadUrlConfig.from_settings(settings)))
-    return registry
-
-
-async def add_sql_query(registry: ToolRegistry, settings: Settings) -> ToolRegistry:
-    """sql_query joins the tools only when SQL_QUERY_DSN is set; the database's schema is read now, once."""
-    config = SqlQueryConfig.from_settings(settings)
-    if config is not None:
-        registry.register(await sql_query_tool(config, counter=get_token_counter(settings.llm_model)))
-    return registry
 
 
 def build_api(settings: Settings, engine: Engine, db: Database) -> Any:
