@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
 from core.config import Settings
 from core.platform_settings import PlatformDefaults
 from core.quota import DayLimits
-from core.requests import ConversationKey
+from core.learning.model import Audience
+from core.requests import ConversationKey, Request
 from core.retrieval.retriever import DEPLOYMENT_OWNER, SourceScope
 from core.tools.approval_policy import ALWAYS, PolicyRule, parse_rule
 from core.tools.context import ToolContext
@@ -158,6 +159,20 @@ def audiences(key: ConversationKey) -> tuple[str, ...]:
     """The grants this conversation's searches may use: its channel's, or (a DM) its workspace's DMs'.
     A DM never counts as a channel, so a source granted to a channel is not seen there."""
     return (dm_audience(key.platform, key.workspace),) if key.direct else (channel_scope(key),)
+
+
+def answer_scope(scope: SourceScope, *, sources: tuple[str, ...] | None, request: Request | None) -> SourceScope:
+    """The scope one answer searches: the channel's, narrowed by the request's sources (an API key's), never
+    widened; seen by the request's audience — where it is asked and who asks (core/learning/visibility.py). A run
+    with no request (resumed) has no audience, so it sees no learned channel."""
+    if sources is not None:
+        scope = replace(scope, only=sources if scope.only is None else tuple(n for n in scope.only if n in sources))
+    return replace(scope, audience=audience_of(request.conversation, request.user.id) if request is not None else None)
+
+
+def audience_of(key: ConversationKey, asker: str) -> Audience:
+    """Who will see an answer in this conversation: its channel's members, or (a DM, an assistant thread) the asker."""
+    return Audience(platform=key.platform, workspace=key.workspace, channel=key.channel, asker=asker, direct=key.direct)
 
 
 def source_owners(key: ConversationKey, defaults: PlatformDefaults | None = None) -> tuple[str, ...]:

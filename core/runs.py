@@ -18,7 +18,7 @@ from core import observe, wording
 from core.agents import AgentConfig, AgentDeps, AgentOutput, Finished, Paused, RunContext, UnknownAgentType, agent_class
 from core.agents.state import RunState, RunStateError
 from core.attachments import prepare_attachments
-from core.channels import ChannelConfig, ChannelResolver
+from core.channels import ChannelConfig, ChannelResolver, answer_scope
 from core.config import Settings
 from core.events import AnswerDelta, Event, Failed, RunStarted, ToolCallFinished, ToolCallStarted, Usage
 from core.history import TurnHistory, content_text
@@ -220,11 +220,7 @@ class Runs:
             client_tools, response_format, sources = request.client_tools, request.response_format, request.sources
             temperature = request.temperature if request.temperature is not None else settings.llm_temperature
             max_tokens = request.max_tokens if request.max_tokens is not None else settings.llm_max_tokens
-        scope = channel.scope if channel is not None else None
-        if scope is not None and sources is not None:
-            # A request may narrow the channel's sources (an API key's), never widen them.
-            only = sources if scope.only is None else tuple(n for n in scope.only if n in sources)
-            scope = replace(scope, only=only)
+        scope = answer_scope(channel.scope, sources=sources, request=request) if channel is not None else None
         reachable = self._deps.executor.registry.within_reach(self._needs.base_tools(), request.reaches if request else None)
         return AgentConfig(
             agent_type=agent_type,

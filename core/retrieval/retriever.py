@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
 from core.events import SourceItem
+from core.learning.model import Audience
 
 Exposure = Literal["prefetch", "agentic_tool"]
 # The owner of a source that belongs to no team: this deployment's own (sources.owner '').
@@ -21,12 +22,16 @@ class SourceScope:
     A search given no scope sees the deployment's open sources only: a caller that forgets to say where it
     searches from never sees a restricted source, nor a team's. `every_restricted` (and `owners=None`, every
     owner) are for operators' tools (the bench), never for a conversation.
+
+    A learned channel's source (kind 'channel') is seen by the visibility rule instead of its grants
+    (core/learning/visibility.py): only where everyone `audience` names can read that channel; no audience, none.
     """
 
     audiences: tuple[str, ...] = ()
     only: tuple[str, ...] | None = None
     every_restricted: bool = False
     owners: tuple[str, ...] | None = (DEPLOYMENT_OWNER,)
+    audience: Audience | None = None  # who will see the answer (Runs.config sets it from the request)
 
     def may_see(self, *, name: str, restricted: bool, granted: bool, owner: str = DEPLOYMENT_OWNER) -> bool:
         if self.owners is not None and owner not in self.owners:

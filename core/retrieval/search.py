@@ -12,6 +12,8 @@ from pgvector import Vector
 from psycopg import AsyncConnection, sql
 
 from core.events import SourceItem
+from core.learning.visibility import ChannelVisibility
+from core.learning.visibility_sources import ScopedSource, apply_rule, candidates, needs_rule, source_rows
 from core.retrieval.chunking import HEADING_PATH_SEPARATOR
 from core.retrieval.embeddings import EmbeddingError, EmbeddingProvider
 from core.retrieval.links import web_uri
@@ -151,8 +153,11 @@ class PgRetriever:
         ef_search: int = EF_SEARCH,
         fulltext_candidates: int = FULLTEXT_RANK_CANDIDATES,
         exact_scan_max_rows: int = EXACT_SCAN_MAX_ROWS,
+        visibility: ChannelVisibility | None = None,
     ) -> None:
         self.db = db
+        # The rule for learned channels' passages; without one, none is ever returned to a conversation.
+        self.visibility = visibility
         self.exact_scan_max_rows = exact_scan_max_rows
         self.embedder = embedder
         self.ef_search = ef_search
@@ -162,14 +167,14 @@ class PgRetriever:
         self._no_vectors_until = 0.0
 
     async def has_sources(self, exposure: Exposure, *, scope: SourceScope | None = None) -> bool:
+        scope = scope or OPEN_SOURCES
         async with self.db.connection() as conn:
-            rows = await _source_rows(conn, scope or OPEN_SOURCES, with_documents=True)
-        return any(
-            has_documents and source_exposure == exposure and (scope or OPEN_SOURCES).may_see(
-                name=name, restricted=restricted, granted=granted, owner=owner
-            )
-            for _, name, source_exposure, restricted, granted, has_documents, owner in rows
-        )
+            rows = candidates(await source_rows(conn, scope, with_documents=True), scope, exposure=exposure, sources=None)
+        # The same rule as search's, so internal_search is offered only where a search could find something.
+        rows = [row for row in rows if row.has_documents]
+        if needs_rule(rows, scope):
+            rows = await apply_rule(rows, scope, self.visibility)
+        return bool(rows)
 
     async def search(
         self,
@@ -244,37 +249,34 @@ class PgRetriever:
             query_vector = await self.embed_query(query)
         # Some hits are passed over by the token budget; fetch enough to still fill the limit.
         k = max(CANDIDATES_MIN, limit * CANDIDATES_PER_RESULT)
+        scope = scope or OPEN_SOURCES
         async with self.db.connection() as conn:
-            source_ids = await self._allowed_sources(conn, exposure=exposure, sources=sources, scope=scope or OPEN_SOURCES)
-            if source_ids is not None and not source_ids:
-                return []
-            rankings = []
-            if query_vector is not None and self.embedder is not None:
-                rankings.append(await self._vector_ranking(conn, query_vector, k=k, source_ids=source_ids))
-            rankings.append(await self._fulltext_ranking(conn, query, k=k, source_ids=source_ids))
-            fused = reciprocal_rank_fusion(rankings)
-            hits = await self._hits(conn, fused)
+            rows = await source_rows(conn, scope)
+            allowed = candidates(rows, scope, exposure=exposure, sources=sources)
+            if not needs_rule(allowed, scope):
+                hits = await self._ranked(conn, query, query_vector, k=k, source_ids=_filter(allowed, rows))
+                return fit_budget(hits, limit=limit, token_budget=token_budget)
+        # A learned channel is among them: the rule may ask the platform (its facts are cached), so no
+        # connection is held meanwhile; a bot that learns from no channel never gets here.
+        allowed = await apply_rule(allowed, scope, self.visibility)
+        async with self.db.connection() as conn:
+            hits = await self._ranked(conn, query, query_vector, k=k, source_ids=_filter(allowed, rows))
         return fit_budget(hits, limit=limit, token_budget=token_budget)
 
-    async def _allowed_sources(
-        self, conn: AsyncConnection, *, exposure: Exposure | None, sources: Sequence[str] | None, scope: SourceScope
-    ) -> list[int] | None:
-        """Ids of the sources to search, or None when that is every source (no filter needed).
-
-        Scoping is this id list: both branches filter by it inside their index scans (HNSW with
-        pgvector's iterative scan, so a channel granted 1% of the chunks still gets k rows), so a
-        restricted source's passage is never ranked, let alone returned, where it is not granted (nor another
-        team's source anywhere outside that team)."""
-        rows = await _source_rows(conn, scope)
-        allowed = [
-            source_id
-            for source_id, name, source_exposure, restricted, granted, _, owner in rows
-            if source_exposure != "off"
-            and (exposure is None or source_exposure == exposure)
-            and (sources is None or name in sources)
-            and scope.may_see(name=name, restricted=restricted, granted=granted, owner=owner)
-        ]
-        return None if len(allowed) == len(rows) else allowed
+    async def _ranked(
+        self, conn: AsyncConnection, query: str, query_vector: Sequence[float] | None, *, k: int,
+        source_ids: list[int] | None,
+    ) -> list[ChunkHit]:
+        """Both branches fused, filtered by source_ids inside their index scans (HNSW with pgvector's iterative
+        scan, so a channel granted 1% of the chunks still gets k rows): a passage the scope may not see is never
+        ranked, let alone returned (nor another team's source anywhere outside that team)."""
+        if source_ids is not None and not source_ids:
+            return []
+        rankings = []
+        if query_vector is not None and self.embedder is not None:
+            rankings.append(await self._vector_ranking(conn, query_vector, k=k, source_ids=source_ids))
+        rankings.append(await self._fulltext_ranking(conn, query, k=k, source_ids=source_ids))
+        return await self._hits(conn, reciprocal_rank_fusion(rankings))
 
     async def nearest_chunks(self, vector: Sequence[float], *, k: int, source_ids: list[int] | None) -> list[int]:
         """The vector branch alone: the k nearest chunk ids as search ranks them (the bench measures its recall)."""
@@ -378,16 +380,7 @@ class PgRetriever:
         return hits
 
 
-async def _source_rows(
-    conn: AsyncConnection, scope: SourceScope, *, with_documents: bool = False
-) -> list[tuple[int, str, str, bool, bool, bool, str]]:
-    """(id, name, exposure, restricted, granted to one of the scope's audiences, has documents, owner) of every
-    source."""
-    cursor = await conn.execute(
-        "SELECT s.id, s.name, s.exposure, s.restricted,"
-        " s.restricted AND EXISTS (SELECT 1 FROM source_grants g WHERE g.source_id = s.id AND g.audience = ANY(%s)),"
-        + (" EXISTS (SELECT 1 FROM documents d WHERE d.source_id = s.id)" if with_documents else " true")
-        + ", s.owner FROM sources s",
-        (list(scope.audiences),),
-    )
-    return [(int(r[0]), r[1], r[2], bool(r[3]), bool(r[4]), bool(r[5]), r[6]) for r in await cursor.fetchall()]
+
+def _filter(allowed: Sequence[ScopedSource], rows: Sequence[ScopedSource]) -> list[int] | None:
+    """Ids of the sources to search, or None when that is every source (no filter needed)."""
+    return None if len(allowed) == len(rows) else [row.id for row in allowed]
