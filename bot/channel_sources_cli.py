@@ -168,7 +168,9 @@ def _check_keep(since: int, keep: int | None) -> None:
 def _history(settings: Settings, platform: str) -> ChannelHistory:
     """The platform's door to a channel's info for this command (Platform.channel_history)."""
     entry = by_name()[platform]
-    history = entry.channel_history(settings) if entry.channel_history is not None else None
+    if entry.channel_history is None:
+        raise UsageError(f"{platform}'s channels cannot be learned from in this build")
+    history = entry.channel_history(settings)
     if history is None:
         needed = entry.settings.variables()[0]
         raise UsageError(f"{platform} is not configured here ({needed} is not set): the channel is read through "

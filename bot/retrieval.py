@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.config import Settings
+from core.learning.visibility import ChannelVisibility
 from core.redact import redact_url
 from core.retrieval.embeddings import (
     INSTALL_LOCAL_HINT,
@@ -54,9 +55,10 @@ def describe_embeddings(settings: Settings) -> str:
     return f"openai {model} at {redact_url(base_url)}{dimension}"
 
 
-async def build_retriever(settings: Settings, db: Database) -> PgRetriever:
-    """The runtime's retriever over the open database; raises EmbeddingsUnavailable with a sentence."""
-    return PgRetriever(db, embedding_provider(settings))
+async def build_retriever(settings: Settings, db: Database, *, visibility: ChannelVisibility | None = None) -> PgRetriever:
+    """The runtime's retriever over the open database, learned channels seen through `visibility` (none without it);
+    raises EmbeddingsUnavailable with a sentence."""
+    return PgRetriever(db, embedding_provider(settings), visibility=visibility)
 
 
 def fetch_policy(settings: Settings) -> FetchPolicy:
