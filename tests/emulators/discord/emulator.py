@@ -11,9 +11,10 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from tests.emulators.discord import rest_channels, rest_directory, rest_interactions
-from tests.emulators.discord.core import API_PREFIX, EmulatorCore
+from tests.emulators.discord import rest_channels, rest_directory, rest_interactions, rest_threads
+from tests.emulators.discord.core import API_PREFIX
 from tests.emulators.discord.faults import FaultKind
+from tests.emulators.discord.learning_driver import LearningDriver
 from tests.emulators.discord.gateway import snowflake_on_shard
 from tests.emulators.discord.interaction_payloads import (
     OptionValue,
@@ -53,7 +54,7 @@ BUTTON_COMPONENT = 2
 T = TypeVar("T")
 
 
-class DiscordEmulator(EmulatorCore):
+class DiscordEmulator(LearningDriver):
     """A local Discord for discord.py. Use as `async with DiscordEmulator() as dc:`.
 
     `time_scale` multiplies every window (rate limits, token lifetime, heartbeat); the 3 s
@@ -90,6 +91,7 @@ class DiscordEmulator(EmulatorCore):
         app.add_routes(rest_channels.build_routes(self, lambda: self.base_url, lambda: self.gateway_url))
         app.add_routes(rest_interactions.build_routes(self, lambda: self.base_url, ack_deadline_s=self._ack_deadline_s))
         app.add_routes(rest_directory.build_routes(self))
+        app.add_routes(rest_threads.build_routes(self))
         app.add_routes([web.get("/gateway/", self.hub.handle, name="gateway")])
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()

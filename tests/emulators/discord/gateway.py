@@ -27,8 +27,10 @@ OP_HELLO = 10
 OP_HEARTBEAT_ACK = 11
 CLOSE_AUTHENTICATION_FAILED = 4004
 CLOSE_INVALID_SHARD = 4010
+CLOSE_DISALLOWED_INTENTS = 4014
 REPLAY_BUFFER_EVENTS = 1_000
 INTENT_GUILDS = 1 << 0
+INTENT_GUILD_MEMBERS = 1 << 1
 INTENT_GUILD_MESSAGES = 1 << 9
 INTENT_DIRECT_MESSAGES = 1 << 12
 INTENT_MESSAGE_CONTENT = 1 << 15
@@ -146,6 +148,10 @@ class GatewayHub:
     async def _identify(self, ws: web.WebSocketResponse, data: JSONDict) -> GatewaySession | None:
         if data.get("token") not in (self._world.bot_token, f"Bot {self._world.bot_token}"):
             await ws.close(code=CLOSE_AUTHENTICATION_FAILED, message=b"Authentication failed.")
+            return None
+        if int(data.get("intents", 0)) & INTENT_MESSAGE_CONTENT and not self._world.message_content_portal:
+            # Discord: a privileged intent the Developer Portal has not turned on.
+            await ws.close(code=CLOSE_DISALLOWED_INTENTS, message=b"Disallowed intent(s).")
             return None
         shard = _shard_in(data.get("shard"))
         if shard is None:

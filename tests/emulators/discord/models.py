@@ -11,6 +11,8 @@ DISCORD_EPOCH_MS = 1_420_070_400_000
 TEXT_CHANNEL_TYPE = 0
 DM_CHANNEL_TYPE = 1
 PUBLIC_THREAD_TYPE = 11
+PRIVATE_THREAD_TYPE = 12
+THREAD_TYPES = frozenset({PUBLIC_THREAD_TYPE, PRIVATE_THREAD_TYPE})
 EPHEMERAL_FLAG = 64
 LOADING_FLAG = 128
 
@@ -23,6 +25,10 @@ class SnowflakeFactory:
     def __init__(self) -> None:
         self._counter = itertools.count()
         self._last = 0
+
+    def at(self, timestamp: float) -> int:
+        """A snowflake of a past moment (a message back-dated by a test): its time bits say when."""
+        return ((int(timestamp * 1000) - DISCORD_EPOCH_MS) << 22) | (next(self._counter) & 0xFFF)
 
     def next(self) -> int:
         now_ms = int(time.time() * 1000) - DISCORD_EPOCH_MS
@@ -102,6 +108,11 @@ class Channel:
     recipient_id: int | None = None
     last_message_id: int | None = None
     threads_allowed: bool = True  # False: the bot lacks Create Public Threads here (403)
+    # Permission overwrites as Discord sends them: {"id", "type" (0 role, 1 member), "allow", "deny"} (strings).
+    overwrites: list[JSONDict] = field(default_factory=list)
+    archived: bool = False  # a thread's thread_metadata.archived
+    archive_timestamp: float = 0.0  # when a thread was archived (or last changed its archived state), epoch seconds
+    created_at: float = 0.0  # a thread's thread_metadata.create_timestamp, epoch seconds
 
 
 @dataclass(frozen=True, kw_only=True)

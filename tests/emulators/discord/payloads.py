@@ -7,6 +7,7 @@ import datetime
 from tests.emulators.discord.models import (
     DM_CHANNEL_TYPE,
     PUBLIC_THREAD_TYPE,
+    THREAD_TYPES,
     Channel,
     JSONDict,
     StoredMessage,
@@ -100,7 +101,8 @@ def channel_payload(world: World, channel: Channel) -> JSONDict:
         "parent_id": _str_or_none(channel.parent_id),
         "flags": 0,
     }
-    if channel.type == PUBLIC_THREAD_TYPE:
+    if channel.type in THREAD_TYPES:
+        # Discord's message_count leaves out the message the thread was started on (which is in the parent).
         count = len(world.channel_messages(channel.id))
         payload.update(
             owner_id=_str_or_none(channel.owner_id),
@@ -108,21 +110,33 @@ def channel_payload(world: World, channel: Channel) -> JSONDict:
             total_message_sent=count,
             member_count=1,
             thread_metadata={
-                "archived": False,
+                "archived": channel.archived,
                 "auto_archive_duration": THREAD_AUTO_ARCHIVE_MINUTES,
-                "archive_timestamp": iso(0),
+                "archive_timestamp": iso(channel.archive_timestamp),
                 "locked": False,
-                "create_timestamp": iso(0),
+                "create_timestamp": iso(channel.created_at),
             },
         )
     return payload
 
 
 def _bot_overwrites(world: World, channel: Channel) -> list[JSONDict]:
-    """A member overwrite denying the bot Send Messages where it is muted (what permissions_for reads)."""
-    if channel.id not in world.bot_muted_channels:
-        return []
-    return [{"id": str(world.bot_user_id), "type": 1, "allow": "0", "deny": str(SEND_MESSAGES_PERMISSION)}]
+    """The channel's overwrites, and a member overwrite denying the bot Send Messages where it is muted (what
+    permissions_for reads). A thread has none: its parent's count."""
+    overwrites = [dict(o) for o in channel.overwrites]
+    if channel.id in world.bot_muted_channels:
+        overwrites.append({"id": str(world.bot_user_id), "type": 1, "allow": "0", "deny": str(SEND_MESSAGES_PERMISSION)})
+    return overwrites
+
+
+def blanked_for_bot(world: World, message: StoredMessage, payload: JSONDict, *, intent: bool) -> JSONDict:
+    """Without the Message Content intent Discord blanks a guild message's text, embeds, attachments and components,
+    unless it mentions the bot or is the bot's own (REST and the gateway alike)."""
+    if intent or message.guild_id is None or message.author_id == world.bot_user_id:
+        return payload
+    if world.bot_user_id in message.mention_user_ids:
+        return payload
+    return {**payload, "content": "", "embeds": [], "attachments": [], "components": []}
 
 
 def guild_create_payload(world: World, guild_id: int) -> JSONDict:
@@ -211,6 +225,10 @@ def message_payload(world: World, message: StoredMessage, *, for_gateway: bool =
         payload["message_reference"] = message.message_reference
         referenced = world.messages.get(int(message.message_reference.get("message_id") or 0))
         payload["referenced_message"] = message_payload(world, referenced) if referenced else None
+    thread = world.channels.get(message.id)
+    if thread is not None and thread.type in THREAD_TYPES:
+        # A message that started a thread carries the thread (Discord's `thread` field), its message_count with it.
+        payload["thread"] = channel_payload(world, thread)
     if message.interaction_id is not None:
         interaction = world.interactions[message.interaction_id]
         payload["interaction_metadata"] = {

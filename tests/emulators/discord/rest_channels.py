@@ -11,7 +11,8 @@ from aiohttp import web
 from tests.emulators.discord.core import API_PREFIX, EmulatorCore, error_response, json_response
 from tests.emulators.discord.limits import EMPTY_MESSAGE_CODE, invalid_form_body, is_empty_message, message_body_errors
 from tests.emulators.discord.models import DM_CHANNEL_TYPE, PUBLIC_THREAD_TYPE, Channel, JSONDict, StoredMessage
-from tests.emulators.discord.payloads import channel_payload, member_payload, message_payload, user_payload
+from tests.emulators.discord.payloads import (blanked_for_bot, channel_payload, member_payload, message_payload,
+                                               user_payload)
 
 MAX_HISTORY_LIMIT = 100
 UNKNOWN_CHANNEL_CODE = 10003
@@ -22,6 +23,7 @@ UNKNOWN_GUILD_CODE = 10004
 UNKNOWN_MEMBER_CODE = 10007
 MISSING_PERMISSIONS_CODE = 50013
 MISSING_ACCESS_CODE = 50001
+GATEWAY_MESSAGE_CONTENT_LIMITED = 1 << 18
 
 
 async def read_message_body(core: EmulatorCore, request: web.Request, base_url: str) -> tuple[JSONDict, list[JSONDict]]:
@@ -102,7 +104,8 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
                 "bot_public": True,
                 "bot_require_code_grant": False,
                 "verify_key": "0" * 64,
-                "flags": 0,
+                # GATEWAY_MESSAGE_CONTENT_LIMITED: the intent is on in the Developer Portal (a bot in under 100 servers).
+                "flags": GATEWAY_MESSAGE_CONTENT_LIMITED if world.message_content_portal else 0,
                 "owner": user_payload(world, world.bot_user_id),
                 "team": None,
                 "bot": user_payload(world, world.bot_user_id),
@@ -160,9 +163,12 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         await core.edit_message(message, body)
         return json_response(message_payload(world, message))
 
+    def as_read(message: StoredMessage) -> JSONDict:
+        return blanked_for_bot(world, message, message_payload(world, message), intent=world.message_content_portal)
+
     async def get_message(request: web.Request) -> web.Response:
         message = message_or_404(request)
-        return message if isinstance(message, web.Response) else json_response(message_payload(world, message))
+        return message if isinstance(message, web.Response) else json_response(as_read(message))
 
     async def delete_message(request: web.Request) -> web.Response:
         message = message_or_404(request)
@@ -179,7 +185,12 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
         channel = channel_or_404(request)
         if isinstance(channel, web.Response):
             return channel
-        limit = min(int(request.query.get("limit", "50")), MAX_HISTORY_LIMIT)
+        limit = int(request.query.get("limit", "50"))
+        if not 1 <= limit <= MAX_HISTORY_LIMIT:
+            errors = {"limit": {"_errors": [{"code": "NUMBER_TYPE_MAX", "message": "int value should be less than or equal to 100."}]}}
+            return json_response(invalid_form_body(errors), status=400)
+        if not world.bot_may_read_history(channel.id):
+            return json_response([])  # Discord: without Read Message History, no messages
         newest_first = sorted(world.channel_messages(channel.id), key=lambda m: m.id, reverse=True)
         visible = [m for m in newest_first if not m.ephemeral]
         if "around" in request.query:
@@ -192,7 +203,7 @@ def build_routes(core: EmulatorCore, base_url: Callable[[], str], gateway_url: C
             visible = [m for m in visible if m.id < int(request.query["before"])]
         if "after" in request.query:
             visible = [m for m in visible if m.id > int(request.query["after"])][-limit:]
-        return json_response([message_payload(world, m) for m in visible[:limit]])
+        return json_response([as_read(m) for m in visible[:limit]])
 
     async def create_thread_from_message(request: web.Request) -> web.Response:
         message = message_or_404(request)

@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from tests.emulators.discord.models import (
+    THREAD_TYPES,
     Channel,
     Guild,
     Interaction,
@@ -71,6 +72,10 @@ class World:
     # bots; the emulator does not enforce it).
     max_concurrency: int = 1
     bot_user_id: int = 0
+    # The Message Content intent as the Developer Portal sets it for the application: off, REST and the gateway
+    # blank the text of guild messages that neither mention the bot nor are its own, and an IDENTIFY asking for
+    # the intent is closed with 4014 (Disallowed intent(s)).
+    message_content_portal: bool = True
 
     def __post_init__(self) -> None:
         self.bot_user_id = self.ids.next()
@@ -98,13 +103,39 @@ class World:
         return ALL_PERMISSIONS if permissions & ADMINISTRATOR_PERMISSION else permissions
 
     def channel_permissions(self, guild_id: int, channel_id: int, user_id: int) -> int:
-        """The member's permissions in one channel: the guild's, less VIEW_CHANNEL where it is hidden from them."""
+        """The member's permissions in one channel: the guild's, then the channel's overwrites (a thread: its
+        parent's) in Discord's order, less VIEW_CHANNEL where a test hid it from them."""
         permissions = self.member_permissions(guild_id, user_id)
         channel = self.channels.get(channel_id)
         hidden = {channel_id} | ({channel.parent_id} if channel is not None and channel.parent_id else set())
-        if permissions != ALL_PERMISSIONS and any(user_id in self.hidden_channels.get(c, ()) for c in hidden):
+        if permissions == ALL_PERMISSIONS:
+            return permissions
+        if any(user_id in self.hidden_channels.get(c, ()) for c in hidden):
             permissions &= ~VIEW_CHANNEL_PERMISSION
-        return permissions
+        where = self.channels.get(channel.parent_id) if channel is not None and channel.parent_id else channel
+        if where is None or not where.overwrites:
+            return permissions
+        permissions = self._overwritten(guild_id, where, user_id, permissions)
+        # Discord's implicit denial: without View Channel nothing else in the channel counts.
+        return permissions if permissions & VIEW_CHANNEL_PERMISSION else 0
+
+    def _overwritten(self, guild_id: int, channel: Channel, user_id: int, permissions: int) -> int:
+        by_target = {(int(o.get("type") or 0), int(o["id"])): o for o in channel.overwrites}
+
+        def apply(value: int, overwrite: JSONDict | None) -> int:
+            if overwrite is None:
+                return value
+            return (value & ~int(overwrite.get("deny") or 0)) | int(overwrite.get("allow") or 0)
+
+        permissions = apply(permissions, by_target.get((0, guild_id)))
+        allow = deny = 0
+        for role_id in self.member_role_ids(guild_id, user_id):
+            overwrite = by_target.get((0, role_id))
+            if overwrite is not None:
+                allow |= int(overwrite.get("allow") or 0)
+                deny |= int(overwrite.get("deny") or 0)
+        permissions = (permissions & ~deny) | allow
+        return apply(permissions, by_target.get((1, user_id)))
 
     def bot_may_read(self, channel_id: int) -> bool:
         """Whether the bot may view and read a channel (a thread: its parent too)."""
@@ -112,7 +143,18 @@ class World:
         parent = channel.parent_id if channel is not None else None
         if channel is not None and channel.guild_id in self.guilds_without_bot:
             return False
+        if channel is not None and channel.guild_id is not None and not (
+            self.channel_permissions(channel.guild_id, channel_id, self.bot_user_id) & VIEW_CHANNEL_PERMISSION
+        ):
+            return False
         return channel_id not in self.bot_hidden_channels and parent not in self.bot_hidden_channels
+
+    def bot_may_read_history(self, channel_id: int) -> bool:
+        """Read Message History: without it Discord answers a channel's history with no messages."""
+        channel = self.channels.get(channel_id)
+        if channel is None or channel.guild_id is None:
+            return True
+        return bool(self.channel_permissions(channel.guild_id, channel_id, self.bot_user_id) & READ_MESSAGE_HISTORY_PERMISSION)
 
     def bot_may_send(self, channel_id: int) -> bool:
         """Whether the bot may post in a channel: it may read it, and Send Messages is not denied it there."""
@@ -136,7 +178,8 @@ class World:
         return user_id in guild.member_ids or user_id in (self.bot_user_id, guild.owner_id)
 
     def guild_threads(self, guild_id: int) -> list[Channel]:
-        return [c for c in self.channels.values() if c.guild_id == guild_id and c.type == 11]
+        """The guild's active threads (what GUILD_CREATE and GET /guilds/{id}/threads/active list)."""
+        return [c for c in self.channels.values() if c.guild_id == guild_id and c.type in THREAD_TYPES and not c.archived]
 
     def channel_messages(self, channel_id: int) -> list[StoredMessage]:
         return [m for m in self.messages.values() if m.channel_id == channel_id and not m.deleted]
