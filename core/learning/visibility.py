@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from core.api_access import API_PLATFORM
 from core.learning.model import Audience, ChannelPlace, Place
 from core.learning.ports import ChannelFacts
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-# At most this many `place` reads at once for one search (the facts cache them; a cold cache queues on the door).
-PLACE_READS_AT_ONCE = 8
+# A search waits at most this long for the platform's facts (a cold cache reads them through the paced door);
+# what is not known by then is left out of that answer, and the reads made so far stay cached for the next.
+FACTS_DEADLINE_S = 5.0
 
 
 class ChannelVisibility:
@@ -25,11 +29,13 @@ class ChannelVisibility:
     - A channel C: C's own passages; other channels' only when C has no guests, is not shared and is not a DM,
       and the other channel is public and not shared — never a private channel into a channel whose members differ.
     - The HTTP API (no facts): only the channels granted to the key.
-    A facts call that fails leaves that channel out (fail closed), logged once per search with the reason.
+    A facts call that fails, or is not back within the search's deadline, leaves its channels out (fail closed),
+    logged once per search with the reason.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, deadline_s: float = FACTS_DEADLINE_S) -> None:
         self._facts: dict[str, ChannelFacts] = {}
+        self._deadline_s = deadline_s
 
     def attach(self, platform: str, facts: ChannelFacts) -> None:
         self._facts[platform] = facts
@@ -46,64 +52,77 @@ class ChannelVisibility:
         ours = [p for p in places if p.platform == audience.platform and p.workspace == audience.workspace]
         if not ours:
             return frozenset()
-        failures: list[str] = []
+        reading = _Reading(deadline=asyncio.get_running_loop().time() + self._deadline_s, deadline_s=self._deadline_s)
         try:
             if audience.direct:
-                return await self._for_asker(audience, ours, failures)
-            return await self._in_channel(audience, ours, failures)
+                return await self._for_asker(audience, ours, reading)
+            return await self._in_channel(audience, ours, reading)
         finally:
-            if failures:
-                log.warning("%d learned channel(s) left out of an answer in %s:%s: %s", len(failures),
-                            audience.platform, audience.workspace, failures[0])
+            if reading.left_out:
+                log.warning("%d learned channel(s) left out of an answer in %s:%s: %s", reading.left_out,
+                            audience.platform, audience.workspace, reading.reason)
 
-    async def _for_asker(self, audience: Audience, ours: list[ChannelPlace], failures: list[str]) -> frozenset[str]:
+    async def _for_asker(self, audience: Audience, ours: list[ChannelPlace], reading: _Reading) -> frozenset[str]:
         facts = self._facts.get(audience.platform)
         if facts is None:
-            failures.extend([f"no facts for platform {audience.platform!r}"] * len(ours))
+            reading.note(len(ours), f"no facts for platform {audience.platform!r}")
             return frozenset()
         channels = sorted({place.channel for place in ours})
-        try:
-            can_read = await facts.readable_by(audience.workspace, audience.asker, channels)
-        except Exception as error:  # fail closed: any failure of the platform's answer
-            failures.extend([f"readable_by failed: {_reason(error)}"] * len(ours))
+        can_read = await reading.ask(facts.readable_by(audience.workspace, audience.asker, channels), "readable_by",
+                                     leaves_out=len(ours))
+        if can_read is None:
             return frozenset()
         return frozenset(place.key for place in ours if place.channel in can_read)
 
-    async def _in_channel(self, audience: Audience, ours: list[ChannelPlace], failures: list[str]) -> frozenset[str]:
+    async def _in_channel(self, audience: Audience, ours: list[ChannelPlace], reading: _Reading) -> frozenset[str]:
         own = frozenset(place.key for place in ours if place.channel == audience.channel)
         others = [place for place in ours if place.channel != audience.channel]
         if not others:
             return own
         facts = self._facts.get(audience.platform)
         if facts is None:
-            failures.extend([f"no facts for platform {audience.platform!r}"] * len(others))
+            reading.note(len(others), f"no facts for platform {audience.platform!r}")
             return own
-        try:
-            here = await facts.place(audience.workspace, audience.channel)
-        except Exception as error:  # fail closed: the answering channel's members are not known
-            failures.extend([f"place of the answering channel failed: {_reason(error)}"] * len(others))
+        here = await reading.ask(facts.place(audience.workspace, audience.channel), "place of the answering channel",
+                                 leaves_out=len(others))
+        if here is None:
             return own
         if here.has_guests or here.shared or here.direct:
             return own
-        found = await self._places(facts, audience.workspace, others, failures)
-        return own | frozenset(key for key, there in found.items() if there.public and not there.shared and not there.direct)
+        seen = set(own)
+        # One after another: warm, the facts answer from memory (a task each would cost more than the read);
+        # cold, the platform's door paces the reads anyway. Past the deadline only cached answers come back.
+        for place in others:
+            there = await reading.ask(facts.place(audience.workspace, place.channel), f"place of {place.key}")
+            if there is not None and there.public and not there.shared and not there.direct:
+                seen.add(place.key)
+        return frozenset(seen)
 
-    async def _places(
-        self, facts: ChannelFacts, workspace: str, places: list[ChannelPlace], failures: list[str]
-    ) -> dict[str, Place]:
-        gate = asyncio.Semaphore(PLACE_READS_AT_ONCE)
 
-        async def read(place: ChannelPlace) -> Place | None:
-            async with gate:
-                try:
-                    return await facts.place(workspace, place.channel)
-                except Exception as error:  # fail closed: that channel alone is left out
-                    failures.append(f"place of {place.key} failed: {_reason(error)}")
-                    return None
+@dataclass
+class _Reading:
+    """One search's reads of the facts: one deadline for them all, and why channels were left out."""
 
-        read_places = await asyncio.gather(*(read(place) for place in places))
-        return {place.key: there for place, there in zip(places, read_places) if there is not None}
+    deadline: float
+    deadline_s: float
+    left_out: int = 0
+    reason: str = ""  # the first
 
+    async def ask(self, call: Awaitable[T], what: str, *, leaves_out: int = 1) -> T | None:
+        """The call's answer, or None when it fails or is not back by the deadline (fail closed: `leaves_out`
+        channels are left out, noted)."""
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                return await call
+        except TimeoutError:
+            self.note(leaves_out, f"{what}: no answer from the platform within {self.deadline_s:g} s")
+        except Exception as error:  # any failure of the platform's answer
+            self.note(leaves_out, f"{what} failed: {_reason(error)}")
+        return None
+
+    def note(self, count: int, reason: str) -> None:
+        self.left_out += count
+        self.reason = self.reason or reason
 
 def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"[:300]

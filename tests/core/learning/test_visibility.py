@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,15 +32,20 @@ class Workspace:
 class ModelFacts:
     """ChannelFacts over a Workspace (the port the platforms implement); counts its calls, fails where told."""
 
-    def __init__(self, world: Workspace, *, failing: Sequence[str] = (), readers_fail: bool = False) -> None:
+    def __init__(self, world: Workspace, *, failing: Sequence[str] = (), readers_fail: bool = False,
+                 hanging: Sequence[str] = (), readers_hang: bool = False) -> None:
         self.world = world
         self.failing = set(failing)
         self.readers_fail = readers_fail
+        self.hanging = set(hanging)  # never answered: a platform call stuck behind its door
+        self.readers_hang = readers_hang
         self.place_calls: list[str] = []
         self.readable_calls: list[tuple[str, tuple[str, ...]]] = []
 
     async def place(self, workspace: str, channel: str) -> Place:
         self.place_calls.append(channel)
+        if channel in self.hanging:
+            await asyncio.Event().wait()
         if channel in self.failing:
             raise RuntimeError(f"channel_not_found for {channel}")
         found = self.world.channels[(workspace, channel)]
@@ -48,6 +54,8 @@ class ModelFacts:
 
     async def readable_by(self, workspace: str, user: str, channels: Sequence[str]) -> frozenset[str]:
         self.readable_calls.append((user, tuple(channels)))
+        if self.readers_hang:
+            await asyncio.Event().wait()
         if self.readers_fail:
             raise RuntimeError("ratelimited")
         return frozenset(c for c in channels if user in self.world.channels[(workspace, c)].members
@@ -207,3 +215,18 @@ async def test_a_platform_with_no_facts_attached_fails_closed() -> None:
 async def test_a_dm_never_counts_as_a_channel_without_guests(rule: ChannelVisibility) -> None:
     # An audience that names a DM's channel without saying direct is asked in that DM: only its own.
     assert await rule.readable(in_channel("D1"), places(*ALL)) == frozenset()
+
+
+async def test_facts_not_back_by_the_deadline_leave_their_channels_out_and_the_rest_still_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rule = ChannelVisibility(deadline_s=0.05)
+    rule.attach("slack", ModelFacts(world(), hanging=["GENERAL"]))
+    with caplog.at_level(logging.WARNING, logger="core.learning.visibility"):
+        # GENERAL's read is stuck; WITHGUEST, asked after the deadline, answers from memory all the same.
+        assert await rule.readable(in_channel("RANDOM"), places("GENERAL", "WITHGUEST", "RANDOM")) == {
+            key("RANDOM"), key("WITHGUEST")}
+    assert "no answer from the platform within 0.05 s" in caplog.records[0].getMessage()
+    stuck = ChannelVisibility(deadline_s=0.05)
+    stuck.attach("slack", ModelFacts(world(), readers_hang=True))
+    assert await stuck.readable(direct("U1"), places(*ALL)) == frozenset()
