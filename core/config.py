@@ -138,6 +138,13 @@ class Settings(BaseSettings):
     retrieval_doc_tokens: int = Field(default=2000, ge=0)
     # Tokens read_conversation may return (newest messages kept); the agent caps any tool result at 2000.
     read_conversation_max_tokens: int = Field(default=1500, ge=100, le=2000)
+    # Learning from channels (core/learning/): how far back a chosen channel is read when none is given, the recent
+    # window re-read after a restart for edits and deletes, the most channel messages outside threads one document
+    # holds (a stretch is also cut at each UTC day), and how long a platform's "who can read this" is believed.
+    learn_since_days: int = Field(default=90, ge=1)
+    learn_rescan_days: int = Field(default=7, ge=1)
+    learn_stretch_messages: int = Field(default=50, ge=1)
+    learn_members_cache_s: float = Field(default=300.0, gt=0)
 
     # Embeddings
     embedding_provider: EmbeddingProviderName = "local"
