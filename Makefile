@@ -53,7 +53,7 @@ run: install
 	$(VENV)/bin/relaybot run
 
 test: $(TEST_STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=25
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --durations=25
 
 bench: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench.engine_overhead
