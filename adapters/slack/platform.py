@@ -12,6 +12,7 @@ from core.config import Settings
 from .settings import SlackSettings
 
 if TYPE_CHECKING:
+    from core.learning.ports import ChannelHistory
     from core.ports import Installs
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
@@ -81,8 +82,14 @@ def build_names(settings: Settings) -> NameDirectory | None:
     return slack_names(settings)
 
 
+def build_channel_history(settings: Settings) -> ChannelHistory | None:
+    from .channel_history import cli_channel_history  # slack_sdk only when a command reads a channel
+
+    return cli_channel_history(settings)
+
+
 SLACK = Platform(
     name=SlackSettings.platform, settings=SlackSettings, adapter=build_adapter, doctor=doctor_line,
     workspace_word="TEAM", emulator="tests.emulators.slack:SlackEmulator", names=build_names,
-    install_checks=install_checks,
+    install_checks=install_checks, channel_history=build_channel_history,
 )

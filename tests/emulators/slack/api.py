@@ -95,8 +95,6 @@ class WebApi:
             "auth.test": self.auth_test,
             "users.info": self.users_info,
             "bots.info": self.bots_info,
-            "conversations.info": self.conversations_info,
-            "conversations.members": self.conversations_members,
             "chat.postMessage": self.chat_post_message,
             "chat.update": self.chat_update,
             "chat.postEphemeral": self.chat_post_ephemeral,
@@ -108,7 +106,8 @@ class WebApi:
             "reactions.remove": self.reactions_remove,
             "files.info": self.files_info,
         }
-        # Native streams, assistant threads and the Home tab (app_surfaces.py) are added by the server.
+        # Native streams, assistant threads and the Home tab (app_surfaces.py), conversations.info / members and
+        # users.conversations (conversations.py) are added by the server.
 
     def _channel(self, team: Team, params: JsonDict, *, key: str = "channel") -> Channel | None:
         channel_id = params.get(key)
@@ -147,9 +146,11 @@ class WebApi:
                 "is_admin": user.is_admin,
                 "is_owner": user.is_owner,
                 "is_primary_owner": False,
-                "is_restricted": False,
+                "is_restricted": user.is_restricted or user.is_ultra_restricted,
+                "is_ultra_restricted": user.is_ultra_restricted,
                 "tz": "Europe/London",
-                "profile": {"real_name": user.real_name, "display_name": user.name, "team": user.team_id},
+                "profile": {"real_name": user.real_name, "display_name": user.name if user.display_name is None
+                            else user.display_name, "team": user.team_id},
             },
         }
 
@@ -162,26 +163,6 @@ class WebApi:
             "bot": {"id": bot.bot_id, "deleted": False, "name": "relaybot", "updated": int(time.time()),
                     "app_id": bot.app_id, "user_id": bot.bot_user_id, "icons": {}},
         }
-
-    async def conversations_info(self, team: Team, params: JsonDict) -> JsonDict:
-        channel = self._channel(team, params)
-        if channel is None:
-            return error("channel_not_found")
-        cid = channel.channel_id
-        private = cid.startswith("G") or cid in self._store.private_members
-        info: JsonDict = {"id": cid, "name": cid.lower(), "is_im": cid.startswith("D"), "is_channel": cid.startswith("C"),
-                          "is_private": private}
-        if cid in self._store.dm_users:
-            info["user"] = self._store.dm_users[cid]
-        return {"ok": True, "channel": info}
-
-    async def conversations_members(self, team: Team, params: JsonDict) -> JsonDict:
-        """Only private channels' members are tracked (set_private_members); one page, sorted."""
-        channel = self._channel(team, params)
-        if channel is None:
-            return error("channel_not_found")
-        members = sorted(self._store.private_members.get(channel.channel_id, set()))
-        return {"ok": True, "members": members, "response_metadata": {"next_cursor": ""}}
 
     # --- messages ---
     async def chat_post_message(self, team: Team, params: JsonDict) -> JsonDict:
@@ -319,8 +300,7 @@ class WebApi:
             return error("thread_not_found")
         page, next_cursor = _page(self._store.thread(channel, root), self._capped(params, DEFAULT_REPLIES_LIMIT),
                                   DEFAULT_REPLIES_LIMIT)
-        messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
-                    for m in page]
+        messages = [self._listed(channel, m, params) for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
                 "response_metadata": {"next_cursor": next_cursor}}
 
@@ -332,10 +312,14 @@ class WebApi:
             return error("not_in_channel")
         newest_first = list(reversed(self._store.top_level(channel)))
         page, next_cursor = _page(newest_first, self._capped(params, DEFAULT_HISTORY_LIMIT), DEFAULT_HISTORY_LIMIT)
-        messages = [m.to_api(reply_count=self._store.reply_count(channel, m), include_metadata=_asks_metadata(params))
-                    for m in page]
+        messages = [self._listed(channel, m, params) for m in page]
         return {"ok": True, "messages": messages, "has_more": bool(next_cursor),
                 "response_metadata": {"next_cursor": next_cursor}}
+
+    def _listed(self, channel: Channel, record: MessageRecord, params: JsonDict) -> JsonDict:
+        """A message as history and replies list it: a root with its reply_count and latest_reply."""
+        return record.to_api(reply_count=self._store.reply_count(channel, record), include_metadata=_asks_metadata(params),
+                             latest_reply=self._store.latest_reply(channel, record))
 
     # --- reactions ---
     def _reacted_message(self, team: Team, params: JsonDict, method: str) -> MessageRecord | JsonDict:

@@ -49,6 +49,13 @@ DEFAULT_LIMITS: dict[str, MethodLimit] = {
     # Listing a workspace's channels and people: Tier 2 (20+ a minute).
     "conversations.list": MethodLimit(calls=20, window_s=60.0, burst=5),
     "users.list": MethodLimit(calls=20, window_s=60.0, burst=5),
+    # What learning from channels reads: conversations.info and users.conversations Tier 3, conversations.members,
+    # users.info and chat.getPermalink Tier 4.
+    "conversations.info": MethodLimit(calls=50, window_s=60.0, burst=20),
+    "users.conversations": MethodLimit(calls=50, window_s=60.0, burst=20),
+    "conversations.members": MethodLimit(calls=100, window_s=60.0, burst=20),
+    "users.info": MethodLimit(calls=100, window_s=60.0, burst=50),
+    "chat.getPermalink": MethodLimit(calls=100, window_s=60.0, burst=20),
 }
 # Everything else: generous, so tests are never throttled by incidental calls.
 GENEROUS_LIMIT = MethodLimit(calls=1000, window_s=60.0, burst=200)

@@ -17,6 +17,8 @@ from aiohttp import web
 from . import events
 from .api import WebApi, error
 from .app_surfaces import AppSurfaces
+from .channel_changes import ChannelChanges
+from .conversations import Conversations
 from .directory import Directory
 from .modals import Modals, OpenedView
 from .oauth import OAUTH_METHODS, SlackOAuth
@@ -113,6 +115,10 @@ class SlackEmulator:
         self._api.handlers.update(self._response_urls.handlers())
         self._directory = Directory(self._store)
         self._api.handlers.update(self._directory.handlers())
+        # Who is in which channel (info, members, users.conversations), and what people do to channels and messages.
+        self._conversations = Conversations(self._store, self._directory)
+        self._api.handlers.update(self._conversations.handlers())
+        self._changes = ChannelChanges(self._store, self._directory, self._conversations)
         # "Add to Slack": the consent page, oauth.v2.access (rotation, org-wide installs), auth.revoke, uninstalls.
         self.oauth = SlackOAuth(self._store, app_id=app_id)
         self._limiter = RateLimiter(time_scale=time_scale, limits=self.limits)
@@ -215,14 +221,20 @@ class SlackEmulator:
         return self._store.teams[team_id or self.team_id]
 
     def add_user(self, user_id: str, *, name: str | None = None, real_name: str | None = None,
-                 team_id: str | None = None) -> User:
-        return self._store.add_user(user_id=user_id, team_id=team_id or self.team_id, name=name,
-                                    real_name=real_name)
+                 team_id: str | None = None, display_name: str | None = None, guest: str | None = None) -> User:
+        """A person; `display_name` as their profile shows it; `guest` "multi" (is_restricted) or "single"
+        (is_ultra_restricted too) for a guest account."""
+        user = self._store.add_user(user_id=user_id, team_id=team_id or self.team_id, name=name, real_name=real_name)
+        user = replace(user, display_name=display_name, is_restricted=guest is not None,
+                       is_ultra_restricted=guest == "single")
+        self._store.users[user_id] = user
+        return user
 
     # --- test input ---
     def add_user_message(self, channel: str, text: str, user: str, thread_ts: str | None = None, *,
-                         files: list[JsonDict] | None = None, team_id: str | None = None) -> str:
-        """Records a message a person wrote (registering the user if new); returns its ts."""
+                         files: list[JsonDict] | None = None, team_id: str | None = None, at: float | None = None) -> str:
+        """Records a message a person wrote (registering the user if new); returns its ts. `at` (epoch seconds):
+        written then, in the channel's past (its ts near it), for tests of history."""
         team = team_id or self.team_id
         if user not in self._store.users:
             self._store.add_user(user_id=user, team_id=team, name=None, real_name=None)
@@ -233,10 +245,10 @@ class SlackEmulator:
         if thread_ts is not None and root is None:
             raise ValueError(f"no thread {thread_ts} in {channel}")
         return self._store.post(found, text=text, blocks=None, thread_ts=root, user=user, bot_id=None,
-                                files=files).ts
+                                files=files, at=at).ts
 
     def add_bot_message(self, channel: str, text: str, *, bot_id: str, username: str | None = None,
-                        thread_ts: str | None = None, team_id: str | None = None) -> str:
+                        thread_ts: str | None = None, team_id: str | None = None, at: float | None = None) -> str:
         """Records a message of another app, bot or incoming webhook (subtype `bot_message`, a
         `bot_id`, no user); returns its ts."""
         team = team_id or self.team_id
@@ -246,7 +258,7 @@ class SlackEmulator:
         root = self._store.thread_root_ts(found, thread_ts) if thread_ts is not None else None
         if thread_ts is not None and root is None:
             raise ValueError(f"no thread {thread_ts} in {channel}")
-        record = self._store.post(found, text=text, blocks=None, thread_ts=root, user=None, bot_id=bot_id)
+        record = self._store.post(found, text=text, blocks=None, thread_ts=root, user=None, bot_id=bot_id, at=at)
         record.subtype, record.username = "bot_message", username
         return record.ts
 
@@ -267,17 +279,76 @@ class SlackEmulator:
             Fault(error=error, http_status=status, times=times, retry_after_s=retry_after_s))
 
     def add_channel(self, channel: str, *, name: str, private: bool = False, members: list[str] | None = None,
-                    archived: bool = False, team_id: str | None = None) -> str:
-        """A channel with a name (conversations.list lists it by that name); private with `members` (the bot is
-        a member unless remove_bot_from says otherwise). Returns its id."""
+                    archived: bool = False, team_id: str | None = None, shared: str | None = None,
+                    mpim: bool = False) -> str:
+        """A channel with a name (conversations.list lists it by that name) and its people `members` (the bot is
+        a member unless remove_bot_from says otherwise); private, or a group DM (`mpim`, a G… id); `shared`
+        "external" (Slack Connect, is_ext_shared) or "org" (is_org_shared). Returns its id."""
         if self._store.channel(channel, team_id=team_id or self.team_id, create=True) is None:
             raise ValueError(f"channel {channel!r} does not belong to team {team_id or self.team_id}")
         self._directory.names[channel] = name
-        if private:
+        for user in members or ():
+            if user not in self._store.users:
+                self._store.add_user(user_id=user, team_id=team_id or self.team_id, name=None, real_name=None)
+        if private or mpim:
             self._store.private_members[channel] = set(members or ())
+        else:
+            self._conversations.membership.members[channel] = set(members or ())
+        if mpim:
+            self._conversations.membership.mpims.add(channel)
+        if shared is not None:
+            membership = self._conversations.membership
+            (membership.ext_shared if shared == "external" else membership.org_shared).add(channel)
         if archived:
             self._directory.archived.add(channel)
         return channel
+
+    # --- what people do to channels and messages: each returns the events Slack sends the app for it ---
+    def edit_message(self, channel: str, ts: str, text: str, *, team_id: str | None = None) -> list[JsonDict]:
+        """The author edits it: message_changed (`message` as edited, `previous_message` as it was)."""
+        return self._changes.edit_message(self.team(team_id), channel, ts, text)
+
+    def delete_message(self, channel: str, ts: str, *, team_id: str | None = None) -> list[JsonDict]:
+        """The author deletes it: message_deleted (`deleted_ts`)."""
+        return self._changes.delete_message(self.team(team_id), channel, ts)
+
+    def rename_channel(self, channel: str, name: str, *, team_id: str | None = None) -> list[JsonDict]:
+        """channel_rename (group_rename for a private channel)."""
+        return self._changes.rename(self.team(team_id), channel, name)
+
+    def archive_channel(self, channel: str, *, by: str, team_id: str | None = None) -> list[JsonDict]:
+        """channel_archive (group_archive)."""
+        return self._changes.archive(self.team(team_id), channel, by=by)
+
+    def delete_channel(self, channel: str, *, team_id: str | None = None) -> list[JsonDict]:
+        """channel_deleted (group_deleted)."""
+        return self._changes.delete_channel(self.team(team_id), channel)
+
+    def join_channel(self, channel: str, user: str, *, inviter: str | None = None,
+                     team_id: str | None = None) -> list[JsonDict]:
+        """member_joined_channel (the bot's own user id: the bot is invited)."""
+        return self._changes.join(self.team(team_id), channel, user, inviter=inviter)
+
+    def leave_channel(self, channel: str, user: str, *, by: str | None = None,
+                      team_id: str | None = None) -> list[JsonDict]:
+        """member_left_channel; the bot removed: that and channel_left (group_left)."""
+        return self._changes.leave(self.team(team_id), channel, user, by=by)
+
+    def share_channel(self, channel: str, *, with_team: str, external: bool = True,
+                      team_id: str | None = None) -> list[JsonDict]:
+        """channel_shared: Slack Connect (is_ext_shared), or with another workspace of the org."""
+        return self._changes.share(self.team(team_id), channel, with_team=with_team, external=external)
+
+    def unshare_channel(self, channel: str, *, from_team: str, team_id: str | None = None) -> list[JsonDict]:
+        return self._changes.unshare(self.team(team_id), channel, from_team=from_team)
+
+    def make_channel_private(self, channel: str, *, by: str, team_id: str | None = None) -> list[JsonDict]:
+        """The channel_convert_to_private message (a `message` event with that subtype)."""
+        return self._changes.make_private(self.team(team_id), channel, by=by)
+
+    async def deliver_events(self, url: str, events_: list[JsonDict], *, team_id: str | None = None) -> list[Delivery]:
+        """Each event delivered as Slack does (deliver_event_until_taken), in order; the last delivery of each."""
+        return [(await self.deliver_event_until_taken(url, event, team_id=team_id))[-1] for event in events_]
 
     def set_private_members(self, channel: str, users: list[str]) -> None:
         """`channel` is private, with these members (conversations.info says is_private; conversations.members lists them)."""
@@ -291,6 +362,10 @@ class SlackEmulator:
         """The next `times` calls of `method` are performed, then the connection is dropped before the reply: the
         work is done and the caller never learns it (an ambiguous failure)."""
         self._lost_replies[method] = self._lost_replies.get(method, 0) + times
+
+    def history_page_calls(self) -> int:
+        """conversations.history and conversations.replies calls answered so far (429s included)."""
+        return sum(1 for c in self._store.calls if c.method in ("conversations.history", "conversations.replies"))
 
     def limit_history(self, tier: str = "limited") -> None:
         """Slack's read limits for commercially distributed apps outside the Marketplace ("limited"): one

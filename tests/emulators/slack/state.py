@@ -41,6 +41,9 @@ class User:
     is_bot: bool = False
     is_admin: bool = False  # a workspace admin (users.info `is_admin`)
     is_owner: bool = False  # a workspace owner (users.info `is_owner`)
+    is_restricted: bool = False  # a guest: a multi-channel guest (users.info `is_restricted`)
+    is_ultra_restricted: bool = False  # a single-channel guest (`is_ultra_restricted` too)
+    display_name: str | None = None  # the profile's display name (users.info `profile.display_name`); `name` without
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +93,7 @@ class MessageRecord:
     def is_bot(self) -> bool:
         return self.bot_id is not None
 
-    def to_api(self, *, reply_count: int = 0, include_metadata: bool = True) -> JsonDict:
+    def to_api(self, *, reply_count: int = 0, include_metadata: bool = True, latest_reply: str | None = None) -> JsonDict:
         """The message as Slack's Web API returns it (history and replies add metadata only when asked)."""
         out: JsonDict = {"type": "message", "ts": self.ts, "text": self.text, "team": self.team_id}
         if self.subtype is not None:
@@ -109,6 +112,8 @@ class MessageRecord:
             out["thread_ts"] = self.thread_ts
         if reply_count:
             out["reply_count"] = reply_count
+        if latest_reply is not None:
+            out["latest_reply"] = latest_reply
         if self.files:
             out["files"] = self.files
         if self.edits:

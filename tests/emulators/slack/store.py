@@ -31,6 +31,20 @@ class Channel:
     channel_id: str
     team_id: str
     messages: dict[str, MessageRecord] = field(default_factory=dict)  # insertion = ts order
+    # Each thread's replies' ts by its root's, in ts order: history and replies read threads without a scan.
+    replies: dict[str, list[str]] = field(default_factory=dict)
+
+    def insert(self, record: MessageRecord) -> None:
+        """Kept in ts order: a back-dated message (a test's history) goes where its ts puts it."""
+        newest = next(reversed(self.messages), None) if self.messages else None
+        self.messages[record.ts] = record
+        if newest is not None and float(newest) > float(record.ts):
+            self.messages = dict(sorted(self.messages.items(), key=lambda item: float(item[0])))
+        if record.thread_ts is not None and record.thread_ts != record.ts:
+            thread = self.replies.setdefault(record.thread_ts, [])
+            thread.append(record.ts)
+            if len(thread) > 1 and float(thread[-2]) > float(record.ts):
+                thread.sort(key=float)
 
 
 class SlackStore:
@@ -147,12 +161,14 @@ class SlackStore:
 
     def post(
         self, channel: Channel, *, text: str, blocks: list[JsonDict] | None, thread_ts: str | None,
-        user: str | None, bot_id: str | None, files: list[JsonDict] | None = None,
+        user: str | None, bot_id: str | None, files: list[JsonDict] | None = None, at: float | None = None,
     ) -> MessageRecord:
+        """`at` (epoch seconds): a message of the past, as a test's channel history needs (a unique ts near it)."""
+        ts = self.clock.next() if at is None else self._past_ts(channel, at)
         record = MessageRecord(
             channel=channel.channel_id,
             team_id=channel.team_id,
-            ts=self.clock.next(),
+            ts=ts,
             text=text,
             blocks=blocks,
             thread_ts=thread_ts,
@@ -161,7 +177,7 @@ class SlackStore:
             files=list(files or []),
             posted_at_s=time.monotonic(),
         )
-        channel.messages[record.ts] = record
+        channel.insert(record)
         if thread_ts and any(team.bot_id == bot_id for team in self.teams.values()):
             self.shown_status.pop((channel.channel_id, thread_ts), None)  # the app answered: its status goes
         return record
@@ -172,17 +188,32 @@ class SlackStore:
             return None
         return record.thread_ts or record.ts
 
+    @staticmethod
+    def _past_ts(channel: Channel, at: float) -> str:
+        us = int(at * 1_000_000)
+        while f"{us // 1_000_000}.{us % 1_000_000:06d}" in channel.messages:
+            us += 1
+        return f"{us // 1_000_000}.{us % 1_000_000:06d}"
+
     def thread(self, channel: Channel, root_ts: str) -> list[MessageRecord]:
-        return [
-            m for m in channel.messages.values()
-            if not m.deleted and (m.ts == root_ts or m.thread_ts == root_ts)
-        ]
+        root = channel.messages.get(root_ts)
+        found = [root] if root is not None and not root.deleted else []
+        found += [m for ts in channel.replies.get(root_ts, ()) if not (m := channel.messages[ts]).deleted]
+        return found
+
+    def live_replies(self, channel: Channel, record: MessageRecord) -> list[MessageRecord]:
+        """A root's replies not deleted, oldest first (none for a reply)."""
+        if record.thread_ts not in (None, record.ts):
+            return []
+        return [m for ts in channel.replies.get(record.ts, ()) if not (m := channel.messages[ts]).deleted]
 
     def reply_count(self, channel: Channel, record: MessageRecord) -> int:
-        if record.thread_ts not in (None, record.ts):
-            return 0
-        return sum(1 for m in channel.messages.values()
-                   if not m.deleted and m.thread_ts == record.ts and m.ts != record.ts)
+        return len(self.live_replies(channel, record))
+
+    def latest_reply(self, channel: Channel, record: MessageRecord) -> str | None:
+        """A root's newest reply's ts (Slack's `latest_reply`), None without replies."""
+        replies = self.live_replies(channel, record)
+        return replies[-1].ts if replies else None
 
     def top_level(self, channel: Channel) -> list[MessageRecord]:
         return [m for m in channel.messages.values() if not m.deleted and m.thread_ts in (None, m.ts)]
