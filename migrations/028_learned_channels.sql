@@ -50,6 +50,9 @@ CREATE TABLE channel_messages (
 );
 CREATE INDEX channel_messages_document_idx ON channel_messages (source_id, document);
 CREATE INDEX channel_messages_at_idx ON channel_messages (source_id, at);
+-- The backfill's next thread to read, found without reading the channel's other messages.
+CREATE INDEX channel_messages_unread_roots_idx ON channel_messages (source_id, at)
+    WHERE NOT replies_read AND (reply_count > 0 OR thread = id);
 
 -- The channel document a retrieval document was built from (NULL for every other source's): its uri is the
 -- permalink of its first message, which changes when that message is deleted, so it is found by this key.

@@ -1,5 +1,4 @@
-"""One channel's history read through its platform's door: pages newest first, then thread replies, each page and
-its checkpoint in one transaction, so a restart goes on where it stopped; a catch-up also re-reads a recent window."""
+"""One channel's history read through its door, newest page first, then its threads, each page with its checkpoint."""
 
 from __future__ import annotations
 
