@@ -36,6 +36,7 @@ from .feedback import DiscordFeedback, FeedbackButton
 from .guilds import DiscordGuilds
 from .commands import DiscordCommands
 from .inbound import DiscordAccess, DiscordInbound, actor_of
+from .learning_parts import learning_parts, learning_port
 from .notifier import DiscordNotifier
 from .reader import DiscordReader
 from .settings import DiscordSettings
@@ -144,6 +145,9 @@ class RelayClient(discord.Client):
             log.exception("could not check or remember the Discord commands' definition")
 
     async def on_message(self, message: discord.Message) -> None:
+        learning = getattr(self, "learning", None)  # every guild message, before the answer path (it only queues)
+        if learning is not None:
+            learning.on_message(message)
         if self.user is not None:
             await self.inbound.on_message(self.user, message)
 
@@ -210,6 +214,10 @@ class DiscordAdapter:
         self.watch = GatewayWatch(self._clock)
         self.guilds = DiscordGuilds(gate=self.gate, runner=self.runner, budgets=self.budgets, clock=self._clock,
                                     forget=ports.forget_team, purge=settings.uninstall_data == "purge")
+        # Learning from channels (core.learning.ports.LearnsChannels): the history door, the facts, the live events.
+        self._learning = learning_parts(settings=settings, client=lambda: self.client, budgets=self.budgets,
+                                        clock=self._clock, gate=self.gate, ports=ports)
+        self.channel_history, self.channel_facts = self._learning.history, self._learning.facts
         self.client = self._build_client(engine, ports)
         self.notifier = DiscordNotifier(client=lambda: self.client, budgets=self.budgets, clock=self._clock)
         # What the read_conversation tool reads through (thread context uses the same reading function).
@@ -248,8 +256,11 @@ class DiscordAdapter:
         # 👍/👎 clicks and 👎 reasons (adapters/discord/feedback.py), looked up on the client by the buttons.
         client.feedback = DiscordFeedback(feedback=ports.feedback, gate=self.gate)
         # /relaybot config show | set | clear | history: a channel's settings, for Manage Server or CHANNEL_ADMIN_ROLES.
-        client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate)))
+        client.tree.add_command(command_group(DiscordAdmin(admin=engine.channel_admin, gate=self.gate,
+                                                           learning=learning_port(ports))))
         self.guilds.listen(client)  # joins welcomed or left, removals' pending work dropped (adapters/discord/guilds.py)
+        client.learning = self._learning.events  # every message, edit, delete and rename, for learning
+        self._learning.events.listen(client)
         return client
 
     async def _is_member(self, guild_id: int, user_id: int) -> bool:
@@ -368,6 +379,7 @@ class DiscordAdapter:
     async def close(self) -> None:
         """Cancels what is still running, then disconnects the gateway."""
         await self.gate.cancel_handlers(CLOSE_TIMEOUT_S)
+        await self._learning.events.feed.close()
         # Answers still streaming keep their live records: the next start repairs them, as after a crash.
         answers = self.runner.cancel_all()
         if answers:

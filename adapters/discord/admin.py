@@ -1,8 +1,9 @@
-"""Discord's `/relaybot config show | set | clear | history`: a channel's settings for Manage Server or CHANNEL_ADMIN_ROLES, answered privately."""
+"""Discord's `/relaybot config show | set | clear | history | learn`: a channel's settings and whether relaybot learns from it, for Manage Server or CHANNEL_ADMIN_ROLES, answered privately."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import discord
 from discord import app_commands
@@ -11,6 +12,8 @@ from adapters import wording
 from adapters.gate import Gate
 from core.channel_admin import FIELDS, ChannelAdmin, actor_id, change_lines, parse_value, summary
 from core.channels import ChannelSettingsError
+from core.learning.model import ChannelPlace, LearnedChannel, LearningRefused
+from core.learning.ports import ChannelLearning
 from core.requests import ConversationKey
 
 from .inbound import actor_of, guild_of
@@ -27,15 +30,38 @@ VALUE_MAX_CHARS = 4000
 HISTORY_SHOWN = 10
 WHO_MAY = "members with Manage Server (and the roles and people CHANNEL_ADMIN_ROLES and CHANNEL_ADMINS name)"
 FIELD_CHOICES = [app_commands.Choice(name=f.name, value=f.name) for f in FIELDS]
+LEARN_ACTIONS = [app_commands.Choice(name=name, value=name) for name in ("status", "on", "off")]
+SINCE_CHOICES = [app_commands.Choice(name=f"{days} days", value=days) for days in (30, 90, 365)]
 
 
 class DiscordAdmin:
     """Each command answers within Discord's 3 s by deferring privately, then checks who asks: Manage Server in
     the interaction's permissions, a role of CHANNEL_ADMIN_ROLES, or a user of CHANNEL_ADMINS."""
 
-    def __init__(self, *, admin: ChannelAdmin, gate: Gate) -> None:
+    def __init__(
+        self, *, admin: ChannelAdmin, gate: Gate, learning: Callable[[], ChannelLearning | None] = lambda: None
+    ) -> None:
         self._admin = admin
         self.gate = gate
+        self._learning = learning
+
+    async def learn(self, interaction: discord.Interaction, action: str, since_days: int | None) -> None:
+        """`learn status | on | off`: whether relaybot learns from this channel's conversations, and how far back."""
+        key = await self._admitted(interaction)
+        if key is None:
+            return
+        learning = self._learning()
+        if learning is None:
+            await _answer(interaction, LEARNING_UNAVAILABLE)
+            return
+        place = ChannelPlace(platform=PLATFORM, workspace=key.workspace, channel=key.channel)
+        try:
+            await _answer(interaction, await _learn(learning, place, action, since_days))
+        except LearningRefused as refused:
+            await _answer(interaction, refused.sentence)
+        except Exception:
+            log.exception("could not change learning from %s", place.key)
+            await _answer(interaction, wording.settings_failed())
 
     async def show(self, interaction: discord.Interaction) -> None:
         key = await self._admitted(interaction)
@@ -154,7 +180,49 @@ def command_group(admin: DiscordAdmin) -> app_commands.Group:
         with admin.gate.track():
             await admin.history(interaction)
 
+    @config.command(name="learn", description="Whether relaybot learns from this channel's conversations, how far back")
+    @app_commands.describe(action="status, on (start or change how far back) or off (stop and forget it all)",
+                           since="How far back its history is read (on; the default when not given)")
+    @app_commands.choices(action=LEARN_ACTIONS, since=SINCE_CHOICES)
+    async def learn(interaction: discord.Interaction, action: str, since: int | None = None) -> None:
+        with admin.gate.track():
+            await admin.learn(interaction, action, since)
+
     return root
+
+
+LEARNING_UNAVAILABLE = "Learning from channels is not available in this relaybot (it was not started with it)."
+
+
+async def _learn(learning: ChannelLearning, place: ChannelPlace, action: str, since_days: int | None) -> str:
+    """The sentence for one `learn` action; LearningRefused passes through with its own."""
+    current = await learning.get(place)
+    if action == "off":
+        if not await learning.remove(place):
+            return f"relaybot was not learning from <#{place.channel}>."
+        log.info("stopped learning from %s; what was learnt from it is deleted", place.key)
+        return f"relaybot no longer learns from <#{place.channel}>, and everything it learnt from it is deleted."
+    if action == "on":
+        since = since_days if since_days is not None else (current.since_days if current is not None else None)
+        keep = current.keep_days if current is not None else None
+        learned = await learning.add(place, since_days=since, keep_days=keep)
+        log.info("learning from %s, %d days back", place.key, learned.since_days)
+        return f"relaybot learns from <#{place.channel}> from now on, and reads its past {learned.since_days} days: " \
+               + learning_state(learned)
+    if current is None:
+        return f"relaybot does not learn from <#{place.channel}>. `/relaybot config learn action:on` starts it."
+    return f"relaybot learns from <#{place.channel}> ({current.since_days} days back): " + learning_state(current)
+
+
+def learning_state(learned: LearnedChannel) -> str:
+    """`backfilling 42% (120 of 285 messages)`, `live`, `error: <the sentence>`."""
+    if learned.state == "error":
+        return f"error: {learned.error or 'unknown'}"
+    if learned.state == "live":
+        return f"live ({learned.done} messages read)."
+    if learned.total:
+        return f"reading its history, {min(100, 100 * learned.done // learned.total)}% ({learned.done} of {learned.total} messages)."
+    return f"reading its history ({learned.done} messages so far)."
 
 
 def _escaped(text: str) -> str:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from adapters.base import AdapterPorts, PlatformAdapter
     from adapters.http.server import HttpServer
     from core.engine import Engine
+    from core.learning.ports import ChannelHistory
     from core.names import NameDirectory
 
 # Discord DMs belong to no guild; inbound files them under this workspace (adapters/discord/inbound.py's DM_WORKSPACE).
@@ -40,8 +41,14 @@ def build_names(settings: Settings) -> NameDirectory | None:
     return discord_names(settings, dm_workspace=DM_WORKSPACE)
 
 
+def build_channel_history(settings: Settings) -> ChannelHistory | None:
+    from .learning_parts import cli_channel_history  # discord.py only when a command reads a channel
+
+    return cli_channel_history(settings)
+
+
 DISCORD = Platform(
     name=DiscordSettings.platform, settings=DiscordSettings, adapter=build_adapter, doctor=doctor_line,
     workspace_word="GUILD", dm_workspace=DM_WORKSPACE, emulator="tests.emulators.discord:DiscordEmulator",
-    names=build_names,
+    names=build_names, channel_history=build_channel_history,
 )

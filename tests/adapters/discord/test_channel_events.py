@@ -1,0 +1,107 @@
+"""Discord's live events reach learning as ChannelChanges, in order, off the answer path: every guild message (not
+only mentions), a thread's reply under its channel, edits, deletes (one, in bulk, a thread), renames, the bot losing
+View Channel, a channel deleted, the guild removing the bot; never a DM's or a private thread's."""
+
+from __future__ import annotations
+
+import time
+
+from core.learning.model import ChannelChange, ChannelPlace
+from core.store.db import Database
+from tests.adapters.discord.test_channel_history import VIEW_CHANNEL, RecordedLearning, learning_bot
+from tests.emulators.discord import DiscordEmulator
+from tests.emulators.openai_server import OpenAIEmulator
+
+
+def summary(changes: list[ChannelChange]) -> list[tuple[str, str, str]]:
+    """(kind, channel, what): the message's text, the deleted id, the new name."""
+    return [(c.kind, c.place.channel, c.message.text if c.message else c.message_id or c.name) for c in changes]
+
+
+async def test_messages_edits_deletes_renames_and_threads_become_changes_of_their_channel(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    owner = dc.add_user("owner")
+    guild = dc.add_guild("g", owner_id=owner)
+    channel = dc.add_channel(guild, "incidents")
+    ana = dc.add_user("ana")
+    learning = RecordedLearning()
+    async with learning_bot(dc, db, openai_emulator, learning=learning) as adapter:
+        first = await dc.send_user_message(channel, ana, "the database is down")
+        thread = await dc.start_thread(first, "outage", by=ana)
+        await dc.wait_for(lambda: adapter.client.get_guild(guild).get_thread(thread), what="the thread")  # type: ignore[union-attr]
+        reply = await dc.send_user_message(thread, ana, "back up at 14:05")
+        await dc.edit_user_message(first, "the database was down")
+        doomed = [await dc.send_user_message(channel, ana, f"noise {i}") for i in range(2)]
+        await dc.delete_user_message(reply)
+        await dc.bulk_delete(channel, doomed)
+        await dc.rename_channel(channel, "incidents-2026")
+        await dc.wait_for(lambda: any(c.kind == "renamed" for c in learning.changes), what="the rename")
+        await dc.delete_thread(thread)
+        await dc.wait_for(lambda: len(learning.changes) >= 10, what="the thread's delete")
+        await dc.set_overwrite(channel, guild, deny=VIEW_CHANNEL)  # @everyone, the bot with it, loses the channel
+        await dc.wait_for(lambda: any(c.kind == "left" for c in learning.changes), what="the changes")
+        await adapter._learning.events.feed.drained()
+    c = str(channel)
+    assert summary(learning.changes) == [
+        ("message", c, "the database is down"), ("message", c, "back up at 14:05"),
+        ("message", c, "the database was down"), ("message", c, "noise 0"), ("message", c, "noise 1"),
+        ("deleted", c, str(reply)), ("deleted", c, str(doomed[0])), ("deleted", c, str(doomed[1])),
+        ("renamed", c, "incidents-2026"), ("deleted", c, str(thread)), ("left", c, ""),
+    ]
+    in_thread = learning.changes[1].message
+    assert in_thread is not None and in_thread.thread == str(thread) and in_thread.author_name == "ana"
+    assert in_thread.permalink == f"https://discord.com/channels/{guild}/{thread}/{reply}"
+    assert all(change.place == ChannelPlace(platform="discord", workspace=str(guild), channel=c)
+               for change in learning.changes)
+
+
+async def test_a_deleted_channel_and_a_removed_guild_are_left_and_dms_and_private_threads_never_taken(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    guild = dc.add_guild("g")
+    channel, other = dc.add_channel(guild, "incidents"), dc.add_channel(guild, "random")
+    ana = dc.add_user("ana")
+    secret = dc.thread_without_message_at(channel, "secret", by=ana, at=time.time(), private=True)
+    learning = RecordedLearning()
+    async with learning_bot(dc, db, openai_emulator, learning=learning) as adapter:
+        await dc.send_dm(ana, "hello in private")
+        await dc.send_user_message(secret, ana, "only thread members see this")
+        await dc.send_user_message(other, ana, "a word in #random")
+        await dc.delete_channel(channel)
+        await dc.wait_for(lambda: len(learning.changes) >= 2, what="the changes")
+        await dc.remove_bot_from_guild(guild)
+        await dc.wait_for(lambda: len(learning.changes) >= 3, what="the removal")
+        await adapter._learning.events.feed.drained()
+    assert summary(learning.changes) == [
+        ("message", str(other), "a word in #random"), ("left", str(channel), ""), ("left", str(other), ""),
+    ]
+
+
+async def test_the_answer_path_goes_on_when_learning_fails(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    from tests.emulators.openai_server import Text
+
+    class Failing(RecordedLearning):
+        async def take(self, change: ChannelChange) -> None:
+            await super().take(change)
+            raise RuntimeError("the index is down")
+
+    dc = discord_emulator
+    guild = dc.add_guild("g")
+    channel = dc.add_channel(guild, "incidents")
+    ana = dc.add_user("ana")
+    learning = Failing()
+    openai_emulator.script(Text("Restart the primary."))
+    async with learning_bot(dc, db, openai_emulator, learning=learning):
+        question = await dc.send_user_message(channel, ana, "what now?", mentions_bot=True)
+        await dc.send_user_message(channel, ana, "and then?")
+        answered = await dc.wait_for(lambda: dc.thread_of(question) and [
+            m for m in dc.messages(question) if m.content == "Restart the primary."], what="the answer")
+        assert answered
+        await dc.wait_for(lambda: len(learning.changes) >= 3, what="every change offered, one failing after another")
+    assert [c.message.text for c in learning.changes if c.message and not c.message.by_bot][:2] == [
+        f"<@{dc.bot_user_id}> what now?", "and then?"]
