@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.learning.ports import ChannelLearning
 from core.notifier import Notifier
 from core.ports import (AppState, EventDedup, FeedbackVotes, FinalOutbox, ForgetTeam, Installs, KnownConversations,
                         LiveAnswerLog)
@@ -23,6 +24,9 @@ class AdapterPorts:
     feedback: FeedbackVotes  # 👍/👎 clicks and 👎 reasons
     installs: Installs  # the app's stored installs and OAuth states (a multi-workspace Slack app's)
     forget_team: ForgetTeam  # what a team's leaving drops: an uninstall, a guild removing the bot
+    # Every live change about a channel (core/learning): a platform that LearnsChannels sends it here; dropped in
+    # memory for a channel nobody chose.
+    learning: ChannelLearning
 
 
 class PlatformAdapter(Protocol):

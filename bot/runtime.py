@@ -19,11 +19,13 @@ from adapters.platform import Lifecycle, Platform
 # build_llm, build_registry and add_sql_query are imported from here too (doctor, tools_cli, tests).
 from bot.engine_parts import add_sql_query, build_engine, build_llm, build_registry
 from bot.jobs import expire_approvals, sync_sources
+from bot.learning_runtime import ProcessLearning
 from bot.platforms import PLATFORMS, ApiLifecycle
 from core import metrics
 from core.collector import QuietCollector
 from core.config import Settings, SettingsError
 from core.engine import Engine
+from core.learning.visibility import ChannelVisibility
 from core.llm import LLMClient
 from core.loop_watch import LoopWatch
 from core.retrieval import main_content
@@ -102,6 +104,7 @@ class Runtime:
         self._stopping = False
         self.syncer: Any = None  # core.retrieval.sync.SourceSyncer, sharing the retriever's embedder
         self.mcp: McpTools | None = None  # when MCP_SERVERS is set
+        self.learning: ProcessLearning | None = None  # learning from channels (bot/learning_runtime.py), with the engine
 
     async def open_engine(self) -> Engine:
         """Database, model client, retriever and engine (enough for `chat`)."""
@@ -112,7 +115,10 @@ class Runtime:
         self._llm = build_llm(self.settings)
         from bot.retrieval import build_retriever
 
-        retriever = await build_retriever(self.settings, self.db)
+        # The rule is lent the adapters' facts once they are built; the retriever checks every learned channel with it.
+        visibility = ChannelVisibility()
+        retriever = await build_retriever(self.settings, self.db, visibility=visibility)
+        self.learning = ProcessLearning(self.settings, self.db, embedder=retriever.embedder, visibility=visibility)
         from bot.retrieval import fetch_policy
         from core.retrieval.sync import SourceSyncer
 
@@ -142,6 +148,7 @@ class Runtime:
         engine = await self.open_engine()
         await self.heartbeats.beat()
         self.adapters = self._build_adapters(engine)
+        self._learning().attach(self.adapters)
         for adapter in self.adapters:
             self.readers.register(adapter.platform, adapter.reader)
             # Its budgets take this process's share among the live processes (core/store/shares.py).
@@ -171,6 +178,10 @@ class Runtime:
             needed = ", ".join(platform.settings.variables()[0] for platform in self.platforms)
             log.warning("no platform is configured (%s): only the HTTP health check is served", needed)
 
+    def _learning(self) -> ProcessLearning:
+        assert self.learning is not None, "open_engine builds it"
+        return self.learning
+
     async def _sync_sources(self) -> None:
         await sync_sources(self.syncer)
 
@@ -193,7 +204,7 @@ class Runtime:
             live=LiveMessages(self.db, owner=self.owner), dedup=ProcessedEvents(self.db),
             conversations=ConversationStore(self.db), outbox=PendingFinals(self.db, owner=self.owner),
             state=AppStateStore(self.db), feedback=FeedbackStore(self.db), installs=InstallStore(self.db),
-            forget_team=functools.partial(forget_team, self.db),
+            forget_team=functools.partial(forget_team, self.db), learning=self._learning().service,
         )
         try:
             for platform in self.platforms:
@@ -232,7 +243,7 @@ class Runtime:
         ]
         if self.settings.source_sync_enabled:
             jobs.append((self._sync_sources, self.settings.source_sync_check_s, "sync-sources"))
-        jobs += [
+        jobs += self._learning().jobs() + [
             (adapter.maintain, self.heartbeats.interval_s, f"maintain-{adapter.platform}") for adapter in self.adapters
         ]
         for job, interval_s, name in jobs:
@@ -276,6 +287,8 @@ class Runtime:
             log.warning("%d answers still running after the grace period; marking them interrupted", self.engine.active_runs)
             for adapter in self.adapters:
                 await _quietly(adapter.interrupt_inflight(), "interrupt answers")
+        if self.learning is not None:
+            await _quietly(self.learning.stop(), "stop learning from channels")
         for service in self.services:
             await _quietly(service.close(), "close")
         if self.scheduler.running:
@@ -290,6 +303,8 @@ class Runtime:
             await _quietly(self.mcp.close(), "close the MCP connections")
         if self._llm is not None:
             await self._llm.aclose()
+        if self.learning is not None:
+            await _quietly(self.learning.close(), "close the channel learning")
         self._db_open = False
         await self.db.close()
 

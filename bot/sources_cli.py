@@ -71,7 +71,8 @@ async def team_of(settings: Settings, db: Database, team: str | None) -> str | N
 def add_sources_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `sources` and its actions (with who may read a source: bot/channels_cli.py) to the CLI's subcommands."""
     sources = subparsers.add_parser("sources", help="list or remove document sources, or set where they link")
-    actions = sources.add_subparsers(dest="sources_command", required=True)
+    # `relaybot sources` alone lists them.
+    actions = sources.add_subparsers(dest="sources_command", required=False)
     listing = actions.add_parser("list", help="list sources with their document and chunk counts, and how their syncs went")
     listing.add_argument("--team", metavar="TEAM", default=None, help="only this team's sources (none: the deployment's)")
     sync = actions.add_parser("sync", help="sync a source (or every source) now from what it was ingested from")
@@ -91,9 +92,11 @@ def add_sources_command(subparsers: argparse._SubParsersAction) -> None:  # type
         "--root", metavar="DIR", help="the folder the files' paths are taken relative to (default: the ingested one)"
     )
     add_team_argument(link, what="the source belongs to")
+    from bot.channel_sources_cli import add_channel_commands
     from bot.channels_cli import add_source_access_commands
 
     add_source_access_commands(actions)
+    add_channel_commands(actions)
 
 
 def _sync_status(state: SyncState | None) -> str:
@@ -105,7 +108,9 @@ def _sync_status(state: SyncState | None) -> str:
 
 
 def format_sources(rows: list[SourceRow], states: dict[str, SyncState] | None = None) -> str:
-    """The `sources list` table, then the last sync error of each source whose last sync failed."""
+    """The `sources list` table, then the last sync error of each source whose last sync failed; the channels learned
+    from are listed apart (bot/channel_sources_cli.py)."""
+    rows = [row for row in rows if row.kind != "channel"]
     if not rows:
         return "No sources yet; add one with `relaybot ingest PATH|URL --source NAME`."
     states = states or {}
@@ -135,6 +140,21 @@ def format_sources(rows: list[SourceRow], states: dict[str, SyncState] | None = 
         lines.append("")
         lines.extend(f"{name}: last sync failed: {error}" for name, error in errors)
     return "\n".join(lines)
+
+
+async def list_all(settings: Settings, db: Database, owner: str | None) -> int:
+    """`relaybot sources [list]`: the document sources, then the channels learned from with their states."""
+    from bot.channel_sources_cli import format_learned, learned_channels
+
+    rows = await list_sources(db, owner=owner)
+    channels = await learned_channels(settings, db, owner)
+    if channels and not [row for row in rows if row.kind != "channel"]:
+        print(format_learned(channels, rows))
+        return EXIT_OK
+    print(format_sources(rows, await sync_states(db)))
+    if channels:
+        print("\n" + format_learned(channels, rows))
+    return EXIT_OK
 
 
 def format_sync(result: SyncResult) -> str:
@@ -186,10 +206,13 @@ async def sync_sources(settings: Settings, db: Database, name: str | None) -> in
 
 async def sources(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot sources list | sync [NAME] | remove NAME | set-link-base NAME URL`; who may read one: bot/channels_cli.py."""
+    from bot.channel_sources_cli import CHANNEL_COMMANDS, channel_sources
     from bot.channels_cli import ACCESS_COMMANDS, source_access
 
     if args.sources_command in ACCESS_COMMANDS:
         return await source_access(settings, args)
+    if args.sources_command in CHANNEL_COMMANDS:
+        return await channel_sources(settings, args)
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
         if args.sources_command == "set-link-base":
@@ -200,10 +223,8 @@ async def sources(settings: Settings, args: argparse.Namespace) -> int:
         if given is not None:
             parse_team(given)  # before the database opens, too
         await db.open()
-        if args.sources_command == "list":
-            owner = parse_team(given) if given is not None else None
-            print(format_sources(await list_sources(db, owner=owner), await sync_states(db)))
-            return EXIT_OK
+        if args.sources_command in ("list", None):
+            return await list_all(settings, db, parse_team(given) if given is not None else None)
         if args.sources_command == "sync":
             return await sync_sources(settings, db, args.name)
         if args.sources_command == "set-team":

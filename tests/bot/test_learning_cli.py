@@ -1,0 +1,109 @@
+"""`relaybot sources add-channel | remove-channel` and the learned channels in `relaybot sources`, as an admin runs them:
+against the real Postgres and the Slack emulator through Slack's own door (Platform.channel_history), a channel named as
+the channels CLI names one, and each refusal one sentence with exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from bot.cli import build_parser
+from bot.sources_cli import sources
+from core.config import Settings
+from tests.emulators.slack import SlackEmulator
+from tests.support.engine import test_settings as make_settings
+
+def slack_settings(slack: SlackEmulator, database_url: str, data_dir: Path, **more: Any) -> Settings:
+    return make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=data_dir,
+                         slack_bot_token=slack.bot_token, slack_api_url=slack.api_url, **more)
+
+
+async def cli(settings: Settings, *argv: str) -> int:
+    return await sources(settings, build_parser().parse_args(["sources", *argv]))
+
+
+def learned_rows(database_url: str) -> list[tuple[str, str, int, int | None]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT channel, name, since_days, keep_days FROM learned_channels ORDER BY channel").fetchall()
+
+
+def slack_world(slack: SlackEmulator) -> None:
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
+    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    slack.add_channel("C0TWIN1", name="twin")
+    slack.add_channel("C0TWIN2", name="Twin")
+    slack.add_channel("C0OUT", name="outside")
+    slack.remove_bot_from("C0OUT")
+    slack.set_dm_user("D0SAM", "U0SAM")
+
+
+async def test_an_admin_adds_a_channel_by_name_sees_its_state_and_removes_it(
+    slack_emulator: SlackEmulator, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack_world(slack_emulator)
+    settings = slack_settings(slack_emulator, database_url, tmp_path)
+    team = slack_emulator.team_id
+
+    assert await cli(settings, "add-channel", f"slack:{team}:#incidents", "--since", "30d", "--keep", "365d") == 0
+    out = capsys.readouterr().out
+    assert f"Learning from #incidents (slack:{team}:C0INCID)" in out and "last 30 days" in out and "kept 365 days" in out
+    assert learned_rows(database_url) == [("C0INCID", "incidents", 30, 365)]
+
+    # `relaybot sources` alone lists; no bot runs here, so nothing has been read yet.
+    assert await cli(settings) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0] == "Channels learned from:"
+    assert listing[2].split()[:4] == [f"slack:{team}:C0INCID", "#incidents", "30d", "365d"]
+    assert listing[2].split()[-1] == "backfilling"
+
+    # Added again: further back, and kept as long as before (not given).
+    assert await cli(settings, "add-channel", f"slack:{team}", "#incidents", "--since", "90d") == 0
+    assert "now reads its last 90 days" in capsys.readouterr().out
+    assert learned_rows(database_url) == [("C0INCID", "incidents", 90, 365)]
+
+    assert await cli(settings, "remove-channel", f"slack:{team}", "#incidents") == 0
+    assert f"Stopped learning from #incidents (slack:{team}:C0INCID)" in capsys.readouterr().out
+    assert learned_rows(database_url) == []
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM sources WHERE kind = 'channel'").fetchone() == (0,)
+    assert await cli(settings, "remove-channel", f"slack:{team}:C0INCID") == 2
+    assert f"learns from no channel slack:{team}:C0INCID" in capsys.readouterr().err
+
+
+async def test_each_refusal_is_one_sentence_with_exit_2_and_nothing_is_stored(
+    slack_emulator: SlackEmulator, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack_world(slack_emulator)
+    settings = slack_settings(slack_emulator, database_url, tmp_path)
+    team = slack_emulator.team_id
+    refusals = {
+        f"slack:{team}:D0SAM": "never learned from",  # a DM
+        f"slack:{team}:C0OUT": "/invite",  # the bot is not in it: Slack's not_in_channel, with what to do
+        f"slack:{team}:#twin": "could be any of 2 channels",  # ambiguous: the candidates named
+        f"slack:{team}:#nope": "is called #nope",  # no such channel
+    }
+    for place, sentence in refusals.items():
+        assert await cli(settings, "add-channel", place) == 2, place
+        err = capsys.readouterr().err
+        assert sentence in err and "Traceback" not in err, (place, err)
+    assert await cli(settings, "add-channel", f"slack:{team}:#incidents", "--since", "90d", "--keep", "30d") == 2
+    assert "--keep 30d is shorter than --since 90d" in capsys.readouterr().err
+    assert learned_rows(database_url) == []
+
+
+async def test_without_the_platforms_token_the_channel_cannot_be_read_and_that_is_said(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=tmp_path)
+    assert await cli(settings, "add-channel", "slack:T1:C1") == 2
+    err = capsys.readouterr().err
+    assert "slack is not configured here (SLACK_BOT_TOKEN is not set)" in err, err
+    for wrong in (["add-channel", "slack", "C1"], ["remove-channel", "slack:T1"]):
+        assert await cli(settings, *wrong) == 2
+        assert "is not a channel" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["sources", "add-channel", "slack:T1:C1", "--since", "36h"])
+    assert exited.value.code == 2

@@ -1,0 +1,96 @@
+"""The runtime's learning from channels: a process serving Slack lends the adapter the learning port, attaches its history
+door and facts, and its scheduled job backfills a chosen channel; a process serving no such platform only purges."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+
+from bot.runtime import Runtime
+from core.learning.model import ChannelPlace, LearnedChannel
+from core.learning.ports import LearnsChannels
+from tests.emulators.openai_server import OpenAIEmulator
+from tests.emulators.slack import SlackEmulator
+from tests.support.engine import test_settings as settings_for
+
+T = TypeVar("T")
+# A bound on each wait for the backfill, not a figure of its speed: what is checked is the state reached.
+WAIT_S = 60.0
+
+
+async def eventually(read: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
+    async with asyncio.timeout(WAIT_S):
+        while not done(value := await read()):
+            await asyncio.sleep(0.05)
+    return value
+
+
+def stored_texts(database_url: str, channel: str) -> list[str]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT m.text FROM channel_messages m JOIN learned_channels c USING (source_id) WHERE c.channel = %s"
+            " ORDER BY m.id", (channel,)).fetchall()
+    return [text for (text,) in rows]
+
+
+async def test_a_runtime_serving_slack_backfills_a_chosen_channel_through_the_adapters_door_and_takes_its_events(
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
+) -> None:
+    slack = slack_emulator
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA", "U0BOB"])
+    root = slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    slack.add_user_message("C0INCID", "rolled back at 12:10", "U0BOB", root)
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+    )
+    runtime = Runtime(settings)
+    try:
+        await runtime.start()
+        assert runtime.learning is not None and runtime.learning.platforms == ["slack"]
+        [adapter] = runtime.adapters
+        assert isinstance(adapter, LearnsChannels)
+        jobs = {job.id for job in runtime.scheduler.get_jobs()}
+        assert {"learn-from-channels", "purge-learned-channels"} <= jobs
+        service = runtime.learning.service
+        place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0INCID")
+        # No door handed in: the service reads the channel through the one the Slack adapter was attached with.
+        added = await service.add(place, since_days=30, keep_days=None)
+        assert (added.name, added.private) == ("incidents", False)
+
+        async def current() -> LearnedChannel | None:
+            return await service.get(place)
+
+        # The scheduled job (not this test) reads the history and the thread's replies.
+        learned = await eventually(current, lambda c: c is not None and c.state == "live")
+        assert learned is not None and learned.error == ""
+        assert sorted(stored_texts(database_url, "C0INCID")) == ["rolled back at 12:10", "the deploy failed at noon"]
+
+        # A delete as Slack delivers it reaches the learning port the adapter was lent.
+        url = f"http://127.0.0.1:{runtime.http.port}/slack/events"
+        await slack.deliver_events(url, slack.delete_message("C0INCID", root))
+
+        async def texts() -> list[str]:
+            return stored_texts(database_url, "C0INCID")
+
+        assert await eventually(texts, lambda found: "the deploy failed at noon" not in found) == ["rolled back at 12:10"]
+    finally:
+        await runtime.stop()
+
+
+async def test_a_process_serving_no_platform_that_learns_purges_but_backfills_nothing(
+    database_url: str, openai_emulator: OpenAIEmulator, tmp_path: Path
+) -> None:
+    settings = settings_for(openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0)
+    runtime = Runtime(settings)
+    try:
+        await runtime.start()
+        jobs = {job.id for job in runtime.scheduler.get_jobs()}
+        assert "purge-learned-channels" in jobs and "learn-from-channels" not in jobs
+        assert runtime.learning is not None and runtime.learning.platforms == []
+    finally:
+        await runtime.stop()
