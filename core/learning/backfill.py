@@ -17,6 +17,8 @@ from core.store import learned_channels as store
 from core.store.db import Database
 
 T = TypeVar("T")
+# The backfill's second look at what came since it started reaches this far before its start (clocks differ).
+TAIL_MARGIN = timedelta(minutes=1)
 
 
 class ScanFailed(Exception):
@@ -91,7 +93,7 @@ class ChannelScan:
 
     async def _history_page(self) -> bool:
         place, cp = self.channel.place, self.checkpoint
-        oldest = _at(cp["oldest"])
+        oldest = _at(cp.get("tail_from") or cp["oldest"])
         page: HistoryPage = await self._read(lambda: self.history.history(
             place.workspace, place.channel, oldest=oldest, cursor=cp["cursor"]))
         messages = list(page.messages)
@@ -106,11 +108,20 @@ class ChannelScan:
             cp.update(cursor=page.next_cursor, upper=_iso(page_oldest),
                       upper_ids=[m.id for m in messages if m.at == page_oldest])
             if not page.next_cursor:
-                cp.update(phase="threads", cursor="")
+                self._after_history()
             await self._save(conn, fraction=self._covered(page_oldest) if page.next_cursor else 1.0)
         # A thread's document is built once its replies are read.
         await self.rebuilds.now(self.source_id, touched - {thread_key(root) for root in pending})
         return True
+
+    def _after_history(self) -> None:
+        """A backfill reads what came since it started once more: a live event in a process that had not yet seen
+        the channel chosen (another process added it moments ago) was dropped, and history has it."""
+        cp = self.checkpoint
+        if "rescan_from" in cp or cp.get("tail_from"):
+            cp.update(phase="threads", cursor="")
+        else:
+            cp.update(cursor="", tail_from=_iso(_at(cp["started"]) - TAIL_MARGIN))
 
     async def _deleted_since_read(self, conn: Any, messages: Sequence[ChannelMessage], *, last: bool) -> set[str]:
         """In a catch-up's re-scan window: the stored channel-level messages this page's span held that it no

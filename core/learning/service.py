@@ -118,7 +118,10 @@ class ChannelLearningService:
         self._chosen = await store.chosen(self.db)
 
     async def settled(self) -> None:
-        """Return once every live change taken so far is searchable."""
+        """Return once every live change taken so far is searchable (and a read of the chosen channels under way
+        has ended)."""
+        if self._reload is not None:
+            await asyncio.wait([self._reload])
         await self.rebuilds.settled()
 
     async def close(self) -> None:

@@ -230,3 +230,15 @@ async def test_facts_not_back_by_the_deadline_leave_their_channels_out_and_the_r
     stuck = ChannelVisibility(deadline_s=0.05)
     stuck.attach("slack", ModelFacts(world(), readers_hang=True))
     assert await stuck.readable(direct("U1"), places(*ALL)) == frozenset()
+
+
+async def test_a_channel_stored_as_private_is_not_asked_about_for_another_channel(
+    rule: ChannelVisibility, facts: ModelFacts
+) -> None:
+    stored = frozenset({key("SECRET"), key("GENERAL")})  # GENERAL was private when learning began, public since
+    seen = await rule.readable(in_channel("RANDOM"), places("SECRET", "GENERAL", "WITHGUEST", "RANDOM"), private=stored)
+    assert seen == {key("RANDOM"), key("WITHGUEST")}
+    assert "SECRET" not in facts.place_calls and "GENERAL" not in facts.place_calls
+    # In the channel itself, and in a member's DM, it is there all the same.
+    assert key("SECRET") in await rule.readable(in_channel("SECRET"), places("SECRET"), private=stored)
+    assert key("SECRET") in await rule.readable(direct("U1"), places("SECRET"), private=stored)
