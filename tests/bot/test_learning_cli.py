@@ -13,6 +13,7 @@ import pytest
 from bot.cli import build_parser
 from bot.sources_cli import sources
 from core.config import Settings
+from tests.emulators.discord import DiscordEmulator
 from tests.emulators.slack import SlackEmulator
 from tests.support.engine import test_settings as make_settings
 
@@ -107,3 +108,34 @@ async def test_without_the_platforms_token_the_channel_cannot_be_read_and_that_i
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(["sources", "add-channel", "slack:T1:C1", "--since", "36h"])
     assert exited.value.code == 2
+
+
+async def test_a_discord_channel_is_added_by_name_in_its_guild_and_refused_without_the_message_content_intent(
+    discord_emulator: DiscordEmulator, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    guild = discord_emulator.add_guild("Team")
+    ops = discord_emulator.add_channel(guild, "ops")
+    discord_emulator.add_channel(discord_emulator.add_guild("Elsewhere"), "ops")  # the scope's guild decides
+    settings = make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=tmp_path,
+                             discord_token=discord_emulator.token, discord_api_base=discord_emulator.api_base,
+                             discord_message_content_intent=True)
+
+    assert await cli(settings, "add-channel", f"discord:{guild}:#ops", "--keep", "0") == 0
+    out = capsys.readouterr().out
+    assert f"Learning from #ops (discord:{guild}:{ops})" in out and "kept until it is removed" in out
+    assert learned_rows(database_url) == [(str(ops), "ops", 90, None)]  # LEARN_SINCE_DAYS by default
+    assert await cli(settings, "list", "--team", f"discord:{guild}") == 0
+    assert f"discord:{guild}:{ops}" in capsys.readouterr().out
+    assert await cli(settings, "list", "--team", "discord:999") == 0
+    assert f"discord:{guild}:{ops}" not in capsys.readouterr().out
+    assert await cli(settings, "remove-channel", f"discord:{guild}:{ops}") == 0
+    capsys.readouterr()
+
+    # REST history reads blank without the intent (DISCORD_MESSAGE_CONTENT_INTENT not set): refused with what to
+    # do, before anything is stored.
+    off = make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=tmp_path,
+                        discord_token=discord_emulator.token, discord_api_base=discord_emulator.api_base)
+    assert await cli(off, "add-channel", f"discord:{guild}:#ops") == 2
+    err = capsys.readouterr().err
+    assert "Message Content" in err and "Traceback" not in err, err
+    assert learned_rows(database_url) == []

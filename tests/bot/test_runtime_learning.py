@@ -13,6 +13,7 @@ import psycopg
 from bot.runtime import Runtime
 from core.learning.model import ChannelPlace, LearnedChannel
 from core.learning.ports import LearnsChannels
+from tests.e2e.slack_harness import dm, model_request_text
 from tests.emulators.openai_server import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator
 from tests.support.engine import test_settings as settings_for
@@ -37,11 +38,26 @@ def stored_texts(database_url: str, channel: str) -> list[str]:
     return [text for (text,) in rows]
 
 
+async def prompt_for(slack: SlackEmulator, openai: OpenAIEmulator, url: str, user: str, question: str) -> str:
+    """What the model was given for `user`'s question in their DM with the bot."""
+    channel = f"D0{user}"
+    slack.set_dm_user(channel, user)
+    asked = len(openai.chat_requests)
+    await slack.deliver_events(url, [dm(slack, channel, question, user=user)])
+
+    async def requests() -> int:
+        return len(openai.chat_requests)
+
+    await eventually(requests, lambda count: count > asked)
+    return model_request_text(openai.chat_requests[asked])
+
+
 async def test_a_runtime_serving_slack_backfills_a_chosen_channel_through_the_adapters_door_and_takes_its_events(
     database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
 ) -> None:
     slack = slack_emulator
     slack.add_channel("C0INCID", name="incidents", members=["U0ANA", "U0BOB"])
+    slack.add_user("U0CAROL", name="carol")  # in the workspace, not in #incidents
     root = slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
     slack.add_user_message("C0INCID", "rolled back at 12:10", "U0BOB", root)
     settings = settings_for(
@@ -70,8 +86,14 @@ async def test_a_runtime_serving_slack_backfills_a_chosen_channel_through_the_ad
         assert learned is not None and learned.error == ""
         assert sorted(stored_texts(database_url, "C0INCID")) == ["rolled back at 12:10", "the deploy failed at noon"]
 
-        # A delete as Slack delivers it reaches the learning port the adapter was lent.
+        # The retriever sees the channel through the rule the adapter's facts were attached to: in a DM, the
+        # channels the asker can read.
         url = f"http://127.0.0.1:{runtime.http.port}/slack/events"
+        assert "the deploy failed at noon" in await prompt_for(slack, openai_emulator, url, "U0ANA", "when did the deploy fail?")
+        assert "the deploy failed at noon" not in await prompt_for(slack, openai_emulator, url, "U0CAROL",
+                                                                   "when did the deploy fail?")
+
+        # A delete as Slack delivers it reaches the learning port the adapter was lent.
         await slack.deliver_events(url, slack.delete_message("C0INCID", root))
 
         async def texts() -> list[str]:
