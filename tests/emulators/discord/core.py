@@ -139,7 +139,8 @@ class EmulatorCore:
     def _log(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
         route = request.match_info.route.name or ""
         record = RequestRecord(
-            method=request.method, path=request.path, status=response.status, at=time.monotonic(), route=route
+            method=request.method, path=request.path, status=response.status, at=time.monotonic(), route=route,
+            query=request.query_string,
         )
         self.world.request_log.append(record)
         return response

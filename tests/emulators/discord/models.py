@@ -224,3 +224,4 @@ class RequestRecord:
     status: int
     at: float
     route: str = ""  # the emulator's route name, e.g. "member_get"
+    query: str = ""  # the query string as sent, e.g. "limit=100&before=123"
