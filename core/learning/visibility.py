@@ -41,10 +41,12 @@ class ChannelVisibility:
         self._facts[platform] = facts
 
     async def readable(
-        self, audience: Audience | None, places: Sequence[ChannelPlace], *, granted: frozenset[str] = frozenset()
+        self, audience: Audience | None, places: Sequence[ChannelPlace], *, granted: frozenset[str] = frozenset(),
+        private: frozenset[str] = frozenset(),
     ) -> frozenset[str]:
-        """The keys of `places` whose passages `audience` may be shown; `granted`: the keys granted to the
-        audience (the HTTP API's key grants; nothing else reads them)."""
+        """The keys of `places` whose passages `audience` may be shown. `granted`: the keys granted to the
+        audience (the HTTP API's key grants; nothing else reads them); `private`: keys stored as private, which
+        never reach another channel, so their facts are not read for one (a public one's still are)."""
         if audience is None or not places:
             return frozenset()
         if audience.platform == API_PLATFORM:
@@ -56,7 +58,9 @@ class ChannelVisibility:
         try:
             if audience.direct:
                 return await self._for_asker(audience, ours, reading)
-            return await self._in_channel(audience, ours, reading)
+            # One stored as private never reaches another channel: the platform need not be asked about it.
+            maybe = [place for place in ours if place.channel == audience.channel or place.key not in private]
+            return await self._in_channel(audience, maybe, reading)
         finally:
             if reading.left_out:
                 log.warning("%d learned channel(s) left out of an answer in %s:%s: %s", reading.left_out,

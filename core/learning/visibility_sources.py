@@ -16,7 +16,6 @@ from core.retrieval.retriever import Exposure, SourceScope
 log = logging.getLogger(__name__)
 
 CHANNEL_KIND = "channel"
-CHANNEL_NAME_PREFIX = "channel"
 _unruled_warned = False
 
 
@@ -32,34 +31,33 @@ class ScopedSource:
     has_documents: bool
     owner: str
     kind: str
+    learned: ChannelPlace | None = None  # its learned_channels row's channel
+    private: bool = False  # that row's: private when learning began (the facts say what it is now)
 
     @property
     def place(self) -> ChannelPlace | None:
-        """A learned channel's place, from its name `channel:<platform>:<workspace>:<channel>`; None for any
-        other source, and for a channel row whose name and owner disagree (left out: nothing vouches for it)."""
-        if self.kind != CHANNEL_KIND:
+        """A learned channel's place; None for any other source, and for a channel source with no learned_channels
+        row or whose owner is not that channel's team (left out: nothing vouches for it)."""
+        if self.kind != CHANNEL_KIND or self.learned is None:
             return None
-        parts = self.name.split(":")
-        if len(parts) != 4 or parts[0] != CHANNEL_NAME_PREFIX or not all(parts[1:]):
-            return None
-        _, platform, workspace, channel = parts
-        if self.owner != team_key(platform, workspace):
-            return None
-        return ChannelPlace(platform=platform, workspace=workspace, channel=channel)
+        return self.learned if self.owner == team_key(self.learned.platform, self.learned.workspace) else None
 
 
 async def source_rows(conn: AsyncConnection, scope: SourceScope, *, with_documents: bool = False) -> list[ScopedSource]:
-    """Every source, with whether it is granted to one of the scope's audiences (and has documents, when asked)."""
+    """Every source, with whether it is granted to one of the scope's audiences (and has documents, when asked),
+    and a learned channel's place, in one query."""
     cursor = await conn.execute(
         "SELECT s.id, s.name, s.exposure, s.restricted,"
         " s.restricted AND EXISTS (SELECT 1 FROM source_grants g WHERE g.source_id = s.id AND g.audience = ANY(%s)),"
         + (" EXISTS (SELECT 1 FROM documents d WHERE d.source_id = s.id)" if with_documents else " true")
-        + ", s.owner, s.kind FROM sources s",
+        + ", s.owner, s.kind, lc.platform, lc.workspace, lc.channel, lc.private"
+        " FROM sources s LEFT JOIN learned_channels lc ON lc.source_id = s.id",
         (list(scope.audiences),),
     )
     return [
         ScopedSource(id=int(r[0]), name=r[1], exposure=r[2], restricted=bool(r[3]), granted=bool(r[4]),
-                     has_documents=bool(r[5]), owner=r[6], kind=r[7])
+                     has_documents=bool(r[5]), owner=r[6], kind=r[7], private=bool(r[11]),
+                     learned=ChannelPlace(platform=r[8], workspace=r[9], channel=r[10]) if r[8] is not None else None)
         for r in await cursor.fetchall()
     ]
 
@@ -96,8 +94,11 @@ async def apply_rule(
     places = [row.place for row in channels]
     readable: frozenset[str] = frozenset()
     if visibility is not None:
-        granted = frozenset(place.key for row, place in zip(channels, places) if place is not None and row.granted)
-        readable = await visibility.readable(scope.audience, [p for p in places if p is not None], granted=granted)
+        known = [(row, place) for row, place in zip(channels, places) if place is not None]
+        readable = await visibility.readable(
+            scope.audience, [place for _, place in known],
+            granted=frozenset(place.key for row, place in known if row.granted),
+            private=frozenset(place.key for row, place in known if row.private))
     elif scope.audience is not None:
         _warn_unruled()
     kept = {row.id for row, place in zip(channels, places) if place is not None and place.key in readable}

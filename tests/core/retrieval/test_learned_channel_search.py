@@ -21,18 +21,6 @@ from tests.support.engine import make_engine, test_settings as settings_for
 SECRET_TEXT = "the zeppelin launch code is 4711"
 
 
-async def allow_channel_kind(db: Database) -> None:
-    """Until migration 028 is in every tree: let sources.kind be 'channel' as 028 does."""
-    async with db.connection() as conn:
-        cursor = await conn.execute(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'sources_kind_check'")
-        row = await cursor.fetchone()
-        if row is not None and "channel" not in row[0]:
-            await conn.execute("ALTER TABLE sources DROP CONSTRAINT sources_kind_check")
-            await conn.execute("ALTER TABLE sources ADD CONSTRAINT sources_kind_check"
-                               " CHECK (kind IN ('files', 'urls', 'mixed', 'channel'))")
-
-
 async def add_passage(db: Database, *, name: str, owner: str, text: str, kind: str = "files",
                       restricted: bool = False) -> int:
     """One source holding one document of one chunk: a learned channel is kind 'channel', restricted, its team's."""
@@ -54,9 +42,16 @@ async def add_passage(db: Database, *, name: str, owner: str, text: str, kind: s
 
 
 async def add_learned(db: Database, channel: str, *, workspace: str = "T1", platform: str = "slack",
-                      text: str = "") -> int:
-    return await add_passage(db, name=f"channel:{platform}:{workspace}:{channel}", owner=f"{platform}:{workspace}",
-                             text=text or f"zeppelin notes from {channel}", kind="channel", restricted=True)
+                      text: str = "", private: bool = False, owner: str | None = None) -> int:
+    """A learned channel as migration 028 shapes one: its source (kind 'channel', its team's, restricted) and row."""
+    source_id = await add_passage(db, name=f"channel:{platform}:{workspace}:{channel}",
+                                  owner=f"{platform}:{workspace}" if owner is None else owner,
+                                  text=text or f"zeppelin notes from {channel}", kind="channel", restricted=True)
+    async with db.connection() as conn:
+        await conn.execute("INSERT INTO learned_channels (source_id, platform, workspace, channel, name, private, since_days,"
+                           " state) VALUES (%s, %s, %s, %s, %s, %s, 90, 'live')",
+                           (source_id, platform, workspace, channel, channel.lower(), private))
+    return source_id
 
 
 def conversation(channel: str, *, direct: bool = False, workspace: str = "T1") -> ConversationKey:
@@ -77,11 +72,12 @@ async def found(retriever: PgRetriever, scope: SourceScope, query: str = "zeppel
 
 @pytest.fixture
 async def channels(db: Database) -> Database:
-    await allow_channel_kind(db)
     async with db.connection() as conn:
         await conn.execute("DELETE FROM sources")
     for channel in ("GENERAL", "RANDOM", "SECRET", "WITHGUEST", "CONNECT"):
-        await add_learned(db, channel, text=SECRET_TEXT if channel == "SECRET" else "")
+        await add_learned(db, channel, text=SECRET_TEXT if channel == "SECRET" else "", private=channel == "SECRET")
+    # Stored as public when learning began, private since: the platform's facts decide.
+    await add_learned(db, "TEAMPRIV", text="zeppelin team-only notes")
     await add_learned(db, "OTHER", workspace="T2")
     await add_passage(db, name="handbook", owner="", text="zeppelin handbook page")
     return db
@@ -106,6 +102,7 @@ async def test_a_private_channels_passage_never_reaches_an_asker_outside_it_or_a
     assert learned("SECRET") not in await found(retriever, scope_for(conversation("GENERAL"), "U1"))
     assert await found(retriever, scope_for(conversation("GENERAL"), "U1")) == {
         learned("GENERAL"), learned("RANDOM"), learned("WITHGUEST"), "handbook"}
+    assert learned("TEAMPRIV") in await found(retriever, scope_for(conversation("D1", direct=True), "U2"))
     # In the channel itself, and in the DM of a member, it is there.
     assert learned("SECRET") in await found(retriever, scope_for(conversation("SECRET"), "U1"))
     assert learned("SECRET") in await found(retriever, scope_for(conversation("D1", direct=True), "U1"))
@@ -130,13 +127,16 @@ async def test_no_audience_no_rule_or_another_team_sees_no_learned_channel(chann
     assert learned("SECRET") in await found(retriever, SourceScope(owners=None, every_restricted=True))
 
 
-async def test_a_row_whose_name_and_owner_disagree_is_never_seen(channels: Database) -> None:
-    await add_passage(channels, name="channel:slack:T1:ODD", owner="slack:T9", text="zeppelin odd", kind="channel",
+async def test_a_channel_source_nothing_vouches_for_is_never_seen(channels: Database) -> None:
+    # Owned by another team than its channel's, or with no learned_channels row: left out, wherever asked.
+    await add_learned(channels, "ODD", owner="slack:T9")
+    await add_passage(channels, name="channel:slack:T1:BARE", owner="slack:T1", text="zeppelin bare", kind="channel",
                       restricted=True)
     retriever = retriever_with(channels)
-    scope = SourceScope(audiences=("slack:T1:ODD",), owners=("slack:T9", "slack:T1"),
-                        audience=scope_for(conversation("ODD"), "U1").audience)
-    assert "channel:slack:T1:ODD" not in await found(retriever, scope)
+    for channel in ("ODD", "BARE"):
+        scope = SourceScope(audiences=(f"slack:T1:{channel}",), owners=("slack:T9", "slack:T1"),
+                            audience=scope_for(conversation(channel), "U1").audience)
+        assert f"channel:slack:T1:{channel}" not in await found(retriever, scope)
 
 
 async def test_has_sources_agrees_with_search(channels: Database) -> None:
@@ -154,7 +154,6 @@ async def test_has_sources_agrees_with_search(channels: Database) -> None:
 
 
 async def test_a_bot_that_learns_nothing_asks_the_platform_nothing(db: Database) -> None:
-    await allow_channel_kind(db)
     async with db.connection() as conn:
         await conn.execute("DELETE FROM sources")
     await add_passage(db, name="handbook", owner="", text="zeppelin handbook page")
@@ -164,10 +163,13 @@ async def test_a_bot_that_learns_nothing_asks_the_platform_nothing(db: Database)
         assert await found(retriever, scope_for(key, asker)) == {"handbook"}
         assert await retriever.has_sources("prefetch", scope=scope_for(key, asker))
     # A learned channel answered in itself needs no fact either.
-    await add_learned(db, "SECRET")
+    await add_learned(db, "SECRET", private=True)
     assert await found(retriever, scope_for(conversation("SECRET"), "U1")) == {"handbook", learned("SECRET")}
     assert not facts.place_calls and not facts.readable_calls
-    # Elsewhere the rule reads at most one readers' list per search.
+    # Nor one stored as private, answered in another channel: it never goes there.
+    assert await found(retriever, scope_for(conversation("GENERAL"), "U1")) == {"handbook"}
+    assert not facts.place_calls and not facts.readable_calls
+    # In a DM the rule reads at most one readers' list per search.
     await found(retriever, scope_for(conversation("D1", direct=True), "U1"))
     assert len(facts.readable_calls) == 1
 
