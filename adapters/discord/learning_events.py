@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import discord
 
 from adapters.gate import Gate
-from core.learning.model import ChannelChange, ChannelPlace
+from core.learning.model import ChannelChange, ChannelMessage, ChannelPlace
 from core.learning.ports import ChannelLearning
 
 from .channel_facts import DiscordChannelFacts
-from .learning_messages import PERSON_TYPES, from_message
+from .learning_messages import PERSON_TYPES, PRIVATE_THREAD_TYPE, THREAD_TYPES, from_message
+from .transport_history import HistoryDoor
 from .surface import PLATFORM
 
 log = logging.getLogger(__name__)
@@ -26,26 +28,30 @@ FEED_MAX = 10_000
 THREADS_KEPT = 10_000
 
 
+# A change, or the changes of an event whose channel must be looked up first (a thread not in discord.py's cache).
+Pending = ChannelChange | Callable[[], Awaitable[Sequence[ChannelChange]]]
+
+
 class LearningFeed:
     """One queue and one worker task: changes reach `take` in the order Discord sent them (an edit never before
     its message), and a failing one is logged and the next taken."""
 
     def __init__(self, learning: Callable[[], ChannelLearning | None], *, max_queued: int = FEED_MAX) -> None:
         self._learning = learning
-        self._queue: asyncio.Queue[ChannelChange] = asyncio.Queue(max_queued)
+        self._queue: asyncio.Queue[Pending] = asyncio.Queue(max_queued)
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
         self.dropped = 0
 
-    def put(self, change: ChannelChange) -> None:
+    def put(self, change: Pending) -> None:
         if self._closed or self._learning() is None:
             return
         try:
             self._queue.put_nowait(change)
         except asyncio.QueueFull:
             self.dropped += 1
-            log.warning("learning from Discord is %d changes behind: a %s of channel %s is dropped (the next catch-up "
-                        "re-reads it)", self._queue.qsize(), change.kind, change.place.channel)
+            log.warning("learning from Discord is %d changes behind: one is dropped (the next catch-up re-reads it)",
+                        self._queue.qsize())
             return
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name="discord-learning-feed")
@@ -56,15 +62,23 @@ class LearningFeed:
 
     async def _work(self) -> None:
         while True:
-            change = await self._queue.get()
+            pending = await self._queue.get()
             try:
-                learning = self._learning()
-                if learning is not None:
-                    await learning.take(change)
+                changes = (pending,) if isinstance(pending, ChannelChange) else await pending()
+                for change in changes:
+                    await self._take(change)
             except Exception:
-                log.exception("learning could not take a %s of Discord channel %s", change.kind, change.place.key)
+                log.exception("learning could not follow a Discord event")
             finally:
                 self._queue.task_done()
+
+    async def _take(self, change: ChannelChange) -> None:
+        try:
+            learning = self._learning()
+            if learning is not None:
+                await learning.take(change)
+        except Exception:
+            log.exception("learning could not take a %s of Discord channel %s", change.kind, change.place.key)
 
     async def close(self) -> None:
         """Changes still queued are dropped: the next start's catch-up re-reads what they were about."""
@@ -80,8 +94,10 @@ class DiscordLearningEvents:
 
     def __init__(
         self, *, client: Callable[[], discord.Client | None], feed: LearningFeed, facts: DiscordChannelFacts, gate: Gate,
+        door: HistoryDoor,
     ) -> None:
         self._client = client
+        self._door = door
         self.feed = feed
         self._facts = facts
         self._gate = gate
@@ -108,17 +124,17 @@ class DiscordLearningEvents:
     def _message(self, message: discord.Message) -> None:
         if message.guild is None or message.type.value not in PERSON_TYPES or not self._takes(message.guild.id):
             return
-        place = self._place(message.guild.id, message.channel)
-        if place is not None:
-            self.feed.put(ChannelChange(kind="message", place=place, message=from_message(message, me=self._me())))
+        learned = from_message(message, me=self._me())
+        self._put(message.guild.id, message.channel, lambda place: [
+            ChannelChange(kind="message", place=place, message=_in_thread(learned, place, message.channel.id))])
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         message = payload.message
         if payload.guild_id is None or message.type.value not in PERSON_TYPES or not self._takes(payload.guild_id):
             return
-        place = self._place(payload.guild_id, message.channel)
-        if place is not None:
-            self.feed.put(ChannelChange(kind="message", place=place, message=from_message(message, me=self._me())))
+        learned = from_message(message, me=self._me())
+        self._put(payload.guild_id, message.channel, lambda place: [
+            ChannelChange(kind="message", place=place, message=_in_thread(learned, place, payload.channel_id))])
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         self._deleted(payload.guild_id, payload.channel_id, (payload.message_id,))
@@ -175,10 +191,38 @@ class DiscordLearningEvents:
     def _deleted(self, guild_id: int | None, channel_id: int, message_ids: Any) -> None:
         if guild_id is None or not self._takes(guild_id):
             return
-        place = self._place(guild_id, channel_id)
-        if place is not None:
-            for message_id in message_ids:
-                self.feed.put(ChannelChange(kind="deleted", place=place, message_id=str(message_id)))
+        ids = [str(message_id) for message_id in message_ids]
+        self._put(guild_id, channel_id, lambda place: [
+            ChannelChange(kind="deleted", place=place, message_id=message_id) for message_id in ids])
+
+    def _put(self, guild_id: int, channel: Any, changes: Callable[[ChannelPlace], list[ChannelChange]]) -> None:
+        """The event's changes, on the learned channel it is in; a channel not known here (a thread out of the
+        cache: archived, or gone since) is looked up through the door first, in the feed's turn."""
+        known, place = self._known_place(guild_id, channel)
+        if known:
+            for change in changes(place) if place is not None else ():
+                self.feed.put(change)
+            return
+        channel_id = channel if isinstance(channel, int) else channel.id
+
+        async def looked_up() -> list[ChannelChange]:
+            known, found = self._known_place(guild_id, channel_id)  # an earlier event's look-up may have found it
+            if not known:
+                found = await self._look_up(guild_id, channel_id)
+            return changes(found) if found is not None else []
+
+        self.feed.put(looked_up)
+
+    async def _look_up(self, guild_id: int, channel_id: int) -> ChannelPlace | None:
+        try:
+            data = await self._door.channel(channel_id)
+        except (discord.NotFound, discord.Forbidden):
+            return None  # gone, or the bot may not view it: nothing of it is learned
+        kind = int(data.get("type") or 0)
+        if kind not in THREAD_TYPES or not data.get("parent_id"):
+            return _place_of(guild_id, channel_id)
+        self._remember(channel_id, int(data["parent_id"]), private=kind == PRIVATE_THREAD_TYPE)
+        return None if kind == PRIVATE_THREAD_TYPE else _place_of(guild_id, int(data["parent_id"]))
 
     def _takes(self, guild_id: int) -> bool:
         return self._gate.accepting and self._gate.allows(str(guild_id), quiet=True)
@@ -187,22 +231,38 @@ class DiscordLearningEvents:
         client = self._client()
         return client.user.id if client is not None and client.user is not None else 0
 
-    def _place(self, guild_id: int, channel: Any) -> ChannelPlace | None:
-        """The learned channel a message is in (`channel`: the message's, as discord.py resolved it when the event
-        came, or its id): a thread's is its parent. None for a private thread, never learned (its members only see
-        it). A thread known neither then nor since counts as a channel of its own (nobody chose it)."""
+    def _known_place(self, guild_id: int, channel: Any) -> tuple[bool, ChannelPlace | None]:
+        """Whether the channel a message is in is known here (`channel`: the message's, as discord.py resolved it
+        when the event came, or its id), and the learned channel it belongs to: a thread's is its parent; None for
+        a private thread, never learned (only its members see it)."""
         thread = channel if isinstance(channel, discord.Thread) else None
         channel_id = channel if isinstance(channel, int) else channel.id
-        if thread is None:
+        if thread is None and channel_id not in self._threads:
             client = self._client()
             guild = client.get_guild(guild_id) if client is not None else None
-            thread = guild.get_thread(channel_id) if guild is not None else None
-        if thread is not None:
-            self._threads[thread.id] = (thread.parent_id, thread.type is discord.ChannelType.private_thread)
-            while len(self._threads) > THREADS_KEPT:
-                self._threads.popitem(last=False)
+            if guild is None:
+                return True, _place_of(guild_id, channel_id)
+            found = guild.get_channel_or_thread(channel_id)
+            if found is None:
+                return False, None
+            thread = found if isinstance(found, discord.Thread) else None
+        if thread is not None and thread.parent_id is not None:
+            self._remember(thread.id, thread.parent_id, private=thread.type is discord.ChannelType.private_thread)
         parent, private = self._threads.get(channel_id, (channel_id, False))
-        return None if private else _place_of(guild_id, parent)
+        return True, None if private else _place_of(guild_id, parent)
+
+    def _remember(self, thread: int, parent: int, *, private: bool) -> None:
+        self._threads.pop(thread, None)
+        self._threads[thread] = (parent, private)
+        while len(self._threads) > THREADS_KEPT:
+            self._threads.popitem(last=False)
+
+
+def _in_thread(message: ChannelMessage, place: ChannelPlace, channel_id: int) -> ChannelMessage:
+    """A message whose channel turned out to be a thread of `place` (looked up, not cached) is in that thread."""
+    if message.thread or place.channel == str(channel_id):
+        return message
+    return dataclasses.replace(message, thread=str(channel_id))
 
 
 def _place_of(guild_id: int, channel_id: int) -> ChannelPlace:

@@ -50,7 +50,8 @@ def learning_parts(
     message_content = settings.platform_settings(DiscordSettings).message_content_intent
     return DiscordLearning(
         history=DiscordChannelHistory(door, me=me, message_content=message_content), facts=facts,
-        events=DiscordLearningEvents(client=client, feed=LearningFeed(learning_port(ports)), facts=facts, gate=gate),
+        events=DiscordLearningEvents(client=client, feed=LearningFeed(learning_port(ports)), facts=facts, gate=gate,
+                                     door=door),
     )
 
 

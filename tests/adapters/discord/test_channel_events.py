@@ -105,3 +105,29 @@ async def test_the_answer_path_goes_on_when_learning_fails(
         await dc.wait_for(lambda: len(learning.changes) >= 3, what="every change offered, one failing after another")
     assert [c.message.text for c in learning.changes if c.message and not c.message.by_bot][:2] == [
         f"<@{dc.bot_user_id}> what now?", "and then?"]
+
+
+async def test_an_edit_and_a_delete_in_an_archived_thread_out_of_the_cache_are_looked_up_to_their_channel(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    guild = dc.add_guild("g")
+    channel = dc.add_channel(guild, "incidents")
+    ana = dc.add_user("ana")
+    now = time.time()
+    old = dc.thread_without_message_at(channel, "old talk", by=ana, at=now - 9_000, archived_at=now - 8_000)
+    secret = dc.thread_without_message_at(channel, "secret", by=ana, at=now - 9_000, private=True, archived_at=now - 8_000)
+    reply = dc.post_at(old, ana, "the fix was a restart", at=now - 8_500)
+    hidden = dc.post_at(secret, ana, "only its members", at=now - 8_500)
+    learning = RecordedLearning()
+    async with learning_bot(dc, db, openai_emulator, learning=learning) as adapter:
+        assert adapter.client.get_guild(guild).get_thread(old) is None  # type: ignore[union-attr]
+        await dc.edit_user_message(reply, "the fix was a restart of the primary")
+        await dc.delete_user_message(hidden)
+        await dc.delete_user_message(reply)
+        await dc.wait_for(lambda: len(learning.changes) >= 2, what="the changes")
+        await adapter._learning.events.feed.drained()
+    assert summary(learning.changes) == [
+        ("message", str(channel), "the fix was a restart of the primary"), ("deleted", str(channel), str(reply))]
+    assert learning.changes[0].message is not None and learning.changes[0].message.thread == str(old)
+    assert len(dc.requests_to("get_channel")) == 2  # each thread looked up once, then known
