@@ -41,6 +41,7 @@ from .clicks import SlackClicks
 from .controls import STOP_ACTION, STOP_SHORTCUT, SlackStops, StreamRuns
 from .feedback import FEEDBACK_ACTION, WHY_VIEW, SlackFeedback
 from .inbound import SlackInbound, is_question_event
+from .learning_parts import SlackLearningParts
 from .notifier import SlackNotifier
 from .reader import BotIdentity, SlackReader
 from .settings import SlackSettings
@@ -85,8 +86,8 @@ class SlackAdapter:
         self.multi_team = not isinstance(self._tokens, OneTeamToken)
         socket_mode = _socket_mode(slack, http, multi_team=self.multi_team)
         self._socket_handler: AsyncSocketModeHandler | None = None
-        # Every Web API call's 429 is counted (Bolt copies the handlers into its per-event clients too). No retry
-        # handler re-sends: a post whose connection dropped may have been made (SlackWeb looks it up first).
+        # Every Web API call's 429 is counted (Bolt copies the handlers into its per-event clients too); no retry
+        # handler re-sends (a post whose connection dropped may have been made: SlackWeb looks it up first).
         self.clients = TeamClients(self._tokens, base_url=slack.api_url, retry_handlers=[RateLimitCounter()],
                                    state=ports.state if self.multi_team else None)  # Grid orgs: several workspaces
         # Bolt's client: SLACK_BOT_TOKEN's in single-workspace mode; tokenless with many, each event's client
@@ -144,14 +145,15 @@ class SlackAdapter:
         self.commands = SlackCommands(engine=engine, runner=self.runner, surfaces=self.surfaces, gate=self.gate, access=access,
                                       reader=self.reader)
         self.home = SlackHome(approvals=engine.approvals, surfaces=self.surfaces, clicks=self.clicks, gate=self.gate, access=access)
-        # /relaybot: the channel's settings in a modal, for workspace admins and owners (or CHANNEL_ADMINS).
-        self.admin = SlackAdmin(admin=engine.channel_admin, web=self.surfaces.web, gate=self.gate)
+        # Learning from channels (LearnsChannels), and /relaybot's modal for admins and owners (or CHANNEL_ADMINS).
+        self.learning = SlackLearningParts(settings=settings, web=self.surfaces.web, learning=getattr(ports, "learning", None))
+        self.channel_history, self.channel_facts = self.learning.history, self.learning.facts
+        self.admin = SlackAdmin(admin=engine.channel_admin, web=self.surfaces.web, gate=self.gate, learning=self.learning.learning)
 
     def _build_app(self, ports: AdapterPorts, *, socket_mode: bool) -> AsyncApp:
         """The Bolt app, the gate in front of every handler, and each handler registered for its events."""
-        many: dict[str, Any] = {}
-        if self.multi_team:
-            many = {"authorize": TeamAuthorize(self.surfaces.web), "installation_store": self._installation_store}
+        many: dict[str, Any] = ({"authorize": TeamAuthorize(self.surfaces.web), "installation_store": self._installation_store}
+                                if self.multi_team else {})
         # Signed requests get their first sign ahead of Bolt's dispatch (_handle_http), checked as Bolt checks them.
         secret = self._slack.signing_secret
         self._verifier = SignatureVerifier(secret) if secret and not socket_mode else None
@@ -171,6 +173,7 @@ class SlackAdapter:
         app.action(HOME_ACTION)(self.home.on_click)
         app.event("app_mention")(self._on_app_mention)
         app.event("message")(self._on_message)
+        self.learning.register(app)
         # Registered as is, so a click goes from Bolt straight to the click handler.
         app.action(ACTION_PATTERN)(self.clicks.on_click)
         app.action(ACTION_ARGUMENTS)(self.clicks.on_arguments)
@@ -265,6 +268,7 @@ class SlackAdapter:
             handler, self._socket_handler = self._socket_handler, None
             await close_socket(handler.client)
         await self.inbound.close()
+        await self.learning.close()
         await self.surfaces.signs.close()
         session, self.client.session, self.clients.session = self.client.session, None, None
         if session is not None:
@@ -284,9 +288,7 @@ class SlackAdapter:
         self, ports: AdapterPorts, tokens: TeamTokens | None, installation_store: AsyncInstallationStore | None,
     ) -> tuple[TeamTokens, AsyncInstallationStore | None]:
         """Whose token each call uses: the stored installs of a multi-workspace app, else SLACK_BOT_TOKEN's."""
-        if tokens is not None:
-            return tokens, installation_store
-        return OneTeamToken(self._slack.bot_token or ""), None
+        return (tokens, installation_store) if tokens is not None else (OneTeamToken(self._slack.bot_token or ""), None)
 
     def identity_of(self, team_id: str) -> BotIdentity:
         """The team's bot: learnt by its events' authorize with many workspaces, else SLACK_BOT_TOKEN's (auth.test)."""
@@ -346,6 +348,7 @@ class SlackAdapter:
         await self.inbound.on_app_mention(body, event, _bot(context))
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
+        self.learning.on_message(body, event, _bot(context))  # handed over in the background: answering never waits
         await self.inbound.on_message(body, event, _bot(context))
 
 

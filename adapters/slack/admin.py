@@ -21,8 +21,11 @@ from core.channel_admin import (
     parse_value,
 )
 from core.channels import RESPOND_TO, ChannelSettingsError
+from core.learning.model import ChannelPlace, LearnedChannel, LearningRefused
+from core.learning.ports import ChannelLearning
 from core.requests import Actor, ConversationKey
 
+from .learning_modal import LEARN_BLOCK, learning_blocks, read_learning, save_learning
 from .render import sentence
 from .surface import PLATFORM
 from .transport import SlackWeb
@@ -52,12 +55,14 @@ RESPOND_TO_TEXT = {"mentions": "Only when mentioned", "threads": "Also follow-up
 
 class SlackAdmin:
     """Bolt's listeners for `/relaybot` and its modal. Who may: users.info's `is_admin` / `is_owner` of the
-    channel's own workspace, or CHANNEL_ADMINS; asked again when the modal is submitted."""
+    channel's own workspace, or CHANNEL_ADMINS; asked again when the modal is submitted. With `learning`, the
+    modal also says whether the channel is learned from, and how far back (adapters/slack/learning_modal.py)."""
 
-    def __init__(self, *, admin: ChannelAdmin, web: SlackWeb, gate: Gate) -> None:
+    def __init__(self, *, admin: ChannelAdmin, web: SlackWeb, gate: Gate, learning: ChannelLearning | None = None) -> None:
         self._admin = admin
         self._web = web
         self._gate = gate
+        self._learning = learning
 
     async def on_command(self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
         # Acked first: Slack shows an error when a command is not acknowledged within 3 s.
@@ -77,10 +82,10 @@ class SlackAdmin:
                     await _tell(respond, wording.settings_only_admins(WHO_MAY))
                     return
                 view = await self._admin.view(_key(team, channel))
+                learned = await self._learning.get(_place(team, channel)) if self._learning is not None else None
+                built = modal(view, team=team, channel=channel, learning=self._learning is not None, learned=learned)
                 # The deadline lane: the trigger_id is good for 3 s.
-                await self._web.now(
-                    team, "views.open", trigger_id=str(body.get("trigger_id") or ""), view=modal(view, team=team, channel=channel)
-                )
+                await self._web.now(team, "views.open", trigger_id=str(body.get("trigger_id") or ""), view=built)
             except Exception:
                 logger.exception("could not open the settings of %s", channel)
                 await _tell(respond, wording.settings_failed())
@@ -99,8 +104,9 @@ class SlackAdmin:
                 await ack()
                 return
             first_block = _first_input(view)
+            values = (view.get("state") or {}).get("values") or {}
             try:
-                submitted = read_form((view.get("state") or {}).get("values") or {})
+                submitted = read_form(values)
             except _FieldError as error:
                 await ack(response_action="errors", errors={error.field: error.reason})
                 return
@@ -110,10 +116,16 @@ class SlackAdmin:
                               errors={first_block: wording.settings_only_admins(WHO_MAY)})
                     return
                 key = _key(team, channel)
+                # Learning first: a channel that cannot be learned from says why in the modal, with nothing saved.
+                wish = read_learning(values) if self._learning is not None else None
+                learned = await save_learning(self._learning, _place(team, channel), wish) if wish and self._learning else None
                 current = await self._admin.view(key)
                 to_set, to_clear = diff(current.own, _keep_inherited_flag(current, submitted))
                 entries = await self._admin.change(key, set_fields=to_set, unset=to_clear,
                                                    actor=actor_id(PLATFORM, team, user))
+            except LearningRefused as refused:
+                await ack(response_action="errors", errors={LEARN_BLOCK: refused.sentence})
+                return
             except ChannelSettingsError as error:
                 await ack(response_action="errors", errors={first_block: wording.settings_invalid(str(error))})
                 return
@@ -122,11 +134,11 @@ class SlackAdmin:
                 await ack(response_action="errors", errors={first_block: wording.settings_failed()})
                 return
             await ack()
-            logger.info("%s changed the settings of %s: %s", user, channel, "; ".join(change_lines(entries)) or "nothing")
+            lines = change_lines(entries) + ([learned] if learned else [])
+            logger.info("%s changed the settings of %s: %s", user, channel, "; ".join(lines) or "nothing")
             try:
-                await self._web.now(
-                    team, "chat.postEphemeral", channel=channel, user=user, text=sentence(wording.settings_saved(change_lines(entries)))
-                )
+                await self._web.now(team, "chat.postEphemeral", channel=channel, user=user,
+                                    text=sentence(wording.settings_saved(lines)))
             except Exception:  # e.g. not_in_channel: the change is saved and audited all the same
                 logger.warning("could not confirm the settings change in %s", channel, exc_info=True)
 
@@ -145,9 +157,11 @@ class SlackAdmin:
 # ----- the modal -----------------------------------------------------------------------------------
 
 
-def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
+def modal(
+    view: ChannelView, *, team: str, channel: str, learning: bool = False, learned: LearnedChannel | None = None,
+) -> dict[str, Any]:
     """The settings modal: each field shows the channel's own value; an empty one falls back a level, and its
-    placeholder says to what."""
+    placeholder says to what. `learning`: "Learn from this channel" too, showing `learned` (None: not learned from)."""
     config, own = view.config, view.own
     blocks: list[dict[str, Any]] = [{
         "type": "context",
@@ -187,6 +201,8 @@ def modal(view: ChannelView, *, team: str, channel: str) -> dict[str, Any]:
     blocks.append(_input("tool_policy", _text(policy, inherited=FIELDS_BY_NAME["tool_policy"].hint, multiline=True),
                          optional=True))
     blocks += _person_limit_inputs(view)
+    if learning:
+        blocks += learning_blocks(learned)
     return {
         "type": "modal",
         "callback_id": CALLBACK_ID,
@@ -262,6 +278,10 @@ def _keep_inherited_flag(view: ChannelView, submitted: dict[str, Any]) -> dict[s
 
 def _key(team: str, channel: str) -> ConversationKey:
     return ConversationKey(platform=PLATFORM, workspace=team, channel=channel)
+
+
+def _place(team: str, channel: str) -> ChannelPlace:
+    return ChannelPlace(platform=PLATFORM, workspace=team, channel=channel)
 
 
 def _first_input(view: dict[str, Any]) -> str:

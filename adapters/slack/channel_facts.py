@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from adapters.streaming.transport import PermanentSendError
 from core.learning.model import Place
 
 from .channel_people import SlackPeople
@@ -158,7 +159,12 @@ class SlackChannelFacts:
         cursor = ""
         for _ in range(MAX_PAGES):
             page = {"user": user, "types": TYPES, "limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})}
-            response = await self._web.call(workspace, "users.conversations", budget=budget, **page)
+            try:
+                response = await self._web.call(workspace, "users.conversations", budget=budget, **page)
+            except PermanentSendError as exc:
+                if getattr(exc, "code", "") == "user_not_found":  # a deleted account, another organisation's
+                    return frozenset()
+                raise
             found.update(str(c["id"]) for c in response.get("channels") or () if isinstance(c, dict) and c.get("id"))
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:
