@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -17,6 +18,9 @@ from core.store import learned_channels as store
 from core.store.db import Database
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# Scans in a row a thread's replies may fail before that thread is passed over.
+THREAD_ATTEMPTS = 3
 # The backfill's second look at what came since it started reaches this far before its start (clocks differ).
 TAIL_MARGIN = timedelta(minutes=1)
 
@@ -64,6 +68,8 @@ class ChannelScan:
         self.now = now
         self.checkpoint = {k: v for k, v in channel.checkpoint.items() if k not in ("failures", "retry_at")}
         self.pages = 0
+        self.done = channel.done  # messages stored so far (counted exactly once the scan ends)
+        self._indexing: list[asyncio.Future[None]] = []  # the last page's documents, built while the next is read
 
     @property
     def source_id(self) -> int:
@@ -72,11 +78,23 @@ class ChannelScan:
     async def run(self) -> bool:
         """Read until the scan is done; False when the channel was removed meanwhile. ScanFailed on a failure."""
         steps = {"history": self._history_page, "threads": self._threads_page, "replies": self._replies_page}
-        while self.checkpoint.get("phase") in steps:
-            if not await steps[self.checkpoint["phase"]]():
-                return False
-            self.pages += 1
+        try:
+            while self.checkpoint.get("phase") in steps:
+                if not await steps[self.checkpoint["phase"]]():
+                    return False
+                self.pages += 1
+        finally:
+            await self._index(set())
         return True
+
+    async def _index(self, documents: set[str]) -> None:
+        """Build these documents while the next page is read; first wait for the previous page's, so at most one
+        page's documents wait at once (the platform's pace, not the embedder's, bounds the backfill)."""
+        waiting, self._indexing = self._indexing, []
+        if waiting:
+            await asyncio.gather(*(asyncio.shield(w) for w in waiting))
+        if documents:
+            self._indexing = self.rebuilds.want(self.source_id, documents, urgent=True)
 
     async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -100,19 +118,26 @@ class ChannelScan:
         async with self.db.connection() as conn:
             if await store.lock_channel(conn, self.source_id) is None:
                 return False
-            touched = await keep(conn, self.source_id, messages, cap=self.cap)
-            touched |= await self._deleted_since_read(conn, messages, last=not page.next_cursor)
-            pending = {i for i, s in (await store.known(conn, self.source_id, [m.id for m in messages])).items()
-                       if not s.replies_read and (s.message.reply_count > 0 or s.message.thread == i)}
+            kept = await keep(conn, self.source_id, messages, cap=self.cap)
+            self.done += kept.added
+            touched = kept.touched | await self._deleted_since_read(conn, messages, last=not page.next_cursor)
+            pending = await self._unread_roots(conn, messages)
             page_oldest = min((m.at for m in messages), default=_at(cp["upper"]))
             cp.update(cursor=page.next_cursor, upper=_iso(page_oldest),
                       upper_ids=[m.id for m in messages if m.at == page_oldest])
             if not page.next_cursor:
                 self._after_history()
-            await self._save(conn, fraction=self._covered(page_oldest) if page.next_cursor else 1.0)
+            await self._save(conn, fraction=self._covered(page_oldest) if page.next_cursor else 1.0, estimate=True)
         # A thread's document is built once its replies are read.
-        await self.rebuilds.now(self.source_id, touched - {thread_key(root) for root in pending})
+        await self._index(touched - {thread_key(root) for root in pending})
         return True
+
+    async def _unread_roots(self, conn: Any, messages: Sequence[ChannelMessage]) -> set[str]:
+        """The page's roots whose replies are still to be read (their thread's document is built after them)."""
+        roots = [m.id for m in messages if m.reply_count > 0 or m.thread == m.id]
+        if not roots:
+            return set()
+        return {i for i, s in (await store.known(conn, self.source_id, roots)).items() if not s.replies_read}
 
     def _after_history(self) -> None:
         """A backfill reads what came since it started once more: a live event in a process that had not yet seen
@@ -152,13 +177,14 @@ class ChannelScan:
         async with self.db.connection() as conn:
             if await store.lock_channel(conn, self.source_id) is None:
                 return False
-            touched = await keep(conn, self.source_id, roots, cap=self.cap)
+            kept = await keep(conn, self.source_id, roots, cap=self.cap)
+            self.done += kept.added
             await store.reread(conn, self.source_id, [m.id for m in roots])
             cp.update(cursor=page.next_cursor)
             if not page.next_cursor:
                 cp.update(phase="replies", cursor="")
-            await self._save(conn, fraction=None)
-        await self.rebuilds.now(self.source_id, {k for k in touched if not k.startswith("thread:")})
+            await self._save(conn, fraction=None, estimate=True)
+        await self._index({k for k in kept.touched if not k.startswith("thread:")})
         return True
 
     async def _replies_page(self) -> bool:
@@ -170,24 +196,46 @@ class ChannelScan:
                 return await self._finish()
             cp.update(thread=roots[0], cursor="", seen=[])
         root = cp["thread"]
-        page = await self._read(lambda: self.history.replies(place.workspace, place.channel, root, cursor=cp["cursor"]))
+        try:
+            page = await self._read(lambda: self.history.replies(place.workspace, place.channel, root,
+                                                                 cursor=cp["cursor"]))
+        except ScanFailed as failed:
+            return await self._replies_failed(root, failed)
         messages = [dataclasses.replace(m, thread=root) for m in page.messages]
         async with self.db.connection() as conn:
             if await store.lock_channel(conn, self.source_id) is None:
                 return False
-            touched = await keep(conn, self.source_id, messages, cap=self.cap)
+            kept = await keep(conn, self.source_id, messages, cap=self.cap)
+            self.done += kept.added
+            touched = kept.touched
             cp["seen"] = sorted({*cp.get("seen", []), *(m.id for m in messages)})
             cp["cursor"] = page.next_cursor
             if not page.next_cursor:
                 touched |= await store.delete_absent_replies(conn, self.source_id, root, cp["seen"])
                 await store.mark_replies_read(conn, self.source_id, root)
-                cp.update(thread="", cursor="", seen=[])
+                cp.update(thread="", cursor="", seen=[], thread_failures=0)
             await self._save(conn, fraction=None)
         if not page.next_cursor:
-            await self.rebuilds.now(self.source_id, touched)
+            await self._index(touched)
+        return True
+
+    async def _replies_failed(self, root: str, failed: ScanFailed) -> bool:
+        """A thread whose replies fail THREAD_ATTEMPTS scans in a row (its root deleted on the platform meanwhile)
+        is passed over, so one thread never holds the channel in 'error'; a first failure is the channel's."""
+        cp = self.checkpoint
+        cp["thread_failures"] = int(cp.get("thread_failures", 0)) + 1
+        async with self.db.connection() as conn:
+            if cp["thread_failures"] >= THREAD_ATTEMPTS:
+                log.warning("passing over thread %s of %s: %s", root, self.channel.place.key, failed.sentence)
+                await store.mark_replies_read(conn, self.source_id, root)
+                cp.update(thread="", cursor="", seen=[], thread_failures=0)
+            await self._save(conn, fraction=None)
+        if cp.get("thread"):
+            raise failed
         return True
 
     async def _finish(self) -> bool:
+        await self._index(set())  # live only once every document read is searchable
         async with self.db.connection() as conn:
             if await store.lock_channel(conn, self.source_id) is None:
                 return False
@@ -197,11 +245,13 @@ class ChannelScan:
                 checkpoint=self.checkpoint, state="live", done=done, total=done))
         return True
 
-    async def _save(self, conn: Any, *, fraction: float | None) -> None:
-        """The checkpoint after a page, with the count so far and an estimate of the whole."""
-        done = await store.count_messages(conn, self.source_id)
-        replies = await store.unread_replies(conn, self.source_id)
-        read = done if fraction is None else max(done, round(done / fraction))
+    async def _save(self, conn: Any, *, fraction: float | None, estimate: bool = False) -> None:
+        """The checkpoint after a page, with the count so far and (`estimate`: while history is read, from the share
+        of the window covered and the replies the roots announce) the whole; replies pages keep the estimate."""
+        total = None
+        if estimate:
+            read = self.done if fraction is None else max(self.done, round(self.done / fraction))
+            total = read + await store.unread_replies(conn, self.source_id)
         state = "live" if "rescan_from" in self.checkpoint else "backfilling"  # a catch-up's channel was read whole
         await store.save_progress(conn, self.source_id, store.Progress(
-            checkpoint=self.checkpoint, state=state, done=done, total=read + replies))
+            checkpoint=self.checkpoint, state=state, done=self.done, total=total))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta, timezone
 
 from psycopg import AsyncConnection
@@ -18,9 +19,17 @@ def _day_start(at: datetime) -> datetime:
     return datetime.combine(at.astimezone(timezone.utc).date(), time(0), tzinfo=timezone.utc)
 
 
-async def keep(conn: AsyncConnection, source_id: int, messages: Sequence[ChannelMessage], *, cap: int) -> set[str]:
-    """Insert or update `messages` in the caller's transaction; returns every document whose content changed
-    (where a message went, where it was, and where a split moved others)."""
+@dataclass(frozen=True, kw_only=True)
+class Kept:
+    """What keeping some messages did: every document whose content changed (where a message went, where it was,
+    where a split moved others), and how many of the messages were new."""
+
+    touched: set[str]
+    added: int
+
+
+async def keep(conn: AsyncConnection, source_id: int, messages: Sequence[ChannelMessage], *, cap: int) -> Kept:
+    """Insert or update `messages` in the caller's transaction."""
     latest = {m.id: m for m in messages}  # a page may repeat a message (a root in its own replies)
     messages = list(latest.values())
     roots = {m.thread for m in messages if m.thread and m.thread != m.id}
@@ -55,7 +64,7 @@ async def keep(conn: AsyncConnection, source_id: int, messages: Sequence[Channel
     await store.write_messages(conn, source_id, placed)
     touched.update(moved.values())
     touched.update(p.document for p in placed)
-    return touched
+    return Kept(touched=touched, added=sum(1 for message_id in latest if message_id not in known))
 
 
 async def _place_outside(

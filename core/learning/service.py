@@ -85,8 +85,8 @@ class ChannelLearningService:
             return
         if change.kind == "message" and change.message is not None:
             async with self.db.connection() as conn:
-                touched = await keep(conn, source_id, [change.message], cap=self.settings.learn_stretch_messages)
-            self.rebuilds.want(source_id, touched)
+                kept = await keep(conn, source_id, [change.message], cap=self.settings.learn_stretch_messages)
+            self.rebuilds.want(source_id, kept.touched)
         elif change.kind == "deleted" and change.message_id:
             async with self.db.connection() as conn:
                 documents = await store.delete_messages(conn, source_id, [change.message_id])

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from core.learning.model import ChannelChange, LearningRefused
+from core.learning.model import ChannelChange, HistoryPage, LearningRefused
 from core.store import learned_channels as store
 from core.store.db import Database
 from tests.core.learning.paged_history import T0, Channel, PagedHistory, msg, ts
@@ -153,6 +153,34 @@ async def test_a_platform_failure_is_an_error_with_its_sentence_and_is_retried_l
         learned = await learning.get(PLACE)
     assert learned is not None and (learned.state, learned.error) == ("live", "")
     assert sorted(await stored_ids(db)) == sorted(channel.messages)
+
+
+class GoneThread(PagedHistory):
+    """A root deleted on the platform after history listed it: its replies are refused every time."""
+
+    async def replies(self, workspace: str, channel: str, thread: str, *, cursor: str) -> HistoryPage:
+        if thread == ts(30):
+            await self._gate(("replies", thread, cursor))
+            raise LearningRefused("That thread is gone (thread_not_found).")
+        return await super().replies(workspace, channel, thread, cursor=cursor)
+
+
+async def test_a_thread_whose_replies_keep_failing_is_passed_over_after_a_few_scans(db: Database) -> None:
+    channel = incidents()
+    later = [NOW]
+    async with service(db, now=lambda: later[0]) as learning:
+        learning.attach("slack", GoneThread({"C1": channel}))
+        await learning.add(PLACE, since_days=30, keep_days=None)
+        for attempt in range(2):
+            await learning.run_due()
+            failed = await learning.get(PLACE)
+            assert failed is not None and (failed.state, failed.error) == ("error", "That thread is gone (thread_not_found).")
+            later[0] += timedelta(hours=2)
+        await learning.run_due()
+        learned = await learning.get(PLACE)
+    assert learned is not None and (learned.state, learned.error) == ("live", "")
+    stored = set(await stored_ids(db))
+    assert ts(24 * 60 + 42) in stored and ts(31) not in stored  # the other thread read; the gone one's replies not
 
 
 async def test_adding_refuses_a_dm_and_passes_on_the_platforms_sentence(db: Database) -> None:
