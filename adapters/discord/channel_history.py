@@ -1,4 +1,4 @@
-"""Discord's history door for learning (core.learning.ports.ChannelHistory): a channel's info, its messages newest first, its threads (active and archived) and their replies, over REST through transport_history.py."""
+"""Discord's history door for learning (core.learning.ports.ChannelHistory): a channel's info, its messages newest first, its public threads (active and archived) and their replies, over REST through transport_history.py."""
 
 from __future__ import annotations
 

@@ -159,12 +159,7 @@ class DiscordLearningEvents:
         if before.overwrites != after.overwrites:
             self._facts.forget(str(guild.id), channel=str(after.id))
         # `after` is the cached channel, current by now: a quick second update is seen here already, once.
-        if guild.me is None or after.permissions_for(guild.me).view_channel:
-            self._lost.discard(after.id)
-        elif after.id not in self._lost:
-            self._lost.add(after.id)
-            log.info("the bot may no longer view Discord channel %s: learning from it stops", after.id)
-            self.feed.put(ChannelChange(kind="left", place=place))
+        self._follow_view(guild, after)
 
     async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
         if self._takes(channel.guild.id):
@@ -185,8 +180,23 @@ class DiscordLearningEvents:
         self._facts.forget(str(payload.guild_id), user=str(payload.user.id))
 
     async def on_guild_role_update(self, before: discord.Role, after: discord.Role) -> None:
-        if before.permissions != after.permissions:
-            self._facts.forget(str(after.guild.id))
+        """A role's permissions changed: every member's are read again, and channels the bot lost with it are left."""
+        if before.permissions == after.permissions:
+            return
+        guild = after.guild
+        self._facts.forget(str(guild.id))
+        if guild.me is not None and self._takes(guild.id):
+            for channel in guild.channels:
+                self._follow_view(guild, channel)
+
+    def _follow_view(self, guild: discord.Guild, channel: discord.abc.GuildChannel) -> None:
+        """`left` once when the bot may no longer view a channel (told again only after it could once more)."""
+        if guild.me is None or channel.permissions_for(guild.me).view_channel:
+            self._lost.discard(channel.id)
+        elif channel.id not in self._lost:
+            self._lost.add(channel.id)
+            log.info("the bot may no longer view Discord channel %s: learning from it stops", channel.id)
+            self.feed.put(ChannelChange(kind="left", place=_place_of(guild.id, channel.id)))
 
     def _deleted(self, guild_id: int | None, channel_id: int, message_ids: Any) -> None:
         if guild_id is None or not self._takes(guild_id):

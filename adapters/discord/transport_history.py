@@ -1,4 +1,4 @@
-"""The door for learning's Discord reads: a channel, its messages, its threads (active and archived), the guild and a member, each call on the bot-wide budget.
+"""The door for learning's Discord reads: a channel, its messages, its public threads (active and archived), the guild and a member, each call on the bot-wide budget.
 
 Nothing else calls these discord.py REST methods (tests/test_architecture.py and tests/support/platform_door.py).
 The same door serves the running bot (its gateway client's HTTP) and the CLI (a REST-only client, `open_rest`)."""

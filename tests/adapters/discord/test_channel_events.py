@@ -131,3 +131,23 @@ async def test_an_edit_and_a_delete_in_an_archived_thread_out_of_the_cache_are_l
         ("message", str(channel), "the fix was a restart of the primary"), ("deleted", str(channel), str(reply))]
     assert learning.changes[0].message is not None and learning.changes[0].message.thread == str(old)
     assert len(dc.requests_to("get_channel")) == 2  # each thread looked up once, then known
+
+
+async def test_a_role_change_that_takes_view_channel_from_the_bot_leaves_its_channels_once(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    owner = dc.add_user("owner")
+    guild = dc.add_guild("g", owner_id=owner)
+    incidents, random = dc.add_channel(guild, "incidents"), dc.add_channel(guild, "random")
+    everyone = dc.world.roles[guild].permissions
+    learning = RecordedLearning()
+    async with learning_bot(dc, db, openai_emulator, learning=learning) as adapter:
+        await dc.set_role_permissions(guild, everyone & ~VIEW_CHANNEL)  # the bot has no role but @everyone
+        await dc.wait_for(lambda: len(learning.changes) >= 2, what="the channels left")
+        await dc.set_role_permissions(guild, everyone & ~VIEW_CHANNEL & ~(1 << 6))  # another change: no new left
+        await dc.set_role_permissions(guild, everyone)
+        await dc.wait_for(lambda: adapter.client.get_guild(guild).default_role.permissions.view_channel,  # type: ignore[union-attr]
+                          what="the role back")
+        await adapter._learning.events.feed.drained()
+    assert sorted(summary(learning.changes)) == [("left", str(incidents), ""), ("left", str(random), "")]

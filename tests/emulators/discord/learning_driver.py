@@ -9,7 +9,7 @@ from tests.emulators.discord.core import EmulatorCore
 from tests.emulators.discord.gateway import INTENT_GUILD_MEMBERS, INTENT_GUILDS, GatewaySession
 from tests.emulators.discord.models import (PRIVATE_THREAD_TYPE, PUBLIC_THREAD_TYPE, Channel, JSONDict, MessageVersion,
                                             StoredMessage, UploadedFile)
-from tests.emulators.discord.payloads import channel_payload, member_payload
+from tests.emulators.discord.payloads import channel_payload, member_payload, role_payload
 from tests.emulators.discord.rest_channels import store_attachment
 
 
@@ -121,6 +121,13 @@ class LearningDriver(EmulatorCore):
         user.role_ids = [r for r in user.role_ids if r not in self.world.guilds[guild_id].role_ids] + list(role_ids)
         payload = {**member_payload(self.world, guild_id, user_id), "guild_id": str(guild_id)}
         await self.hub.dispatch("GUILD_MEMBER_UPDATE", lambda s: payload if s.has_intent(INTENT_GUILD_MEMBERS) else None)
+
+    async def set_role_permissions(self, role_id: int, permissions: int) -> None:
+        """A role's permissions changed (the guild's id: @everyone's): GUILD_ROLE_UPDATE."""
+        role = self.world.roles[role_id]
+        role.permissions = permissions
+        payload = {"guild_id": str(role.guild_id), "role": role_payload(self.world, role_id)}
+        await self.hub.dispatch("GUILD_ROLE_UPDATE", lambda s: payload if s.has_intent(INTENT_GUILDS) else None)
 
     async def _channel_event(self, channel_id: int, event: str) -> None:
         payload = channel_payload(self.world, self.world.channels[channel_id])
