@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import TypeVar
 
 import discord
 
@@ -16,8 +17,11 @@ from .learning_messages import (PRIVATE_THREAD_TYPE, THREAD_TYPES, from_json, is
 from .transport_history import MESSAGES_PAGE, HistoryDoor, JSON
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DM_TYPES = frozenset({1, 3})
+# Text and announcement channels: where messages are written (a forum's or a voice channel's are not read).
+TEXT_TYPES = frozenset({0, 5})
 # The application's flags that say the Message Content intent is on in the Developer Portal (verified bots get the
 # first, others the "limited" one).
 MESSAGE_CONTENT_FLAGS = (1 << 19) | (1 << 18)
@@ -45,6 +49,11 @@ def cannot_read_history(channel: str) -> str:
             "(the channel's Permissions), then try again.")
 
 
+def not_text(channel: str) -> str:
+    return (f"<#{channel}> is not a text or announcement channel (a forum, voice channel or category): relaybot "
+            "learns from text and announcement channels and their threads.")
+
+
 def a_thread(parent: str) -> str:
     return f"That is a thread: choose the channel it is in, <#{parent}>; its threads are learned with it."
 
@@ -70,6 +79,8 @@ class DiscordChannelHistory:
             raise LearningRefused(unknown_channel(channel))
         if int(data.get("type") or 0) in THREAD_TYPES:
             raise LearningRefused(a_thread(str(data.get("parent_id"))))
+        if int(data.get("type") or 0) not in TEXT_TYPES:
+            raise LearningRefused(not_text(channel))
         if not await self._door.application_flags() & MESSAGE_CONTENT_FLAGS:
             raise LearningRefused(NO_INTENT_PORTAL)
         guild = await self._door.guild(int(workspace))
@@ -94,7 +105,7 @@ class DiscordChannelHistory:
             raise LearningRefused(cannot_view(channel)) from None
 
     async def history(self, workspace: str, channel: str, *, oldest: datetime, cursor: str) -> HistoryPage:
-        page = await self._door.messages(int(channel), before=int(cursor) if cursor else None)
+        page = await _readable(channel, self._door.messages(int(channel), before=int(cursor) if cursor else None))
         me = str(self._me() or "")  # after the first call: the CLI's door logs in on it
         kept = tuple(
             from_json(data, guild=workspace, channel=channel, me=me) for data in page
@@ -113,7 +124,7 @@ class DiscordChannelHistory:
                           if str(t.get("parent_id")) == channel and int(t.get("type") or 0) != PRIVATE_THREAD_TYPE)
             return HistoryPage(messages=roots, next_cursor=PUBLIC_PHASE)
         before = cursor.removeprefix(PUBLIC_PHASE) or None
-        archived, has_more = await self._door.archived_threads(int(channel), before=before)
+        archived, has_more = await _readable(channel, self._door.archived_threads(int(channel), before=before))
         roots: list[ChannelMessage] = []
         last = ""
         for thread in archived:
@@ -126,7 +137,7 @@ class DiscordChannelHistory:
     async def replies(self, workspace: str, channel: str, thread: str, *, cursor: str) -> HistoryPage:
         """The thread's messages oldest first (pages `after` the last one read); the first page starts with the
         message the thread was started on, when there is one (it has the thread's id, in the channel)."""
-        starter = await self._door.message(int(channel), int(thread)) if not cursor else None
+        starter = await _readable(channel, self._door.message(int(channel), int(thread))) if not cursor else None
         me = str(self._me() or "")
         root: tuple[ChannelMessage, ...] = ()
         if starter is not None and is_person(starter):
@@ -148,3 +159,13 @@ class DiscordChannelHistory:
             return message.permalink
         where = message.thread if message.thread and message.thread != message.id else channel
         return jump_url(workspace, where, message.id)
+
+
+async def _readable(channel: str, read: Awaitable[T]) -> T:
+    """A read of the channel; Discord saying it is gone or no longer the bot's to read is the sentence to show."""
+    try:
+        return await read
+    except discord.NotFound:
+        raise LearningRefused(unknown_channel(channel)) from None
+    except discord.Forbidden:
+        raise LearningRefused(cannot_view(channel)) from None

@@ -116,6 +116,15 @@ async def test_info_refuses_dms_a_missing_intent_and_a_channel_the_bot_cannot_re
         assert "View Channel" in await refusal(adapter, str(guild), str(hidden))
         assert "Read Message History" in await refusal(adapter, str(guild), str(no_history))
         assert "knows no channel" in await refusal(adapter, str(guild), "123")
+        voice = dc.add_channel(guild, "standup")
+        dc.world.channels[voice].type = 2
+        assert "not a text or announcement channel" in await refusal(adapter, str(guild), str(voice))
+        # Access lost mid-backfill: the read says so in the sentence the channel's error shows.
+        dc.hide_channel_from_bot(ok)
+        with pytest.raises(LearningRefused) as lost:
+            await adapter.channel_history.history(str(guild), str(ok), oldest=datetime.now(timezone.utc), cursor="")
+        assert "View Channel" in lost.value.sentence
+        dc.world.bot_hidden_channels.discard(ok)
         dc.set_message_content_intent(False)
         assert "Developer Portal" in await refusal(adapter, str(guild), str(ok))
     async with learning_bot(dc, db, openai_emulator, discord_message_content_intent=False) as adapter:
