@@ -4,13 +4,20 @@ door and facts, and its scheduled job backfills a chosen channel; a process serv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 
+from adapters.base import AdapterPorts, PlatformAdapter
+from adapters.http.server import HttpServer
+from adapters.platform import Platform
+from adapters.slack import SLACK, SlackAdapter
 from bot.runtime import Runtime
+from core.config import Settings
+from core.engine import Engine
 from core.learning.model import ChannelPlace, LearnedChannel
 from core.learning.ports import LearnsChannels
 from tests.e2e.slack_harness import dm, model_request_text
@@ -116,3 +123,62 @@ async def test_a_process_serving_no_platform_that_learns_purges_but_backfills_no
         assert runtime.learning is not None and runtime.learning.platforms == []
     finally:
         await runtime.stop()
+
+
+def scaled_slack(time_scale: float) -> Platform:
+    """Slack's table entry with the adapter's budgets on the emulator's clock (a minute lasts 3 s), as the e2e harness
+    builds it."""
+    def build(*, settings: Settings, engine: Engine, ports: AdapterPorts, http: HttpServer) -> PlatformAdapter:
+        return SlackAdapter(settings=settings, engine=engine, ports=ports, http=http, time_scale=time_scale)
+
+    return dataclasses.replace(SLACK, adapter=build)
+
+
+async def test_a_stop_mid_backfill_leaves_the_channel_backfilling_and_the_next_start_goes_on_without_duplicates(
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
+) -> None:
+    slack = slack_emulator
+    # Slack's limited tier: one history page a minute (3 s at the tests' time scale), 15 messages a page.
+    slack.limit_history("limited")
+    slack.add_channel("C0LONG", name="long", members=["U0ANA"])
+    written = [f"note {n:02d}" for n in range(20)]  # two pages
+    for text in written:
+        slack.add_user_message("C0LONG", text, "U0ANA")
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+        slack_history_tier="limited",
+    )
+    place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0LONG")
+    first = Runtime(settings, platforms=(scaled_slack(slack.time_scale),))
+    try:
+        await first.start()
+        assert first.learning is not None
+        service = first.learning.service
+        await service.add(place, since_days=30, keep_days=None)
+
+        async def current() -> LearnedChannel | None:
+            return await service.get(place)
+
+        await eventually(current, lambda c: c is not None and c.done > 0)
+    finally:
+        await first.stop()  # while the next page waits its minute
+    rows = stored_texts(database_url, "C0LONG")
+    assert 0 < len(rows) < len(written)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT state, error FROM learned_channels WHERE channel = 'C0LONG'").fetchone() == (
+            "backfilling", "")
+
+    second = Runtime(settings, platforms=(scaled_slack(slack.time_scale),))
+    try:
+        await second.start()
+        assert second.learning is not None
+        again = second.learning.service
+
+        async def after() -> LearnedChannel | None:
+            return await again.get(place)
+
+        await eventually(after, lambda c: c is not None and c.state == "live")
+        assert sorted(stored_texts(database_url, "C0LONG")) == written  # each once
+    finally:
+        await second.stop()
