@@ -4,6 +4,7 @@ would build it from scratch."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 from contextlib import asynccontextmanager
@@ -174,3 +175,41 @@ async def test_a_random_sequence_of_changes_keeps_the_index_equal_to_a_rebuild_f
         rows = await (await conn.execute(
             "SELECT document, count(*) FROM channel_messages WHERE thread = '' GROUP BY document")).fetchall()
     assert all(count <= 3 for _, count in rows)
+
+
+class HeldEmbeddings:
+    """The local model, each call held until `go` is set: a process caught between reading a document and writing it."""
+
+    def __init__(self, model: LocalEmbeddings) -> None:
+        self.model = model
+        self.name, self.dimension = model.name, model.dimension
+        self.waiting = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def embed(self, texts):
+        self.waiting.set()
+        await self.go.wait()
+        return await self.model.embed(texts)
+
+
+async def test_a_process_whose_read_went_stale_while_it_embedded_builds_the_document_again(
+    db: Database, local_embedder: LocalEmbeddings
+) -> None:
+    held = HeldEmbeddings(local_embedder)
+    async with service(db, embedder=held) as slow, service(db, embedder=local_embedder) as fast:
+        held.go.set()
+        slow.attach("slack", PagedHistory({"C1": small_channel()}))
+        await slow.add(PLACE, since_days=3650, keep_days=None)
+        await slow.run_due()
+        await fast.take(ChannelChange(kind="member", place=PLACE, user="U1"))  # it knows the channel is chosen
+        held.go.clear()
+        held.waiting.clear()
+        await slow.take(change(msg(1, "first reply, read by the slow process", thread=ts(0))))
+        await held.waiting.wait()  # it read the thread and is embedding it
+        await fast.take(change(msg(2, "second reply, written meanwhile by the other", author="Bo", thread=ts(0))))
+        await fast.settled()
+        held.go.set()
+        await slow.settled()
+    assert await indexed(db) == await rebuilt_from_scratch(db)
+    [(_, _, chunks)] = (await indexed(db)).values()
+    assert "second reply" in chunks[-1]
