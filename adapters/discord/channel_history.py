@@ -12,8 +12,8 @@ import discord
 from core.learning.model import ChannelInfo, ChannelMessage, HistoryPage, LearningRefused
 
 from .channel_permissions import READ_MESSAGE_HISTORY, VIEW_CHANNEL, channel_permissions
-from .learning_messages import (PRIVATE_THREAD_TYPE, THREAD_TYPES, from_json, is_person, jump_url, snowflake_at,
-                                thread_root)
+from .learning_messages import (PRIVATE_THREAD_TYPE, THREAD_TYPES, display_name, from_json, is_person, jump_url,
+                                snowflake_at, thread_root)
 from .transport_history import MESSAGES_PAGE, HistoryDoor, JSON
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,8 @@ TEXT_TYPES = frozenset({0, 5})
 # The application's flags that say the Message Content intent is on in the Developer Portal (verified bots get the
 # first, others the "limited" one).
 MESSAGE_CONTENT_FLAGS = (1 << 19) | (1 << 18)
-ACTIVE_PHASE, PUBLIC_PHASE = "active", "public:"
+PUBLIC_PHASE = "public:"
+NAMES_KEPT = 10_000
 
 NEVER_DMS = "Direct messages and group DMs are never learned from: choose a server channel."
 NO_INTENT = ("Discord sends the bot no message text without the Message Content intent: turn it on for the bot in "
@@ -66,6 +67,7 @@ class DiscordChannelHistory:
         self._door = door
         self._me = me
         self._message_content = message_content
+        self._names: dict[str, str] = {}  # thread creators' display names, by user id
 
     async def info(self, workspace: str, channel: str) -> ChannelInfo:
         if not workspace.isdigit():
@@ -120,19 +122,32 @@ class DiscordChannelHistory:
         (newest archived first, `before` their archive time) until one archived before `oldest`."""
         if not cursor:
             active = await self._door.active_threads(int(workspace))
-            roots = tuple(thread_root(t, guild=workspace) for t in active
-                          if str(t.get("parent_id")) == channel and int(t.get("type") or 0) != PRIVATE_THREAD_TYPE)
-            return HistoryPage(messages=roots, next_cursor=PUBLIC_PHASE)
+            ours = [t for t in active
+                    if str(t.get("parent_id")) == channel and int(t.get("type") or 0) != PRIVATE_THREAD_TYPE]
+            return HistoryPage(messages=await self._roots(workspace, ours), next_cursor=PUBLIC_PHASE)
         before = cursor.removeprefix(PUBLIC_PHASE) or None
         archived, has_more = await _readable(channel, self._door.archived_threads(int(channel), before=before))
-        roots: list[ChannelMessage] = []
+        kept: list[JSON] = []
         last = ""
         for thread in archived:
             last = str((thread.get("thread_metadata") or {}).get("archive_timestamp") or "")
             if last and datetime.fromisoformat(last.replace("Z", "+00:00")) < oldest:
-                return HistoryPage(messages=tuple(roots))
-            roots.append(thread_root(thread, guild=workspace))
-        return HistoryPage(messages=tuple(roots), next_cursor=PUBLIC_PHASE + last if has_more and last else "")
+                return HistoryPage(messages=await self._roots(workspace, kept))
+            kept.append(thread)
+        return HistoryPage(messages=await self._roots(workspace, kept),
+                           next_cursor=PUBLIC_PHASE + last if has_more and last else "")
+
+    async def _roots(self, workspace: str, threads: list[JSON]) -> tuple[ChannelMessage, ...]:
+        """The threads as roots, each by its creator's name: a member read once per person (a few people start most
+        threads), '' for one no longer in the server."""
+        for owner in {str(t.get("owner_id") or "") for t in threads} - set(self._names):
+            if owner.isdigit():
+                member = await self._door.member(int(workspace), int(owner))
+                self._names[owner] = display_name(member) if member is not None else ""
+                while len(self._names) > NAMES_KEPT:
+                    del self._names[next(iter(self._names))]
+        return tuple(thread_root(t, guild=workspace, owner_name=self._names.get(str(t.get("owner_id") or ""), ""))
+                     for t in threads)
 
     async def replies(self, workspace: str, channel: str, thread: str, *, cursor: str) -> HistoryPage:
         """The thread's messages oldest first (pages `after` the last one read); the first page starts with the

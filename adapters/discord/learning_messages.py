@@ -68,13 +68,19 @@ def from_json(data: JSON, *, guild: str, channel: str, thread: str = "", me: str
     )
 
 
-def thread_root(data: JSON, *, guild: str) -> ChannelMessage:
-    """A thread as the root of its replies (id = the thread's): its name is what it shows at its top. The thread's
-    own first message, read by `replies`, replaces it where the thread was started on a message (same id)."""
+def display_name(member: JSON) -> str:
+    """A member as shown beside their messages: server nickname, else display name, else username."""
+    user = member.get("user") or {}
+    return next((str(n) for n in (member.get("nick"), user.get("global_name"), user.get("username")) if n), "")
+
+
+def thread_root(data: JSON, *, guild: str, owner_name: str = "") -> ChannelMessage:
+    """A thread as the root of its replies (id = the thread's), by its creator: its name is what it shows at its top.
+    The thread's own first message, read by `replies`, replaces it where the thread was started on one (same id)."""
     thread_id = str(data["id"])
     meta = data.get("thread_metadata") or {}
     return ChannelMessage(
-        id=thread_id, thread=thread_id, author_id=str(data.get("owner_id") or ""), author_name="",
+        id=thread_id, thread=thread_id, author_id=str(data.get("owner_id") or ""), author_name=owner_name,
         text=str(data.get("name") or ""), at=_at(meta.get("create_timestamp"), thread_id),
         reply_count=int(data.get("message_count") or 0), latest_reply=str(data.get("last_message_id") or ""),
         permalink=jump_url(guild, thread_id),

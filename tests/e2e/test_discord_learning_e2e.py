@@ -191,6 +191,10 @@ async def test_a_channel_with_an_archived_thread_is_backfilled_and_its_answers_c
         # The archived thread, started without a message, is read too.
         given = await ask(dc, openai_emulator, g.incidents, "why are the hangar doors stuck?", user=g.ana)
         assert "bob: the hangar doors are stuck half open" in given
+        started = datetime.fromtimestamp(dc.world.channels[h.hangar].created_at, tz=timezone.utc).strftime("%Y-%m-%d")
+        system = openai_emulator.chat_requests[-1]["messages"][0]["content"]
+        assert (f"#incidents — {started}, thread by bob", f"https://discord.com/channels/{g.id}/{h.hangar}") in {
+            (t, uri) for _, t, uri in _NUMBERED.findall(system)}
 
 
 async def stored(db: Database, source: str) -> list[str]:

@@ -193,10 +193,12 @@ async def test_threads_lists_active_then_archived_public_ones_until_oldest_and_r
             if not page.next_cursor:
                 break
             cursor = page.next_cursor
+        assert len(dc.requests_to("member_get")) == 1  # ana, once for all her threads
         first = await history.replies(str(guild), str(channel), str(active), cursor="")
         second = await history.replies(str(guild), str(channel), str(active), cursor=first.next_cursor)
     assert [m.id for m in roots] == [str(active)] + [str(t) for t in reversed(archived)]
     assert roots[0].text == "outage" and roots[0].reply_count == 130 and roots[0].thread == str(active)
+    assert {m.author_name for m in roots} == {"ana"}  # the creator, read once for every thread of hers
     assert roots[1].permalink == f"https://discord.com/channels/{guild}/{archived[-1]}"
     assert [m.id for m in first.messages] == [str(starter)] + [str(r) for r in replies[:100]]
     assert first.messages[0].text == "the outage" and all(m.thread == str(active) for m in first.messages)
