@@ -119,3 +119,12 @@ def test_char_estimate_fallback(monkeypatch: pytest.MonkeyPatch, caplog: pytest.
     finally:
         tokens._load_offline_encoding.cache_clear()
         get_token_counter.cache_clear()
+
+
+def test_a_counter_keeps_no_python_copy_of_its_merge_ranks_and_still_encodes_and_decodes(cl100k: TokenCounter) -> None:
+    """The ranks' Python copy is only for pickling (~16 MB a process): it is dropped, and the encoding still works."""
+    encoding = cl100k._encoding
+    assert encoding is not None and encoding._mergeable_ranks == {}
+    ids = encoding.encode("Point them all at one DATABASE_URL. 🚀", disallowed_special=())
+    assert encoding.decode(ids) == "Point them all at one DATABASE_URL. 🚀"
+    assert cl100k.count("hello world") == 2
