@@ -13,6 +13,7 @@ from psycopg import AsyncConnection
 from core.learning.model import ChannelMessage, ChannelPlace
 from core.requests import team_key
 from core.store.db import Database
+from core.text_safety import storable
 
 _CHANNEL_COLUMNS = (
     "c.source_id, c.platform, c.workspace, c.channel, c.name, c.private, c.since_days, c.keep_days, c.state,"
@@ -114,7 +115,7 @@ async def add_channel(
             " state = CASE WHEN EXCLUDED.since_days > c.since_days THEN 'backfilling' ELSE c.state END,"
             " checkpoint = CASE WHEN EXCLUDED.since_days > c.since_days THEN '{}'::jsonb ELSE c.checkpoint END"
             f" RETURNING {_CHANNEL_COLUMNS}",
-            (int(row[0]), place.platform, place.workspace, place.channel, name, private, since_days, keep_days),
+            (int(row[0]), place.platform, place.workspace, place.channel, storable(name), private, since_days, keep_days),
         )
         added = await cursor.fetchone()
     assert added is not None
@@ -163,6 +164,7 @@ async def chosen(db: Database) -> dict[str, int]:
 
 async def set_name(db: Database, source_id: int, name: str) -> None:
     """A renamed channel's name, and the titles of the documents learnt from it (`#old — …` → `#new — …`)."""
+    name = storable(name)
     async with db.connection() as conn:
         cursor = await conn.execute(
             "UPDATE learned_channels SET name = %s, updated_at = now() WHERE source_id = %s"
@@ -236,9 +238,10 @@ async def write_messages(conn: AsyncConnection, source_id: int, placed: Sequence
             " replies_read = m.replies_read AND NOT (EXCLUDED.latest_reply <> '' AND"
             "  EXCLUDED.latest_reply IS DISTINCT FROM m.latest_reply) AND EXCLUDED.reply_count <= m.reply_count",
             [
-                (source_id, p.message.id, p.thread, p.message.author_id, p.message.author_name, p.message.text,
-                 p.message.at, list(p.message.files), p.message.permalink, p.message.reply_count,
-                 p.message.latest_reply, p.message.by_bot, p.document)
+                (source_id, p.message.id, p.thread, storable(p.message.author_id), storable(p.message.author_name),
+                 storable(p.message.text), p.message.at, [storable(f) for f in p.message.files],
+                 storable(p.message.permalink), p.message.reply_count, p.message.latest_reply, p.message.by_bot,
+                 p.document)
                 for p in placed
             ],
         )

@@ -213,3 +213,19 @@ async def test_a_process_whose_read_went_stale_while_it_embedded_builds_the_docu
     assert await indexed(db) == await rebuilt_from_scratch(db)
     [(_, _, chunks)] = (await indexed(db)).values()
     assert "second reply" in chunks[-1]
+
+
+async def test_a_message_with_nul_and_a_lone_surrogate_is_stored_and_found(db: Database) -> None:
+    retriever = PgRetriever(db, None)
+    async with service(db) as learning:
+        learning.attach("slack", PagedHistory({"C1": small_channel()}))
+        await learning.add(PLACE, since_days=3650, keep_days=None)
+        await learning.run_due()
+        hostile = dataclasses.replace(msg(3, "the vault\x00 code rotates \ud800 weekly", author="Mal\udfff"),
+                                      files=("notes\x00.txt",))
+        await learning.take(change(hostile))
+        await learning.settled()
+        await learning.take(change(kind="renamed", name="inci\x00dents"))
+    [text] = [t for t in await found(retriever, "vault code rotates") if "vault" in t]
+    assert "Mal\ufffd: the vault code rotates \ufffd weekly (file: notes.txt)" in text
+    assert (await learning.get(PLACE)).name == "incidents"
