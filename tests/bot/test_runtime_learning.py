@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import psycopg
+import pytest
 
 from adapters.base import AdapterPorts, PlatformAdapter
 from adapters.http.server import HttpServer
 from adapters.platform import Platform
 from adapters.slack import SLACK, SlackAdapter
+from bot.cli import build_parser
 from bot.runtime import Runtime
+from bot.sources_cli import sources
 from core.config import Settings
 from core.engine import Engine
 from core.learning.model import ChannelPlace, LearnedChannel
@@ -135,7 +138,8 @@ def scaled_slack(time_scale: float) -> Platform:
 
 
 async def test_a_stop_mid_backfill_leaves_the_channel_backfilling_and_the_next_start_goes_on_without_duplicates(
-    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     slack = slack_emulator
     # Slack's limited tier: one history page a minute (3 s at the tests' time scale), 15 messages a page.
@@ -168,6 +172,10 @@ async def test_a_stop_mid_backfill_leaves_the_channel_backfilling_and_the_next_s
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT state, error FROM learned_channels WHERE channel = 'C0LONG'").fetchone() == (
             "backfilling", "")
+    # What an admin sees meanwhile.
+    assert await sources(settings, build_parser().parse_args(["sources"])) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("slack:")]
+    assert row.split()[:2] == [f"slack:{slack.team_id}:C0LONG", "#long"] and "backfilling" in row, row
 
     second = Runtime(settings, platforms=(scaled_slack(slack.time_scale),))
     try:
