@@ -194,7 +194,7 @@ class ChannelScan:
                 roots = await store.roots_to_read(conn, self.source_id, limit=1)
             if not roots:
                 return await self._finish()
-            cp.update(thread=roots[0], cursor="", seen=[])
+            cp.update(thread=roots[0], cursor="", seen=[], thread_from=_iso(self.now()))
         root = cp["thread"]
         try:
             page = await self._read(lambda: self.history.replies(place.workspace, place.channel, root,
@@ -211,7 +211,8 @@ class ChannelScan:
             cp["seen"] = sorted({*cp.get("seen", []), *(m.id for m in messages)})
             cp["cursor"] = page.next_cursor
             if not page.next_cursor:
-                touched |= await store.delete_absent_replies(conn, self.source_id, root, cp["seen"])
+                touched |= await store.delete_absent_replies(
+                    conn, self.source_id, root, cp["seen"], before=_at(cp.get("thread_from") or _iso(self.now())))
                 await store.mark_replies_read(conn, self.source_id, root)
                 cp.update(thread="", cursor="", seen=[], thread_failures=0)
             await self._save(conn, fraction=None)

@@ -279,12 +279,15 @@ async def delete_absent_top_level(
     return {row[0] for row in await cursor.fetchall()}
 
 
-async def delete_absent_replies(conn: AsyncConnection, source_id: int, thread: str, present: Iterable[str]) -> set[str]:
-    """Delete the stored replies of a thread read whole that the read did not list."""
+async def delete_absent_replies(
+    conn: AsyncConnection, source_id: int, thread: str, present: Iterable[str], *, before: datetime
+) -> set[str]:
+    """Delete the stored replies of a thread read whole that the read did not list (posted before the read began:
+    a reply that came live meanwhile is not missing)."""
     cursor = await conn.execute(
-        "DELETE FROM channel_messages WHERE source_id = %s AND thread = %s AND id <> thread AND NOT (id = ANY(%s))"
-        " RETURNING document",
-        (source_id, thread, sorted(set(present))),
+        "DELETE FROM channel_messages WHERE source_id = %s AND thread = %s AND id <> thread AND at < %s"
+        " AND NOT (id = ANY(%s)) RETURNING document",
+        (source_id, thread, before, sorted(set(present))),
     )
     return {row[0] for row in await cursor.fetchall()}
 
