@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +25,7 @@ from core.engine import Engine
 from core.learning.model import ChannelPlace, LearnedChannel
 from core.learning.ports import LearnsChannels
 from tests.e2e.slack_harness import dm, model_request_text
+from tests.emulators.discord import DiscordEmulator, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator
 from tests.support.engine import test_settings as settings_for
@@ -190,3 +192,34 @@ async def test_a_stop_mid_backfill_leaves_the_channel_backfilling_and_the_next_s
         assert sorted(stored_texts(database_url, "C0LONG")) == written  # each once
     finally:
         await second.stop()
+
+
+async def test_a_runtime_serving_discord_backfills_a_chosen_channel_through_the_adapters_door(
+    database_url: str, openai_emulator: OpenAIEmulator, discord_emulator: DiscordEmulator, tmp_path: Path
+) -> None:
+    dc = discord_emulator
+    guild = dc.add_guild("Team")
+    ops = dc.add_channel(guild, "ops")
+    ana = dc.add_user("ana")
+    dc.post_at(ops, ana, "the failover ran at noon", at=time.time() - 3600)
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        discord_token=dc.token, discord_api_base=dc.api_base, discord_gateway_url=dc.gateway_url,
+        discord_message_content_intent=True,
+    )
+    runtime = Runtime(settings)
+    with point_discord_py_at(dc):
+        try:
+            await runtime.start()
+            assert runtime.learning is not None and runtime.learning.platforms == ["discord"]
+            service = runtime.learning.service
+            place = ChannelPlace(platform="discord", workspace=str(guild), channel=str(ops))
+            assert (await service.add(place, since_days=30, keep_days=None)).name == "ops"
+
+            async def current() -> LearnedChannel | None:
+                return await service.get(place)
+
+            await eventually(current, lambda c: c is not None and c.state == "live")
+            assert stored_texts(database_url, str(ops)) == ["the failover ran at noon"]
+        finally:
+            await runtime.stop()
