@@ -332,3 +332,35 @@ async def test_relaybot_config_learn_turns_learning_on_and_off_and_says_why_it_c
         off = await answered(dc, await dc.invoke_slash("relaybot config learn", {"action": "off"}, g.owner, g.incidents))
         assert "no longer learns" in off
         assert await bot.learning.get(place(g, g.incidents)) is None
+
+
+async def test_what_changed_while_the_bot_was_down_is_caught_up_at_its_next_start(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    g = guild(dc)
+    h = incidents_history(dc, g)
+    doomed = dc.post_at(g.incidents, g.bob, "the canary deploy is paused until friday", at=time.time() - 2 * DAY)
+    async with learning_bot(dc, db, openai_emulator.base_url) as bot:
+        await learn(bot, place(g, g.incidents))
+    # Nobody listens: an edit and a delete within the re-scan window, and a new reply in a month-old thread.
+    await dc.edit_user_message(h.plain, "the staging cluster is thawed, the audit is over")
+    await dc.delete_user_message(doomed)
+    await dc.send_user_message(h.root, g.ana, "the disk alarm fired again on the payments volume")
+    async with learning_bot(dc, db, openai_emulator.base_url) as bot:
+        worked = 0
+        for _ in range(300):
+            done = await bot.learning.run_due()
+            worked += done
+            if worked and not done:
+                break
+            await asyncio.sleep(0.02)
+        assert worked, "the catch-up ran"
+        await bot.learning.settled()
+        given = await ask(dc, openai_emulator, g.incidents, "is the staging cluster frozen for the audit?", user=g.ana)
+        assert "the staging cluster is thawed" in given and "the staging cluster is frozen" not in given
+        given = await ask(dc, openai_emulator, g.incidents, "is the canary deploy paused?", user=g.ana)
+        assert "until friday" not in given
+        given = await ask(dc, openai_emulator, g.incidents, "did the disk alarm on the payments volume fire again?",
+                          user=g.ana)
+        assert "ana: the disk alarm fired again on the payments volume" in given
