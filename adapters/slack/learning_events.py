@@ -67,7 +67,10 @@ class SlackLearningEvents:
             self._spawn(self._take(ChannelChange(kind="deleted", place=place, message_id=str(event.get("deleted_ts") or ""))))
         elif subtype == "message_changed":
             edited = event.get("message")
-            if isinstance(edited, dict):
+            if isinstance(edited, dict) and edited.get("subtype") == "tombstone":
+                # A deleted root that has replies stays as a tombstone ("This message was deleted."): its text goes.
+                self._spawn(self._take(ChannelChange(kind="deleted", place=place, message_id=str(edited.get("ts") or ""))))
+            elif isinstance(edited, dict):
                 self._spawn(self._take_message(place, dict(edited)))
         else:
             self._spawn(self._take_message(place, event))

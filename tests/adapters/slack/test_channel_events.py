@@ -117,6 +117,13 @@ async def test_messages_replies_edits_and_deletes_become_changes(slack_emulator:
     deliver(events, slack, bot, *slack.delete_message(INCIDENTS, reply))
     assert await until(lambda: len(learning.taken) == 4)
     assert learning.taken[-1] == ChannelChange(kind="deleted", place=place, message_id=reply)
+    # A root with replies, deleted, may stay as a tombstone: its message_changed takes the text away too.
+    deliver(events, slack, bot, {"type": "message", "subtype": "message_changed", "hidden": True, "channel": INCIDENTS,
+                                 "channel_type": "channel", "ts": slack.add_user_message(INCIDENTS, "x", ALICE),
+                                 "message": {"type": "message", "subtype": "tombstone", "text": "This message was deleted.",
+                                             "ts": root, "thread_ts": root, "reply_count": 1, "hidden": True}})
+    assert await until(lambda: len(learning.taken) == 5)
+    assert learning.taken.pop() == ChannelChange(kind="deleted", place=place, message_id=root)
     # A bot's message is passed on marked (the engine leaves it out); a join notice and a DM are not passed on.
     other = slack.add_bot_message(INCIDENTS, "deploy done", bot_id="B0000OTHER", username="ci")
     deliver(events, slack, bot,
