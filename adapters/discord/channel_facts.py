@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import discord
 
+from adapters.streaming import Priority
 from core.learning.model import Place
 
 from .transport_history import HistoryDoor, member_of
@@ -90,7 +91,7 @@ class DiscordChannelFacts:
         guild = client.get_guild(int(workspace)) if client is not None else None
         if guild is None:
             return None
-        data = await self._door.member(guild.id, int(user))
+        data = await self._door.member(guild.id, int(user), priority=Priority.FIRST)
         member = member_of(guild, data) if data is not None else None
         self._remember((workspace, user), member, now)
         return member

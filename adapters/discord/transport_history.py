@@ -29,7 +29,8 @@ MAX_RATELIMIT_WAIT_S = 5.0
 
 
 class HistoryDoor:
-    """Learning's reads, behind the answers (INTERMEDIATE) on the bot-wide budget: Discord counts them with the rest."""
+    """Learning's reads on the bot-wide budget (Discord counts them with the rest), behind the answers (INTERMEDIATE)
+    unless an answer waits on one."""
 
     def __init__(
         self, *, http: Callable[[], Awaitable[discord.http.HTTPClient]], budget: RateBudget | None, clock: Clock
@@ -45,10 +46,11 @@ class HistoryDoor:
         """The guild with its roles and owner (what a channel's permissions are computed from)."""
         return dict(await self._paced(lambda http: http.get_guild(guild_id, with_counts=False)))
 
-    async def member(self, guild_id: int, user_id: int) -> JSON | None:
-        """The member with their roles, None when they are not in the guild (404)."""
+    async def member(self, guild_id: int, user_id: int, *, priority: Priority = Priority.INTERMEDIATE) -> JSON | None:
+        """The member with their roles, None when they are not in the guild (404). An answer waiting on it (who may
+        read what) asks with FIRST: it stands before the answer's first text."""
         try:
-            return dict(await self._paced(lambda http: http.get_member(guild_id, user_id)))
+            return dict(await self._paced(lambda http: http.get_member(guild_id, user_id), priority=priority))
         except discord.NotFound:
             return None
 
@@ -80,12 +82,14 @@ class HistoryDoor:
         page = await self._paced(lambda http: http.get_public_archived_threads(channel_id, before, ARCHIVED_PAGE))
         return list(page.get("threads") or []), bool(page.get("has_more"))
 
-    async def _paced(self, call: Callable[[discord.http.HTTPClient], Awaitable[T]]) -> T:
+    async def _paced(
+        self, call: Callable[[discord.http.HTTPClient], Awaitable[T]], *, priority: Priority = Priority.INTERMEDIATE,
+    ) -> T:
         http = await self._http()
         if self._budget is None:
             return await guarded(call(http))
         return await send_paced(lambda: guarded(call(http)), budget=self._budget, clock=self._clock,
-                                priority=Priority.INTERMEDIATE, attempts=READ_ATTEMPTS)
+                                priority=priority, attempts=READ_ATTEMPTS)
 
 
 class RestClient:
