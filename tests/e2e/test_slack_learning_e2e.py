@@ -312,3 +312,25 @@ async def test_relaybot_turns_learning_on_and_says_why_not_where_the_bot_is_not_
         off = await slack.deliver_interaction(bot.url, slack.view_submission(slack.opened_views[3].view_id, {"learn": False}))
         assert off.status == 200 and off.body == ""
         assert await bot.learning.get(place(slack, INCIDENTS)) is None
+
+
+async def test_a_rename_and_the_bots_removal_reach_the_service_through_bolt(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    incidents_history(slack)
+    async with learning_bot(db, slack, openai_emulator.base_url) as bot:
+        await learn(bot, place(slack, INCIDENTS))
+        deliveries = await slack.deliver_events(bot.url, slack.rename_channel(INCIDENTS, "incidents-2026"))
+        assert [d.status for d in deliveries] == [200]
+        assert await eventually(lambda: bot.adapter.learning.events.pending == 0)
+        learned = await bot.learning.get(place(slack, INCIDENTS))
+        assert learned is not None and learned.name == "incidents-2026"
+        # Removed from the channel (Bolt keeps member_left_channel of its own user): learning stops, its rows go.
+        await slack.deliver_events(bot.url, slack.leave_channel(INCIDENTS, slack.bot_user_id, by=ALICE))
+        for _ in range(200):
+            if await bot.learning.get(place(slack, INCIDENTS)) is None:
+                break
+            await asyncio.sleep(0.02)
+        assert await bot.learning.get(place(slack, INCIDENTS)) is None
+        assert await indexed_texts(db) == []
