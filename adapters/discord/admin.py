@@ -220,9 +220,11 @@ def learning_state(learned: LearnedChannel) -> str:
         return f"error: {learned.error or 'unknown'}"
     if learned.state == "live":
         return f"live ({learned.done} messages read)."
+    left = f", about {max(1, round(learned.eta_s / 60))} min left" if learned.eta_s is not None else ""
     if learned.total:
-        return f"reading its history, {min(100, 100 * learned.done // learned.total)}% ({learned.done} of {learned.total} messages)."
-    return f"reading its history ({learned.done} messages so far)."
+        share = min(100, 100 * learned.done // learned.total)
+        return f"reading its history, {share}% ({learned.done} of {learned.total} messages{left})."
+    return f"reading its history ({learned.done} messages so far{left})."
 
 
 def _escaped(text: str) -> str:
