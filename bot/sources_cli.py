@@ -1,5 +1,5 @@
-"""`relaybot sources list | sync | remove | set-link-base | set-team`: the document sources, their syncs, where they link
-and which team each belongs to (`--team`, shared with `relaybot ingest`)."""
+"""`relaybot sources [list] | sync | remove | set-link-base | set-team`: the document sources, their syncs, where they link
+and which team each belongs to (`--team`, shared with `relaybot ingest`); the channels learned from listed below them."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ async def team_of(settings: Settings, db: Database, team: str | None) -> str | N
 
 def add_sources_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `sources` and its actions (with who may read a source: bot/channels_cli.py) to the CLI's subcommands."""
-    sources = subparsers.add_parser("sources", help="list or remove document sources, or set where they link")
+    sources = subparsers.add_parser(
+        "sources", help="list or remove document sources, set where they link, or learn from Slack and Discord channels")
     # `relaybot sources` alone lists them.
     actions = sources.add_subparsers(dest="sources_command", required=False)
     listing = actions.add_parser("list", help="list sources with their document and chunk counts, and how their syncs went")
@@ -205,7 +206,8 @@ async def sync_sources(settings: Settings, db: Database, name: str | None) -> in
 
 
 async def sources(settings: Settings, args: argparse.Namespace) -> int:
-    """`relaybot sources list | sync [NAME] | remove NAME | set-link-base NAME URL`; who may read one: bot/channels_cli.py."""
+    """`relaybot sources [list] | sync [NAME] | remove NAME | set-link-base NAME URL`; who may read one:
+    bot/channels_cli.py; channels learned from: bot/channel_sources_cli.py."""
     from bot.channel_sources_cli import CHANNEL_COMMANDS, channel_sources
     from bot.channels_cli import ACCESS_COMMANDS, source_access
 
@@ -215,6 +217,10 @@ async def sources(settings: Settings, args: argparse.Namespace) -> int:
         return await channel_sources(settings, args)
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
+        if args.sources_command in ("set-team", "set-link-base") and args.name.startswith("channel:"):
+            # A learned channel is its team's, and cited by its messages' own links.
+            raise ValueError(f'"{args.name}" is a channel learned from: it belongs to its own team and links to its '
+                             "messages; `relaybot sources remove-channel` stops learning from it")
         if args.sources_command == "set-link-base":
             # Checked before the database opens: a typo costs nothing.
             base = check_link_base(args.url) if args.url.strip() else None

@@ -139,3 +139,12 @@ async def test_a_discord_channel_is_added_by_name_in_its_guild_and_refused_witho
     err = capsys.readouterr().err
     assert "Message Content" in err and "Traceback" not in err, err
     assert learned_rows(database_url) == []
+
+
+async def test_a_learned_channel_is_not_given_to_another_team_or_a_link_base(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=tmp_path)
+    for argv in (["set-team", "channel:slack:T1:C1", "T2"], ["set-link-base", "channel:slack:T1:C1", "https://x.example/"]):
+        assert await cli(settings, *argv) == 2
+        assert "is a channel learned from" in capsys.readouterr().err
