@@ -125,6 +125,8 @@ class DiscordLearningEvents:
         if message.guild is None or message.type.value not in PERSON_TYPES or not self._takes(message.guild.id):
             return
         learned = from_message(message, me=self._me())
+        if learned.by_bot:
+            return  # never learned from: not worth the engine's work (an answer streaming is an edit a second)
         self._put(message.guild.id, message.channel, lambda place: [
             ChannelChange(kind="message", place=place, message=_in_thread(learned, place, message.channel.id))])
 
@@ -133,6 +135,8 @@ class DiscordLearningEvents:
         if payload.guild_id is None or message.type.value not in PERSON_TYPES or not self._takes(payload.guild_id):
             return
         learned = from_message(message, me=self._me())
+        if learned.by_bot:
+            return
         self._put(payload.guild_id, message.channel, lambda place: [
             ChannelChange(kind="message", place=place, message=_in_thread(learned, place, payload.channel_id))])
 
