@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from core.api_access import api_conversation_key, api_key_audience
 from core.channels import answer_scope, resolve
 from core.learning.visibility import ChannelVisibility
 from core.platform_settings import PlatformDefaults
@@ -123,6 +124,11 @@ async def test_no_audience_no_rule_or_another_team_sees_no_learned_channel(chann
         await conn.execute("INSERT INTO source_grants (source_id, audience, granted_by)"
                            " SELECT id, 'slack:T1:GENERAL', 'test' FROM sources WHERE name = %s", (learned("SECRET"),))
     assert learned("SECRET") not in await found(retriever, scope_for(conversation("GENERAL"), "U1"))
+    # An API key is the deployment's: a team's learned channel is never its, even granted to it (written anyway).
+    async with channels.connection() as conn:
+        await conn.execute("INSERT INTO source_grants (source_id, audience, granted_by)"
+                           " SELECT id, %s, 'test' FROM sources WHERE name = %s", (api_key_audience(7), learned("RANDOM")))
+    assert await found(retriever, scope_for(api_conversation_key(7, "c1"), "key:7")) == {"handbook"}
     # Operators' tools see every source, as before the rule.
     assert learned("SECRET") in await found(retriever, SourceScope(owners=None, every_restricted=True))
 
