@@ -205,6 +205,23 @@ async def sync_sources(settings: Settings, db: Database, name: str | None) -> in
     return code
 
 
+def refuse_learned_channel(name: str) -> None:
+    """A learned channel's source is its own team's, and cited by its messages' own links: ValueError with the sentence."""
+    if name.startswith("channel:"):
+        raise ValueError(f'"{name}" is a channel learned from: it belongs to its own team and links to its messages; '
+                         "`relaybot sources remove-channel` stops learning from it")
+
+
+async def give_to_team(db: Database, name: str, owner: str) -> int:
+    """`relaybot sources set-team NAME TEAM`."""
+    if not await set_owner(db, name, owner):
+        print(f'relaybot: there is no source named "{name}"; `relaybot sources list` shows them.', file=sys.stderr)
+        return EXIT_FAILURE
+    print(f'Source "{name}" now belongs to ' + (f"team {owner}: only its answers search it." if owner
+          else "this deployment: every answer of a platform that shares the deployment's sources searches it."))
+    return EXIT_OK
+
+
 async def sources(settings: Settings, args: argparse.Namespace) -> int:
     """`relaybot sources [list] | sync [NAME] | remove NAME | set-link-base NAME URL`; who may read one:
     bot/channels_cli.py; channels learned from: bot/channel_sources_cli.py."""
@@ -217,10 +234,8 @@ async def sources(settings: Settings, args: argparse.Namespace) -> int:
         return await channel_sources(settings, args)
     db = Database(url=settings.database_url, data_dir=settings.data_dir)
     try:
-        if args.sources_command in ("set-team", "set-link-base") and args.name.startswith("channel:"):
-            # A learned channel is its team's, and cited by its messages' own links.
-            raise ValueError(f'"{args.name}" is a channel learned from: it belongs to its own team and links to its '
-                             "messages; `relaybot sources remove-channel` stops learning from it")
+        if args.sources_command in ("set-team", "set-link-base"):
+            refuse_learned_channel(args.name)
         if args.sources_command == "set-link-base":
             # Checked before the database opens: a typo costs nothing.
             base = check_link_base(args.url) if args.url.strip() else None
@@ -234,13 +249,7 @@ async def sources(settings: Settings, args: argparse.Namespace) -> int:
         if args.sources_command == "sync":
             return await sync_sources(settings, db, args.name)
         if args.sources_command == "set-team":
-            owner = parse_team(args.team)
-            if not await set_owner(db, args.name, owner):
-                print(f'relaybot: there is no source named "{args.name}"; `relaybot sources list` shows them.', file=sys.stderr)
-                return EXIT_FAILURE
-            print(f'Source "{args.name}" now belongs to ' + (f"team {owner}: only its answers search it." if owner
-                  else "this deployment: every answer of a platform that shares the deployment's sources searches it."))
-            return EXIT_OK
+            return await give_to_team(db, args.name, parse_team(args.team))
         owner = await team_of(settings, db, given)
         of_team = f" of team {owner}" if owner else " of this deployment" if owner == "" else ""
         if args.sources_command == "set-link-base":
