@@ -137,3 +137,18 @@ async def test_threads_only_the_thread_list_names_are_read_too(db: Database) -> 
     assert documents[f"thread:{root.id}"][0] == "#incidents — 2026-11-03, thread by Fay"
     row = await store.get_channel(db, place)
     assert row is not None and row.state == "live"
+
+
+async def test_purging_a_team_deletes_its_learned_channels_and_everything_learnt(db: Database) -> None:
+    from core.store.team_data import forget_team
+
+    async with service(db, now=lambda: NOW) as learning:
+        learning.attach("slack", PagedHistory({"C1": incidents()}))
+        await learning.add(PLACE, since_days=30, keep_days=None)
+        await learning.run_due()
+        kept = await forget_team(db, "slack", "T1")  # left, data kept: still learnt (nothing reads it meanwhile)
+        assert await learning.get(PLACE) is not None and await indexed(db)
+        purged = await forget_team(db, "slack", "T1", purge=True)
+        assert await learning.list() == []
+    assert purged.deleted["sources"] == 1 and kept.deleted == {}
+    assert await indexed(db) == {} and await stored_ids(db) == []
