@@ -28,6 +28,10 @@ CHOSEN_REFRESH_S = 5.0
 # A failed scan is tried again after this, doubled per failure in a row, at most RETRY_MAX_S.
 RETRY_BASE_S = 60.0
 RETRY_MAX_S = 3600.0
+# Channels scanned at once by one process (each paced by its platform's door), and how often a run under way looks
+# for channels that got work meanwhile.
+CHANNELS_AT_ONCE = 4
+DUE_RECHECK_S = 5.0
 
 DIRECT_REFUSED = "Direct messages and group DMs are never learned from."
 
@@ -53,7 +57,7 @@ class ChannelLearningService:
     def __init__(
         self, db: Database, *, embedder: EmbeddingProvider | None, settings: LearningSettings,
         rebuild_interval_s: float = REBUILD_INTERVAL_S, chosen_refresh_s: float = CHOSEN_REFRESH_S,
-        now: Callable[[], datetime] = _utc_now,
+        due_recheck_s: float = DUE_RECHECK_S, now: Callable[[], datetime] = _utc_now,
     ) -> None:
         self.db = db
         self.settings = settings
@@ -61,6 +65,7 @@ class ChannelLearningService:
         self.indexer = ChannelIndexer(db, embedder=embedder, permalink=self._permalink)
         self.rebuilds = Rebuilds(self.indexer.rebuild, interval_s=rebuild_interval_s)
         self.chosen_refresh_s = chosen_refresh_s
+        self.due_recheck_s = due_recheck_s
         self.dropped = 0  # live changes about channels nobody chose, dropped in memory
         self._histories: dict[str, ChannelHistory] = {}
         self._chosen: dict[str, int] | None = None
@@ -187,17 +192,47 @@ class ChannelLearningService:
     # -- jobs --------------------------------------------------------------------------------------------------
 
     async def run_due(self) -> int:
-        """Backfill, catch up or retry each channel with work whose platform this process runs, one process per
-        channel (its source's lease); returns how many channels were worked on."""
+        """Backfill, catch up or retry each channel with work whose platform this process runs, a few channels at
+        once and one process per channel (its source's lease); returns how many channels were worked on. While
+        scans go on, channels that get work meanwhile (one just added) are started too; a cancel stops every scan,
+        each where its last page's checkpoint stands."""
         if self._running.locked():
             return 0  # the previous run is still reading
         async with self._running:
-            worked = 0
-            for channel in await store.list_channels(self.db):
-                history = self._histories.get(channel.place.platform)
-                if history is not None and self._due(channel) and await self._work_on(channel, history):
-                    worked += 1
-            return worked
+            scans: dict[int, asyncio.Task[bool]] = {}
+            try:
+                while True:
+                    await self._start_due(scans)
+                    going = [task for task in scans.values() if not task.done()]
+                    if not going:
+                        break
+                    await asyncio.wait(going, timeout=self.due_recheck_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in scans.values():
+                    task.cancel()
+                await asyncio.gather(*scans.values(), return_exceptions=True)
+            return sum(1 for task in scans.values() if not task.cancelled() and task.result())
+
+    async def _start_due(self, scans: dict[int, asyncio.Task[bool]]) -> None:
+        """Start a scan for each channel with work not scanned in this run yet, up to CHANNELS_AT_ONCE going."""
+        for channel in await store.list_channels(self.db):
+            going = sum(1 for task in scans.values() if not task.done())
+            history = self._histories.get(channel.place.platform)
+            if going >= CHANNELS_AT_ONCE or channel.source_id in scans or history is None or not self._due(channel):
+                continue
+            scans[channel.source_id] = asyncio.create_task(
+                self._work_guarded(channel, history), name=f"learn-{channel.place.key}")
+
+    async def _work_guarded(self, channel: store.ChannelRow, history: ChannelHistory) -> bool:
+        """One channel's work; a failure other than the platform's (the database's) is logged and left to the next
+        run, so it never stops the other channels' scans."""
+        try:
+            return await self._work_on(channel, history)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 — the checkpoint of its last stored page stands
+            log.exception("learning from %s stopped; the next run goes on from its checkpoint", channel.place.key)
+            return False
 
     def _due(self, channel: store.ChannelRow) -> bool:
         cp = channel.checkpoint

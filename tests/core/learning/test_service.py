@@ -152,3 +152,28 @@ async def test_purging_a_team_deletes_its_learned_channels_and_everything_learnt
         assert await learning.list() == []
     assert purged.deleted["sources"] == 1 and kept.deleted == {}
     assert await indexed(db) == {} and await stored_ids(db) == []
+
+
+async def test_channels_are_read_side_by_side_and_one_added_during_a_run_is_started_in_it(db: Database) -> None:
+    slow = PagedHistory({"C1": incidents(), "C2": incidents(), "C3": incidents()})
+    slow.hold_after = 1  # the first channel's second page waits
+    async with service(db, now=lambda: NOW, due_recheck_s=0.01) as learning:
+        learning.attach("slack", slow)
+        await learning.add(PLACE, since_days=30, keep_days=None)
+        run = asyncio.create_task(learning.run_due())
+        await slow.held.wait()
+        slow.hold_after = None  # the other channels' reads go through at once
+        for other in ("C2", "C3"):
+            await learning.add(dataclasses.replace(PLACE, channel=other), since_days=30, keep_days=None)
+
+        async def others_live() -> bool:
+            states = {c.place.channel: c.state for c in await learning.list()}
+            return states["C2"] == states["C3"] == "live"
+
+        async with asyncio.timeout(60):  # a bound on a hang, not a measure: what is checked is the state reached
+            while not await others_live():
+                await asyncio.sleep(0.01)
+        assert (await learning.get(PLACE)).state == "backfilling"  # still waiting for its page
+        slow.release.set()
+        assert await run == 3
+    assert {c.state for c in await learning.list()} == {"live"}
