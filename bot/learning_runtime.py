@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from adapters.base import PlatformAdapter
@@ -18,6 +20,11 @@ from core.store.db import Database
 LEARN_CHECK_S = 2.0
 # Retention (each channel's "keep for N days").
 PURGE_LEARNED_INTERVAL_S = 3600.0
+# At shutdown, the documents of live changes already taken are rebuilt within this (a burst waits ~0.5 s between
+# builds), not cancelled: a message kept but not yet searchable would stay unsearchable until its document changes.
+SETTLE_AT_CLOSE_S = 5.0
+
+log = logging.getLogger(__name__)
 
 Job = tuple[Callable[[], Awaitable[None]], float, str]
 
@@ -55,6 +62,12 @@ class ProcessLearning:
         await self._purge.stop()
 
     async def close(self) -> None:
-        """Before the database closes."""
+        """After the adapters closed (no change comes any more), before the database closes."""
         await self.stop()
+        try:
+            async with asyncio.timeout(SETTLE_AT_CLOSE_S):
+                await self.service.settled()
+        except TimeoutError:
+            log.warning("some learned channels' documents were not rebuilt within %.0f s of the shutdown; they are "
+                        "rebuilt when their messages next change", SETTLE_AT_CLOSE_S)
         await self.service.close()

@@ -24,7 +24,7 @@ from core.config import Settings
 from core.engine import Engine
 from core.learning.model import ChannelPlace, LearnedChannel
 from core.learning.ports import LearnsChannels
-from tests.e2e.slack_harness import dm, model_request_text
+from tests.e2e.slack_harness import channel_message, dm, model_request_text
 from tests.emulators.discord import DiscordEmulator, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator
@@ -223,3 +223,47 @@ async def test_a_runtime_serving_discord_backfills_a_chosen_channel_through_the_
             assert stored_texts(database_url, str(ops)) == ["the failover ran at noon"]
         finally:
             await runtime.stop()
+
+
+def chunk_texts(database_url: str, channel: str) -> str:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT k.text FROM chunks k JOIN learned_channels c USING (source_id) WHERE c.channel = %s", (channel,)
+        ).fetchall()
+    return "\n".join(text for (text,) in rows)
+
+
+async def test_live_messages_taken_just_before_a_shutdown_are_searchable_after_it(
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
+) -> None:
+    slack = slack_emulator
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
+    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+    )
+    runtime = Runtime(settings)
+    place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0INCID")
+    try:
+        await runtime.start()
+        assert runtime.learning is not None
+        service = runtime.learning.service
+        await service.add(place, since_days=30, keep_days=None)
+
+        async def current() -> LearnedChannel | None:
+            return await service.get(place)
+
+        await eventually(current, lambda c: c is not None and c.state == "live")
+        url = f"http://127.0.0.1:{runtime.http.port}/slack/events"
+        # A burst: the second message's document waits out the rebuild interval after the first's build.
+        await slack.deliver_events(url, [channel_message(slack, "C0INCID", "rolled back at 12:10", user="U0ANA"),
+                                         channel_message(slack, "C0INCID", "postmortem on friday", user="U0ANA")])
+
+        async def texts() -> list[str]:
+            return stored_texts(database_url, "C0INCID")
+
+        await eventually(texts, lambda found: "postmortem on friday" in found)
+    finally:
+        await runtime.stop()  # at once: the coalesced rebuild is still waiting
+    assert "postmortem on friday" in chunk_texts(database_url, "C0INCID")
