@@ -7,6 +7,8 @@ import math
 import sys
 from collections.abc import Sequence
 
+from adapters.streaming import CONNECTION_ERRORS, RateLimited, TransientSendError
+from adapters.streaming.transport import PermanentSendError
 from bot.channels_cli import CHANNEL_HELP, UsageError, parse_scope
 from bot.cli_names import NAME_ERRORS, channel_id, name_book
 from bot.cli_quantities import format_duration, parse_duration
@@ -18,7 +20,10 @@ from core.retrieval.store import SourceRow
 from core.store.db import Database
 
 EXIT_OK = 0
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
+# What a platform's door raises when it could not be read (each platform's transport translates its SDK's errors).
+PLATFORM_ERRORS = (PermanentSendError, TransientSendError, RateLimited, *CONNECTION_ERRORS)
 CHANNEL_COMMANDS = ("add-channel", "remove-channel")
 DAY_S = 86400
 PLACE_HELP = (f"{CHANNEL_HELP} (CHANNEL an id, or #name: quote it, or the shell reads a word starting with # as a "
@@ -153,6 +158,12 @@ async def channel_sources(settings: Settings, args: argparse.Namespace) -> int:
     except (UsageError, *NAME_ERRORS) as error:
         print(f"relaybot: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except PLATFORM_ERRORS as error:
+        code = getattr(error, "code", "")
+        platform = args.place[0].partition(":")[0]
+        print(f"relaybot: {platform} could not be read ({code or type(error).__name__}: {error}); nothing was changed",
+              file=sys.stderr)
+        return EXIT_FAILURE
     finally:
         await _close(history)
         await book.close()

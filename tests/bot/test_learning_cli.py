@@ -92,6 +92,11 @@ async def test_each_refusal_is_one_sentence_with_exit_2_and_nothing_is_stored(
         assert sentence in err and "Traceback" not in err, (place, err)
     assert await cli(settings, "add-channel", f"slack:{team}:#incidents", "--since", "90d", "--keep", "30d") == 2
     assert "--keep 30d is shorter than --since 90d" in capsys.readouterr().err
+    # Slack refusing the token: what it said, exit 1, nothing stored.
+    slack_emulator.fail_next("conversations.info", error="invalid_auth")
+    assert await cli(settings, "add-channel", f"slack:{team}:C0INCID") == 1
+    err = capsys.readouterr().err
+    assert "slack could not be read (invalid_auth" in err and "nothing was changed" in err and "Traceback" not in err, err
     assert learned_rows(database_url) == []
 
 
