@@ -147,11 +147,11 @@ class DiscordLearningEvents:
         self._deleted(payload.guild_id, payload.channel_id, sorted(payload.message_ids))
 
     async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
-        """A thread deleted: its root is deleted (the thread has the root's id); the engine drops the thread's
-        document with it, replies included."""
+        """A thread deleted: its root (the thread has the root's id) and every reply go (`thread_gone`); deleting
+        only the message a thread was started on leaves the thread, a plain `deleted`."""
         if self._takes(payload.guild_id) and payload.thread_type is not discord.ChannelType.private_thread:
             self.feed.put(ChannelChange(kind="deleted", place=_place_of(payload.guild_id, payload.parent_id),
-                                        message_id=str(payload.thread_id)))
+                                        message_id=str(payload.thread_id), thread_gone=True))
 
     async def on_guild_channel_update(self, before: discord.abc.GuildChannel, after: discord.abc.GuildChannel) -> None:
         guild = after.guild

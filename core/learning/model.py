@@ -117,9 +117,10 @@ ChangeKind = Literal["message", "deleted", "renamed", "left", "member"]
 
 @dataclass(frozen=True, kw_only=True)
 class ChannelChange:
-    """One live event about a channel: a new or edited message (`message`), a deleted one (`message_id`),
-    a rename (`name`), the bot removed or the channel archived or deleted (`left`), or someone joining or
-    leaving it (`member`: `user` — the readers' cache forgets that person)."""
+    """One live event about a channel: a new or edited message (`message`), a deleted one (`message_id`; with
+    `thread_gone`, the whole thread that root began, replies included: Discord's thread delete), a rename (`name`),
+    the bot removed or the channel archived or deleted (`left`), or someone joining or leaving it (`member`: `user` —
+    the readers' cache forgets that person)."""
 
     kind: ChangeKind
     place: ChannelPlace
@@ -127,3 +128,4 @@ class ChannelChange:
     message_id: str = ""
     name: str = ""
     user: str = ""
+    thread_gone: bool = False

@@ -50,6 +50,7 @@ async def test_messages_edits_deletes_renames_and_threads_become_changes_of_thei
         ("deleted", c, str(reply)), ("deleted", c, str(doomed[0])), ("deleted", c, str(doomed[1])),
         ("renamed", c, "incidents-2026"), ("deleted", c, str(thread)), ("left", c, ""),
     ]
+    assert [c.thread_gone for c in learning.changes] == [False] * 9 + [True, False]  # the thread's delete: all of it
     in_thread = learning.changes[1].message
     assert in_thread is not None and in_thread.thread == str(thread) and in_thread.author_name == "ana"
     assert in_thread.permalink == f"https://discord.com/channels/{guild}/{thread}/{reply}"
