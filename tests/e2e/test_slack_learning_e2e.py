@@ -334,3 +334,26 @@ async def test_a_rename_and_the_bots_removal_reach_the_service_through_bolt(
             await asyncio.sleep(0.02)
         assert await bot.learning.get(place(slack, INCIDENTS)) is None
         assert await indexed_texts(db) == []
+
+
+async def test_a_public_channels_passage_reaches_channels_without_guests_only(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    root, _ = incidents_history(slack)
+    slack.add_user("U0000GUEST", guest="single")
+    slack.add_channel(GENERAL, name="general", members=[ALICE, BOB])
+    slack.add_channel("C0000GUEST", name="with-contractor", members=[ALICE, "U0000GUEST"])
+    slack.add_channel("C0000SHARD", name="with-partner", members=[ALICE], shared="external")
+    async with learning_bot(db, slack, openai_emulator.base_url) as bot:
+        await learn(bot, place(slack, INCIDENTS))
+        question = "what happened to the payments database?"
+        # #general: every member a full member of the workspace, not shared — a public channel's passages are given.
+        assert "ran out of disk" in await ask(bot, slack, openai_emulator, GENERAL, question)
+        # A guest among the members (users.info is_ultra_restricted), or Slack Connect: never.
+        assert "ran out of disk" not in await ask(bot, slack, openai_emulator, "C0000GUEST", question)
+        assert "ran out of disk" not in await ask(bot, slack, openai_emulator, "C0000SHARD", question)
+        # A guest invited into #general later: the member event makes the facts read its members again.
+        await slack.deliver_events(bot.url, slack.join_channel(GENERAL, "U0000GUEST", inviter=ALICE))
+        assert await eventually(lambda: bot.adapter.learning.events.pending == 0)
+        assert "ran out of disk" not in await ask(bot, slack, openai_emulator, GENERAL, question)
