@@ -22,9 +22,9 @@ T = TypeVar("T")
 DM_TYPES = frozenset({1, 3})
 # Text and announcement channels: where messages are written (a forum's or a voice channel's are not read).
 TEXT_TYPES = frozenset({0, 5})
-# The application's flags that say the Message Content intent is on in the Developer Portal (verified bots get the
-# first, others the "limited" one).
-MESSAGE_CONTENT_FLAGS = (1 << 19) | (1 << 18)
+# The application's flags that say the Message Content intent is on in the Developer Portal: GATEWAY_MESSAGE_CONTENT
+# (a verified bot's) or GATEWAY_MESSAGE_CONTENT_LIMITED (a bot in under 100 servers).
+MESSAGE_CONTENT_FLAGS = (1 << 18) | (1 << 19)
 PUBLIC_PHASE = "public:"
 NAMES_KEPT = 10_000
 

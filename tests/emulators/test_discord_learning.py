@@ -148,7 +148,7 @@ async def test_without_the_portals_message_content_intent_history_text_is_blank_
         dc.set_message_content_intent(True)
         async with rest(dc) as http:
             assert {m["content"] for m in await http.logs_from(channel, 50)} >= {"the database is down"}
-            assert (await http.application_info())["flags"] & (1 << 18)
+            assert (await http.application_info())["flags"] & (1 << 19)  # GATEWAY_MESSAGE_CONTENT_LIMITED
 
 
 async def test_edits_deletes_renames_and_thread_deletes_reach_the_gateway() -> None:

@@ -23,7 +23,7 @@ UNKNOWN_GUILD_CODE = 10004
 UNKNOWN_MEMBER_CODE = 10007
 MISSING_PERMISSIONS_CODE = 50013
 MISSING_ACCESS_CODE = 50001
-GATEWAY_MESSAGE_CONTENT_LIMITED = 1 << 18
+GATEWAY_MESSAGE_CONTENT_LIMITED = 1 << 19
 
 
 async def read_message_body(core: EmulatorCore, request: web.Request, base_url: str) -> tuple[JSONDict, list[JSONDict]]:
