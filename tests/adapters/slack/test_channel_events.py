@@ -33,7 +33,6 @@ class Recorder:
     def __init__(self) -> None:
         self.taken: list[ChannelChange] = []
         self.fail = False
-        self.chosen_places: set[str] | None = None
 
     async def take(self, change: ChannelChange) -> None:
         if self.fail:
