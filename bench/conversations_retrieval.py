@@ -300,6 +300,11 @@ async def run(db: Database, *, scale: float = 1.0) -> bool:
         ok &= value >= RECALL_TARGET
         print(f"  recall@{RECALL_AT} vs exact filtered search (ef_search {EF_SEARCH}): {value:.3f} "
               f"(target >= {RECALL_TARGET}) {target(value >= RECALL_TARGET)}")
+    # The same searches with no membership filter and no rule: what this machine gives at this size right now.
+    for mix, terms in (("selective terms", corpus.selective_terms), ("unselective terms", corpus.unselective_terms)):
+        queries = [(f"{terms[a % len(terms)]} {terms[b % len(terms)]}", query_vectors[i]) for i, (a, b) in enumerate(picks)]
+        p50, p95 = await hybrid_p95(retriever, SourceScope(owners=None, every_restricted=True), queries)
+        print(f"baseline, every source and no rule, {mix}: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
     every = list(range(1, CHANNELS + DOCUMENT_SOURCES + 1))
     for ef, searcher in ((EF_SEARCH, retriever), (WIDER_EF_SEARCH, wider)):
         value = await filtered_recall(searcher, corpus, every, query_vectors[WARMUP_QUERIES:])
