@@ -267,3 +267,33 @@ async def test_live_messages_taken_just_before_a_shutdown_are_searchable_after_i
     finally:
         await runtime.stop()  # at once: the coalesced rebuild is still waiting
     assert "postmortem on friday" in chunk_texts(database_url, "C0INCID")
+
+
+async def test_a_channel_added_from_the_cli_is_backfilled_by_the_running_bot_and_listed_live(
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack = slack_emulator
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
+    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+    )
+    runtime = Runtime(settings)
+    try:
+        await runtime.start()
+        # Another process: the admin's command, with the bot's settings.
+        added = ["sources", "add-channel", f"slack:{slack.team_id}:#incidents", "--since", "30d"]
+        assert await sources(settings, build_parser().parse_args(added)) == 0
+        capsys.readouterr()
+
+        async def listed() -> str:
+            assert await sources(settings, build_parser().parse_args(["sources"])) == 0
+            return capsys.readouterr().out
+
+        out = await eventually(listed, lambda text: f"slack:{slack.team_id}:C0INCID" in text and text.rstrip().endswith("live"))
+        assert "#incidents" in out
+        assert stored_texts(database_url, "C0INCID") == ["the deploy failed at noon"]
+    finally:
+        await runtime.stop()
