@@ -357,3 +357,26 @@ async def test_a_public_channels_passage_reaches_channels_without_guests_only(
         await slack.deliver_events(bot.url, slack.join_channel(GENERAL, "U0000GUEST", inviter=ALICE))
         assert await eventually(lambda: bot.adapter.learning.events.pending == 0)
         assert "ran out of disk" not in await ask(bot, slack, openai_emulator, GENERAL, question)
+
+
+async def test_what_came_while_the_bot_was_down_is_caught_up_at_its_next_start(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    root, plain = incidents_history(slack)
+    async with learning_bot(db, slack, openai_emulator.base_url) as bot:
+        await learn(bot, place(slack, INCIDENTS))
+    # Down: a new reply in the month-old thread (its root's latest_reply moves), an edit of a recent message, and a
+    # new message — no event reaches any bot.
+    slack.add_user_message(INCIDENTS, "postmortem: the disk alert threshold is now 70%", ALICE, root)
+    slack.edit_message(INCIDENTS, plain, "the staging cluster is frozen until the audit ends on Friday")
+    slack.add_user_message(INCIDENTS, "the billing job moved to 02:00 UTC", BOB)
+    async with learning_bot(db, slack, openai_emulator.base_url) as bot:
+        # The catch-up of a start: history since the checkpoint, each thread with newer replies, the recent rescan.
+        assert await bot.learning.run_due() == 1
+        assert await bot.learning.run_due() == 0, "once per start"
+        await bot.learning.settled()
+        given = await ask(bot, slack, openai_emulator, INCIDENTS, "what is the disk alert threshold now?")
+        assert "postmortem: the disk alert threshold is now 70%" in given
+        given = await ask(bot, slack, openai_emulator, INCIDENTS, "until when is staging frozen, and the billing job?")
+        assert "frozen until the audit ends on Friday" in given and "billing job moved to 02:00 UTC" in given
