@@ -176,9 +176,15 @@ class DiscordLearningEvents:
         self._facts.forget(str(guild.id))
 
     async def on_member_update(self, before: discord.Member, after: discord.Member) -> None:
-        # Only with the Server Members intent does Discord send this; without it the cache's minutes bound it.
-        if before.roles != after.roles:
-            self._facts.forget(str(after.guild.id), user=str(after.id))
+        """Someone's roles changed: their permissions are read again. Discord sends it for others only with the
+        Server Members intent (without it the cache's minutes bound it); the bot's own roles changing can take
+        channels from it, which are left."""
+        if before.roles == after.roles:
+            return
+        self._facts.forget(str(after.guild.id), user=str(after.id))
+        if after.id == self._me() and self._takes(after.guild.id):
+            for channel in after.guild.channels:
+                self._follow_view(after.guild, channel)
 
     async def on_raw_member_remove(self, payload: discord.RawMemberRemoveEvent) -> None:
         self._facts.forget(str(payload.guild_id), user=str(payload.user.id))

@@ -155,3 +155,26 @@ async def test_a_role_change_that_takes_view_channel_from_the_bot_leaves_its_cha
                           what="the role back")
         await adapter._learning.events.feed.drained()
     assert sorted(summary(learning.changes)) == [("left", str(incidents), ""), ("left", str(random), "")]
+
+
+async def test_the_bot_losing_the_role_that_let_it_view_a_channel_leaves_it(
+    discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
+) -> None:
+    dc = discord_emulator
+    owner = dc.add_user("owner")
+    guild = dc.add_guild("g", owner_id=owner)
+    staff = dc.add_role(guild, "staff", permissions=VIEW_CHANNEL)
+    ops = dc.add_channel(guild, "ops")
+    general = dc.add_channel(guild, "general")
+    dc.world.channels[ops].overwrites = [
+        {"id": str(guild), "type": 0, "allow": "0", "deny": str(VIEW_CHANNEL)},
+        {"id": str(staff), "type": 0, "allow": str(VIEW_CHANNEL), "deny": "0"},
+    ]
+    dc.grant_role(dc.bot_user_id, staff)
+    learning = RecordedLearning()
+    async with learning_bot(dc, db, openai_emulator, learning=learning) as adapter:
+        await dc.set_member_roles(guild, dc.bot_user_id, [])  # Discord tells the bot of its own, intent or not
+        await dc.wait_for(lambda: learning.changes, what="the channel left")
+        await adapter._learning.events.feed.drained()
+    assert summary(learning.changes) == [("left", str(ops), "")]
+    assert str(general) not in {c.place.channel for c in learning.changes}

@@ -116,11 +116,14 @@ class LearningDriver(EmulatorCore):
         await self.hub.dispatch("THREAD_DELETE", lambda s: payload if s.has_intent(INTENT_GUILDS) else None)
 
     async def set_member_roles(self, guild_id: int, user_id: int, role_ids: Sequence[int]) -> None:
-        """A member's roles changed: GUILD_MEMBER_UPDATE, only to sessions with the (privileged) Server Members intent."""
+        """A member's roles changed: GUILD_MEMBER_UPDATE, only to sessions with the (privileged) Server Members intent
+        — but the bot's own, which Discord sends it regardless of intents."""
         user = self.world.users[user_id]
         user.role_ids = [r for r in user.role_ids if r not in self.world.guilds[guild_id].role_ids] + list(role_ids)
         payload = {**member_payload(self.world, guild_id, user_id), "guild_id": str(guild_id)}
-        await self.hub.dispatch("GUILD_MEMBER_UPDATE", lambda s: payload if s.has_intent(INTENT_GUILD_MEMBERS) else None)
+        own = user_id == self.world.bot_user_id
+        await self.hub.dispatch("GUILD_MEMBER_UPDATE",
+                                lambda s: payload if own or s.has_intent(INTENT_GUILD_MEMBERS) else None)
 
     async def set_role_permissions(self, role_id: int, permissions: int) -> None:
         """A role's permissions changed (the guild's id: @everyone's): GUILD_ROLE_UPDATE."""
