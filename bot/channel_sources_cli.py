@@ -26,8 +26,8 @@ EXIT_USAGE = 2
 PLATFORM_ERRORS = (PermanentSendError, TransientSendError, RateLimited, *CONNECTION_ERRORS)
 CHANNEL_COMMANDS = ("add-channel", "remove-channel")
 DAY_S = 86400
-PLACE_HELP = (f"{CHANNEL_HELP} (CHANNEL an id, or #name: quote it, or the shell reads a word starting with # as a "
-              "comment); or the workspace (slack:TEAM, discord:GUILD) and then the channel")
+PLACE_HELP = (f"{CHANNEL_HELP} (CHANNEL an id, or #name); or the workspace (slack:TEAM, discord:GUILD) and then the "
+              "channel, quoted when it is a #name (the shell reads a word starting with # as a comment)")
 
 
 def add_channel_commands(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
