@@ -103,15 +103,26 @@ class ChannelLearningService:
             log.info("learning from %s stopped: the bot left it, or it was archived or deleted; what was learnt is "
                      "deleted", change.place.key)
 
+    def chosen(self, place: ChannelPlace) -> bool:
+        """Whether anyone chose the channel, from memory (no database read), for an adapter to ask before it spends
+        a platform call on a change (a message's author's name); True until the chosen channels are first read."""
+        if self._chosen is None:
+            return True
+        self._refresh_if_stale()
+        return place.key in self._chosen
+
     async def _chosen_now(self) -> dict[str, int]:
         """The chosen channels from memory, read again in the background once older than chosen_refresh_s."""
         if self._chosen is None:
             await self._load_chosen()
-        elif time.monotonic() - self._chosen_at > self.chosen_refresh_s and self._reload is None:
-            self._reload = asyncio.create_task(self._load_chosen(), name="learning-chosen")
-            self._reload.add_done_callback(self._reloaded)
+        self._refresh_if_stale()
         assert self._chosen is not None
         return self._chosen
+
+    def _refresh_if_stale(self) -> None:
+        if time.monotonic() - self._chosen_at > self.chosen_refresh_s and self._reload is None:
+            self._reload = asyncio.get_running_loop().create_task(self._load_chosen(), name="learning-chosen")
+            self._reload.add_done_callback(self._reloaded)
 
     def _reloaded(self, task: asyncio.Task[None]) -> None:
         self._reload = None

@@ -129,6 +129,7 @@ async def test_a_change_about_a_channel_nobody_chose_reads_nothing(database_url:
                 await learning.take(change(msg(n, "chatter nobody chose to learn"), place=other))
                 await learning.take(change(kind="deleted", place=other, message_id=ts(n)))
             await learning.take(change(kind="left", place=dataclasses.replace(other, workspace="T2")))
+            assert not learning.chosen(other) and learning.chosen(PLACE)  # what an adapter asks first, from memory
             assert counting.taken == 0 and learning.dropped == 101
             await learning.take(change(msg(3, "this one is chosen")))
             assert counting.taken > 0
