@@ -120,9 +120,14 @@ class ChannelLearningService:
         return self._chosen
 
     def _refresh_if_stale(self) -> None:
-        if time.monotonic() - self._chosen_at > self.chosen_refresh_s and self._reload is None:
-            self._reload = asyncio.get_running_loop().create_task(self._load_chosen(), name="learning-chosen")
-            self._reload.add_done_callback(self._reloaded)
+        if time.monotonic() - self._chosen_at <= self.chosen_refresh_s or self._reload is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # asked outside the event loop: the next change on it reads them again
+        self._reload = loop.create_task(self._load_chosen(), name="learning-chosen")
+        self._reload.add_done_callback(self._reloaded)
 
     def _reloaded(self, task: asyncio.Task[None]) -> None:
         self._reload = None
