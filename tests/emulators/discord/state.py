@@ -113,9 +113,8 @@ class World:
         if any(user_id in self.hidden_channels.get(c, ()) for c in hidden):
             permissions &= ~VIEW_CHANNEL_PERMISSION
         where = self.channels.get(channel.parent_id) if channel is not None and channel.parent_id else channel
-        if where is None or not where.overwrites:
-            return permissions
-        permissions = self._overwritten(guild_id, where, user_id, permissions)
+        if where is not None and where.overwrites:
+            permissions = self._overwritten(guild_id, where, user_id, permissions)
         # Discord's implicit denial: without View Channel nothing else in the channel counts.
         return permissions if permissions & VIEW_CHANNEL_PERMISSION else 0
 
