@@ -24,6 +24,12 @@ POST_BURST_CALLS = 2.0
 HistoryTier = Literal["internal", "limited"]
 READ_CALLS_PER_MINUTE: dict[HistoryTier, float] = {"internal": 50.0, "limited": 1.0}
 READ_PAGE_MESSAGES: dict[HistoryTier, int] = {"internal": 200, "limited": 15}
+# Tier 3's short bursts, as chat.update's: sized as Slack's bucket, the refill runs just under the tier's rate (a
+# backfill reads at ~0.98 of it), where a window-safe budget would keep a tenth of every minute back.
+READ_PLATFORM_BURST_CALLS = EDIT_BURST_CALLS
+# The limited tier allows one call a minute and no burst: one call, then one every 1/0.9 minutes (~6.7 s of margin
+# against the clocks' drift; a window-safe budget that small would keep half the rate back).
+LIMITED_READ_RATE_SHARE = 0.9
 # The other methods' tiers (calls a minute per workspace), for those that are not Tier 3: the deadline lane's
 # reactions and modals, App Home. assistant.threads.setStatus has "special" limits, with no number given
 # (SLACK_STATUS_PER_MINUTE; 429s slow it down either way).
@@ -171,6 +177,9 @@ class SlackBudgets:
         method, burst = key[1], None
         if method in ("conversations.replies", "conversations.history"):
             calls = READ_CALLS_PER_MINUTE[self.history_tier]
+            if self.history_tier == "limited":
+                return self._limited_read(key)
+            burst = READ_PLATFORM_BURST_CALLS
         elif method == STATUS_METHOD:
             # Slack's own burst is taken as ten seconds' calls, less the usual reserve (a burst sent while the
             # process is busy reaches Slack bunched with the calls after it).
@@ -180,6 +189,12 @@ class SlackBudgets:
             calls = METHOD_CALLS_PER_MINUTE.get(method, READ_CALLS_PER_MINUTE["internal"])
         share = 1.0 if self._shares is not None else self._share
         budget = RateBudget.per_minute(calls, share=share, clock=self._clock, platform_burst=burst)
+        return self._shared(key[0], budget) if self._shares is not None else budget
+
+    def _limited_read(self, key: tuple[str, str]) -> RateBudget:
+        share = 1.0 if self._shares is not None else self._share
+        calls_per_s = READ_CALLS_PER_MINUTE["limited"] * LIMITED_READ_RATE_SHARE * share / 60.0
+        budget = RateBudget(capacity=1.0, refill_per_s=calls_per_s, clock=self._clock)
         return self._shared(key[0], budget) if self._shares is not None else budget
 
     def _new_edit(self, team_id: str) -> RateBudget:
