@@ -50,7 +50,7 @@ async def test_manage_server_sets_the_agent_type_and_a_second_engine_uses_it(
     async with running_bot(dc, db, openai_emulator, retriever=retriever):
         relaybot = next(c for c in dc.commands() if c["name"] == "relaybot")
         assert [o["name"] for o in relaybot["options"]] == ["config"]
-        assert {o["name"] for o in relaybot["options"][0]["options"]} == {"show", "set", "clear", "history"}
+        assert {o["name"] for o in relaybot["options"][0]["options"]} == {"show", "set", "clear", "history", "learn"}
 
         shown = await answered(dc, await dc.invoke_slash("relaybot config show", {}, w.alice, w.channel_id))
         assert "• `agent_type`: classic (settings)" in shown
