@@ -94,7 +94,8 @@ class ChannelLearningService:
             self.rebuilds.want(source_id, kept.touched)
         elif change.kind == "deleted" and change.message_id:
             async with self.db.connection() as conn:
-                documents = await store.delete_messages(conn, source_id, [change.message_id])
+                # A Discord thread deleted takes its replies with it; a root's message deleted alone leaves its thread.
+                documents = await store.delete_messages(conn, source_id, [change.message_id], threads=change.thread_gone)
             await self.rebuilds.now(source_id, documents)  # gone from retrieval before this returns
         elif change.kind == "renamed" and change.name:
             await store.set_name(self.db, source_id, change.name.lstrip("#"))

@@ -257,11 +257,12 @@ async def move(conn: AsyncConnection, source_id: int, documents: dict[str, str])
         )
 
 
-async def delete_messages(conn: AsyncConnection, source_id: int, ids: Iterable[str]) -> set[str]:
-    """Delete these messages; returns the documents they were in."""
+async def delete_messages(conn: AsyncConnection, source_id: int, ids: Iterable[str], *, threads: bool = False) -> set[str]:
+    """Delete these messages (`threads`: and the replies of the threads they are roots of); returns their documents."""
+    wanted = sorted(set(ids))
     cursor = await conn.execute(
-        "DELETE FROM channel_messages WHERE source_id = %s AND id = ANY(%s) RETURNING document",
-        (source_id, sorted(set(ids))),
+        "DELETE FROM channel_messages WHERE source_id = %s AND (id = ANY(%s) OR (%s AND thread = ANY(%s))) RETURNING document",
+        (source_id, wanted, threads, wanted),
     )
     return {row[0] for row in await cursor.fetchall()}
 

@@ -366,8 +366,6 @@ async def test_what_changed_while_the_bot_was_down_is_caught_up_at_its_next_star
         assert "ana: the disk alarm fired again on the payments volume" in given
 
 
-@pytest.mark.xfail(reason="core/learning/service.py's take does not read ChannelChange.thread_gone yet: a deleted "
-                          "thread's replies stay until the channel is read again (H5's report has the change)")
 async def test_a_deleted_thread_takes_its_replies_out_of_what_the_model_is_given(
     discord_emulator: DiscordEmulator, db: Database, openai_emulator: OpenAIEmulator
 ) -> None:
