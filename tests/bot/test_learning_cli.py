@@ -17,6 +17,15 @@ from tests.emulators.discord import DiscordEmulator
 from tests.emulators.slack import SlackEmulator
 from tests.support.engine import test_settings as make_settings
 
+
+@pytest.fixture(autouse=True)
+def no_learned_channels(database_url: str) -> None:
+    """The module's tests share a database, and the emulators' team and channel ids: each starts with no channel chosen."""
+    with psycopg.connect(database_url) as conn:
+        if conn.execute("SELECT to_regclass('learned_channels')").fetchone() != (None,):
+            conn.execute("DELETE FROM sources WHERE kind = 'channel'")
+
+
 def slack_settings(slack: SlackEmulator, database_url: str, data_dir: Path, **more: Any) -> Settings:
     return make_settings("http://127.0.0.1:9/v1", database_url=database_url, data_dir=data_dir,
                          slack_bot_token=slack.bot_token, slack_api_url=slack.api_url, **more)

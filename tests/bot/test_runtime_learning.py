@@ -35,6 +35,15 @@ T = TypeVar("T")
 WAIT_S = 60.0
 
 
+
+@pytest.fixture(autouse=True)
+def no_learned_channels(database_url: str) -> None:
+    """The module's tests share a database, and the emulators' team and channel ids: each starts with no channel chosen."""
+    with psycopg.connect(database_url) as conn:
+        if conn.execute("SELECT to_regclass('learned_channels')").fetchone() != (None,):
+            conn.execute("DELETE FROM sources WHERE kind = 'channel'")
+
+
 async def eventually(read: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
     async with asyncio.timeout(WAIT_S):
         while not done(value := await read()):
