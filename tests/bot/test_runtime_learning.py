@@ -306,3 +306,35 @@ async def test_a_channel_added_from_the_cli_is_backfilled_by_the_running_bot_and
         assert stored_texts(database_url, "C0INCID") == ["the deploy failed at noon"]
     finally:
         await runtime.stop()
+
+
+async def test_a_channel_the_bot_can_no_longer_read_is_listed_in_error_with_what_to_do(
+    database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slack = slack_emulator
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
+    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    settings = settings_for(
+        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+    )
+    runtime = Runtime(settings)
+    place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0INCID")
+    try:
+        await runtime.start()
+        assert runtime.learning is not None
+        service = runtime.learning.service
+        await service.add(place, since_days=30, keep_days=None)
+        slack.remove_bot_from("C0INCID")  # before its history is read: Slack answers not_in_channel
+
+        async def current() -> LearnedChannel | None:
+            return await service.get(place)
+
+        failed = await eventually(current, lambda c: c is not None and c.state == "error")
+        assert failed is not None and "/invite" in failed.error
+        assert await sources(settings, build_parser().parse_args(["sources"])) == 0
+        [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("slack:")]
+        assert f"error: {failed.error}" in row
+    finally:
+        await runtime.stop()
