@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import discord
 
 from adapters.gate import Gate
 from core.learning.model import ChannelChange, ChannelMessage, ChannelPlace
-from core.learning.ports import ChannelLearning
+from adapters.learning_feed import LearningFeed
 
 from .channel_facts import DiscordChannelFacts
 from .learning_messages import PERSON_TYPES, PRIVATE_THREAD_TYPE, THREAD_TYPES, from_message
@@ -22,71 +21,7 @@ from .surface import PLATFORM
 
 log = logging.getLogger(__name__)
 
-# Changes waiting for the engine: past this many, new ones are dropped (and logged); the catch-up's re-scan
-# after a restart is what finds them again.
-FEED_MAX = 10_000
 THREADS_KEPT = 10_000
-
-
-# A change, or the changes of an event whose channel must be looked up first (a thread not in discord.py's cache).
-Pending = ChannelChange | Callable[[], Awaitable[Sequence[ChannelChange]]]
-
-
-class LearningFeed:
-    """One queue and one worker task: changes reach `take` in the order Discord sent them (an edit never before
-    its message), and a failing one is logged and the next taken."""
-
-    def __init__(self, learning: Callable[[], ChannelLearning | None], *, max_queued: int = FEED_MAX) -> None:
-        self._learning = learning
-        self._queue: asyncio.Queue[Pending] = asyncio.Queue(max_queued)
-        self._worker: asyncio.Task[None] | None = None
-        self._closed = False
-        self.dropped = 0
-
-    def put(self, change: Pending) -> None:
-        if self._closed or self._learning() is None:
-            return
-        try:
-            self._queue.put_nowait(change)
-        except asyncio.QueueFull:
-            self.dropped += 1
-            log.warning("learning from Discord is %d changes behind: one is dropped (the next catch-up re-reads it)",
-                        self._queue.qsize())
-            return
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._work(), name="discord-learning-feed")
-
-    async def drained(self) -> None:
-        """Every change put so far has been taken (tests, and a graceful close)."""
-        await self._queue.join()
-
-    async def _work(self) -> None:
-        while True:
-            pending = await self._queue.get()
-            try:
-                changes = (pending,) if isinstance(pending, ChannelChange) else await pending()
-                for change in changes:
-                    await self._take(change)
-            except Exception:
-                log.exception("learning could not follow a Discord event")
-            finally:
-                self._queue.task_done()
-
-    async def _take(self, change: ChannelChange) -> None:
-        try:
-            learning = self._learning()
-            if learning is not None:
-                await learning.take(change)
-        except Exception:
-            log.exception("learning could not take a %s of Discord channel %s", change.kind, change.place.key)
-
-    async def close(self) -> None:
-        """Changes still queued are dropped: the next start's catch-up re-reads what they were about."""
-        self._closed = True
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
-            self._worker = None
 
 
 class DiscordLearningEvents:

@@ -9,14 +9,16 @@ import discord
 
 from adapters.base import AdapterPorts
 from adapters.gate import Gate
+from adapters.learning_feed import LearningFeed
 from adapters.streaming import Clock, MonotonicClock
 from core.config import Settings
 from core.learning.ports import ChannelLearning
 
 from .channel_facts import MEMBERS_CACHE_S, DiscordChannelFacts
 from .channel_history import DiscordChannelHistory
-from .learning_events import DiscordLearningEvents, LearningFeed
+from .learning_events import DiscordLearningEvents
 from .settings import DiscordSettings
+from .surface import PLATFORM
 from .transport import DISCORD_WINDOW_S, DiscordBudgets
 from .transport_history import HistoryDoor, RestClient
 
@@ -50,7 +52,7 @@ def learning_parts(
     message_content = settings.platform_settings(DiscordSettings).message_content_intent
     return DiscordLearning(
         history=DiscordChannelHistory(door, me=me, message_content=message_content), facts=facts,
-        events=DiscordLearningEvents(client=client, feed=LearningFeed(learning_port(ports)), facts=facts, gate=gate,
+        events=DiscordLearningEvents(client=client, feed=LearningFeed(learning_port(ports), platform=PLATFORM), facts=facts, gate=gate,
                                      door=door),
     )
 

@@ -7,16 +7,16 @@ group_left) as "left"; anyone else's member_joined_channel / member_left_channel
 forgets them there and then); channel_shared, channel_unshared and the channel_convert_to_private / _public
 messages forget the channel's place. DMs and group DMs are never passed on.
 
-Each change is handed over in a task of its own (a bounded set, cancelled at close): the listener that answers
-questions never waits for it, and a failure is logged, never lost silently."""
+Changes go through one ordered feed (adapters/learning_feed.py, as Discord's): the listener that answers questions
+never waits for it, a delete never overtakes the message it deletes, and a failure is logged, never lost silently."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Sequence
 from typing import Any
 
+from adapters.learning_feed import LearningFeed
 from core.learning.model import ChannelChange, ChannelPlace
 from core.learning.ports import ChannelLearning
 
@@ -28,10 +28,6 @@ from .team_tokens import team_of
 
 logger = logging.getLogger(__name__)
 
-# Changes being handed over at most; past it one is dropped with a warning (the engine's catch-up re-reads
-# a recent window at start): a stalled engine never piles up tasks without end.
-PENDING_MAX = 2_000
-CLOSE_WAIT_S = 5.0
 LEFT_EVENTS = frozenset({"channel_archive", "group_archive", "channel_deleted", "group_deleted", "channel_left", "group_left"})
 RENAME_EVENTS = frozenset({"channel_rename", "group_rename"})
 MEMBER_EVENTS = frozenset({"member_joined_channel", "member_left_channel"})
@@ -49,7 +45,7 @@ class SlackLearningEvents:
         self._history = history
         self._facts = facts
         self._learning = learning
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.feed = LearningFeed(lambda: learning, platform=PLATFORM)
 
     def on_message(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         """A `message` event of any subtype in a channel: its change goes to the engine in the background."""
@@ -61,19 +57,19 @@ class SlackLearningEvents:
             self._facts.forget(team, channel=channel)  # public now, or private: who may read it changed
             return
         place = ChannelPlace(platform=PLATFORM, workspace=team, channel=channel)
-        if self._learning is None or not self._chosen(place):
+        if self._learning is None or not self._learning.chosen(place):
             return
         if subtype == "message_deleted":
-            self._spawn(self._take(ChannelChange(kind="deleted", place=place, message_id=str(event.get("deleted_ts") or ""))))
+            self.feed.put(ChannelChange(kind="deleted", place=place, message_id=str(event.get("deleted_ts") or "")))
         elif subtype == "message_changed":
             edited = event.get("message")
             if isinstance(edited, dict) and edited.get("subtype") == "tombstone":
                 # A deleted root that has replies stays as a tombstone ("This message was deleted."): its text goes.
-                self._spawn(self._take(ChannelChange(kind="deleted", place=place, message_id=str(edited.get("ts") or ""))))
+                self.feed.put(ChannelChange(kind="deleted", place=place, message_id=str(edited.get("ts") or "")))
             elif isinstance(edited, dict):
-                self._spawn(self._take_message(place, dict(edited)))
+                self.feed.put(self._message_change(place, dict(edited)))
         else:
-            self._spawn(self._take_message(place, event))
+            self.feed.put(self._message_change(place, event))
 
     def on_channel_event(self, body: dict[str, Any], event: dict[str, Any], bot: BotIdentity) -> None:
         """A rename, an archive or deletion, someone (or the bot) joining or leaving, a channel shared or unshared."""
@@ -98,49 +94,24 @@ class SlackLearningEvents:
             change = ChannelChange(kind="left", place=place)
         else:
             return
-        if self._learning is not None:
-            self._spawn(self._take(change))
+        self.feed.put(change)
 
     async def close(self) -> None:
-        """Changes still being handed over are cancelled (the engine's catch-up reads them again)."""
-        tasks = [task for task in self._tasks if not task.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        """Changes still queued are dropped (the engine's catch-up reads them again)."""
+        await self.feed.close()
 
     @property
     def pending(self) -> int:
-        return len(self._tasks)
+        return self.feed.pending
 
-    def _chosen(self, place: ChannelPlace) -> bool:
-        """The engine's in-memory word on whether anyone chose the channel, where it offers one: a message of a
-        channel nobody chose then costs no users.info for its author's name."""
-        chosen = getattr(self._learning, "chosen", None)
-        return bool(chosen(place)) if callable(chosen) else True
+    def _message_change(self, place: ChannelPlace, raw: dict[str, Any]) -> Any:
+        """The change of a message, made in the feed's turn: its author's name may need a users.info call."""
 
-    async def _take_message(self, place: ChannelPlace, raw: dict[str, Any]) -> None:
-        message = await self._history.message(place.workspace, place.channel, raw)
-        if message is not None:
-            await self._take(ChannelChange(kind="message", place=place, message=message))
+        async def made() -> Sequence[ChannelChange]:
+            message = await self._history.message(place.workspace, place.channel, raw)
+            return () if message is None else (ChannelChange(kind="message", place=place, message=message),)
 
-    async def _take(self, change: ChannelChange) -> None:
-        assert self._learning is not None
-        await self._learning.take(change)
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        if len(self._tasks) >= PENDING_MAX:
-            work.close()
-            logger.warning("dropped a Slack channel change: %d are still being handed over", len(self._tasks))
-            return
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            logger.error("a Slack channel change was not taken: %r", error, exc_info=error)
+        return made
 
 
 def _team(body: dict[str, Any]) -> str:

@@ -63,6 +63,11 @@ class ChannelLearning(Protocol):
 
     async def take(self, change: ChannelChange) -> None: ...
 
+    def chosen(self, place: ChannelPlace) -> bool:
+        """Whether anyone chose the channel, from memory (no database read): an adapter asks before it spends a
+        platform call on a change (a message's author's name)."""
+        ...
+
     async def add(self, place: ChannelPlace, *, since_days: int | None, keep_days: int | None) -> LearnedChannel:
         """Start learning from a channel (or change how far back and how long): raises LearningRefused with the
         sentence when it cannot be (a DM, the bot not in it, no Message Content intent)."""

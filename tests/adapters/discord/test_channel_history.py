@@ -37,21 +37,24 @@ class RecordedLearning:
 
     def __init__(self) -> None:
         self.changes: list[ChannelChange] = []
-        self.chosen: dict[str, LearnedChannel] = {}
+        self.learned: dict[str, LearnedChannel] = {}
 
     async def take(self, change: ChannelChange) -> None:
         self.changes.append(change)
 
+    def chosen(self, place: ChannelPlace) -> bool:
+        return True
+
     async def add(self, place: ChannelPlace, *, since_days: int | None, keep_days: int | None) -> LearnedChannel:
         learned = LearnedChannel(place=place, name="", private=False, since_days=since_days or 90, keep_days=keep_days)
-        self.chosen[place.key] = learned
+        self.learned[place.key] = learned
         return learned
 
     async def remove(self, place: ChannelPlace) -> bool:
-        return self.chosen.pop(place.key, None) is not None
+        return self.learned.pop(place.key, None) is not None
 
     async def get(self, place: ChannelPlace) -> LearnedChannel | None:
-        return self.chosen.get(place.key)
+        return self.learned.get(place.key)
 
 
 def with_learning(ports: AdapterPorts, learning: Any) -> AdapterPorts:

@@ -49,9 +49,12 @@ class Recorder:
     async def get(self, place: ChannelPlace) -> LearnedChannel | None:
         return None
 
+    def chosen(self, place: ChannelPlace) -> bool:
+        return True
+
 
 class Choosing(Recorder):
-    """One that also says, in memory, which channels anyone chose (ChannelLearning may offer `chosen`)."""
+    """One that says, in memory, which channels anyone chose."""
 
     def __init__(self, chosen: set[str]) -> None:
         super().__init__()
@@ -194,11 +197,12 @@ async def test_a_failing_take_is_logged_never_lost_silently_and_unchosen_channel
     events, _ = parts(slack, learning)
     bot = BotIdentity(user_id=slack.bot_user_id, bot_id=slack.bot_id)
     ts = slack.add_user_message(INCIDENTS, "db down", ALICE)
-    with caplog.at_level(logging.ERROR, logger="adapters.slack.learning_events"):
+    with caplog.at_level(logging.ERROR, logger="adapters.learning_feed"):
         deliver(events, slack, bot, channel_message_event(text="db down", user=ALICE, channel=INCIDENTS, ts=ts,
                                                           team_id=slack.team_id))
         assert await until(lambda: events.pending == 0)
-    assert any("was not taken" in r.getMessage() and "database is down" in r.getMessage() for r in caplog.records)
+    assert any("could not take a message of" in r.getMessage() and r.exc_info and "database is down" in str(r.exc_info[1])
+               for r in caplog.records)
     # A channel nobody chose: no users.info for its author, nothing handed over.
     other = slack.add_user_message("C0000OTHER", "lunch?", BOB)
     deliver(events, slack, bot, channel_message_event(text="lunch?", user=BOB, channel="C0000OTHER", ts=other,
@@ -206,4 +210,23 @@ async def test_a_failing_take_is_logged_never_lost_silently_and_unchosen_channel
     await asyncio.sleep(0.05)
     assert events.pending == 0 and learning.taken == []
     assert [c.params["user"] for c in slack.calls if c.method == "users.info"] == [ALICE]
+    await events.close()
+
+
+async def test_changes_reach_the_engine_in_the_order_slack_sent_them(slack_emulator: SlackEmulator) -> None:
+    """A message whose author's name needs a users.info call, then its delete and another's edit at once: the delete
+    never overtakes it (it would be stored after its delete and stay learnt)."""
+    slack = slack_emulator
+    slack.add_user(ALICE, display_name="alice.w")
+    learning = Recorder()
+    events, _ = parts(slack, learning)
+    bot = BotIdentity(user_id=slack.bot_user_id, bot_id=slack.bot_id)
+    ts = slack.add_user_message(INCIDENTS, "the password is hunter2", ALICE)
+    deliver(events, slack, bot,
+            channel_message_event(text="the password is hunter2", user=ALICE, channel=INCIDENTS, ts=ts,
+                                  team_id=slack.team_id),
+            *slack.delete_message(INCIDENTS, ts))
+    assert await until(lambda: len(learning.taken) == 2)
+    assert [change.kind for change in learning.taken] == ["message", "deleted"]
+    assert learning.taken[1].message_id == ts
     await events.close()
