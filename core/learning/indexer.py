@@ -7,13 +7,12 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from pgvector import Vector
 from psycopg import AsyncConnection
 
 from core.learning.documents import ChannelDocument, build_document
 from core.learning.model import ChannelMessage
 from core.retrieval.embeddings import EmbeddingError, EmbeddingProvider
-from core.retrieval.store import ensure_vector_index
+from core.retrieval.store import ensure_vector_index, insert_chunks
 from core.store import learned_channels as store
 from core.store.db import Database
 
@@ -160,22 +159,4 @@ async def _insert(
     )
     row = await cursor.fetchone()
     assert row is not None
-    async with conn.cursor() as cur:
-        await cur.executemany(
-            "INSERT INTO chunks (document_id, source_id, ord, text, heading_path, title, token_count)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            [(row[0], source_id, c.order, c.text, list(c.heading_path), c.title, c.token_count) for c in document.chunks],
-            returning=True,
-        )
-        chunk_ids = []
-        while True:
-            fetched = await cur.fetchone()
-            if fetched is not None:
-                chunk_ids.append(int(fetched[0]))
-            if not cur.nextset():
-                break
-        if vectors:
-            await cur.executemany(
-                "INSERT INTO chunk_embeddings (chunk_id, model, source_id, embedding) VALUES (%s, %s, %s, %s)",
-                [(cid, model, source_id, Vector(v)) for cid, v in zip(chunk_ids, vectors)],
-            )
+    await insert_chunks(conn, document_id=row[0], source_id=source_id, chunks=document.chunks, vectors=vectors, model=model)

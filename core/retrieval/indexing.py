@@ -8,12 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pgvector import Vector
 
 from core.retrieval.chunking import Chunk, chunk_document
 from core.retrieval.embeddings import EmbeddingError, EmbeddingProvider
 from core.retrieval.loaders import LoadedDocument
-from core.retrieval.store import ensure_vector_index
+from core.retrieval.store import ensure_vector_index, insert_chunks, insert_vectors
 from core.store.db import Database
 from core.text_safety import storable
 
@@ -229,7 +228,9 @@ class IndexRun:
                     "WHERE source_id = %s AND uri = %s",
                     (model, dimension, self.source_id, document.uri),
                 )
-                chunk_ids = item.chunk_ids
+                if vectors:
+                    await insert_vectors(conn, source_id=self.source_id, chunk_ids=item.chunk_ids, vectors=vectors,
+                                         model=model)
             else:
                 cursor = await conn.execute(
                     "INSERT INTO documents (source_id, uri, title, content_hash, embedding_model, embedding_dim) "
@@ -243,30 +244,9 @@ class IndexRun:
                 assert row is not None
                 document_id = int(row[0])
                 await conn.execute("DELETE FROM chunks WHERE document_id = %s", (document_id,))
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        "INSERT INTO chunks (document_id, source_id, ord, text, heading_path, title, token_count) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                        [
-                            (document_id, self.source_id, c.order, c.text, list(c.heading_path), c.title, c.token_count)
-                            for c in item.chunks
-                        ],
-                        returning=True,
-                    )
-                    chunk_ids = []
-                    while True:
-                        fetched = await cur.fetchone()
-                        if fetched is not None:
-                            chunk_ids.append(int(fetched[0]))
-                        if not cur.nextset():
-                            break
+                await insert_chunks(conn, document_id=document_id, source_id=self.source_id, chunks=item.chunks,
+                                    vectors=vectors, model=model)
                 self.chunks += len(item.chunks)
-            if vectors:
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        "INSERT INTO chunk_embeddings (chunk_id, model, source_id, embedding) VALUES (%s, %s, %s, %s)",
-                        [(cid, model, self.source_id, Vector(v)) for cid, v in zip(chunk_ids, vectors)],
-                    )
         if item.action == "added":
             self.added += 1
         else:

@@ -6,12 +6,17 @@ import hashlib
 import zlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
+from pgvector import Vector
 from psycopg import AsyncConnection, sql
 
 from core.retrieval.links import LinkBaseError
 from core.store.db import Database
+
+if TYPE_CHECKING:
+    from core.retrieval.chunking import Chunk
 
 SourceExposure = Literal["prefetch", "agentic_tool", "off"]
 EXPOSURES: tuple[SourceExposure, ...] = ("prefetch", "agentic_tool", "off")
@@ -218,3 +223,39 @@ async def adopt_deployment_sources(db: Database, owner: str) -> list[str]:
             "UPDATE sources SET owner = %s, updated_at = now() WHERE owner = '' RETURNING name", (owner,)
         )
         return sorted(row[0] for row in await cursor.fetchall())
+
+
+async def insert_chunks(
+    conn: AsyncConnection, *, document_id: int, source_id: int, chunks: Sequence[Chunk],
+    vectors: Sequence[Sequence[float]] | None, model: str | None,
+) -> list[int]:
+    """A document's chunks, and their vectors by `model` when given, in one round trip each; the chunks' ids."""
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO chunks (document_id, source_id, ord, text, heading_path, title, token_count)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            [(document_id, source_id, c.order, c.text, list(c.heading_path), c.title, c.token_count) for c in chunks],
+            returning=True,
+        )
+        chunk_ids = []
+        while True:
+            fetched = await cur.fetchone()
+            if fetched is not None:
+                chunk_ids.append(int(fetched[0]))
+            if not cur.nextset():
+                break
+    if vectors:
+        await insert_vectors(conn, source_id=source_id, chunk_ids=chunk_ids, vectors=vectors, model=model)
+    return chunk_ids
+
+
+async def insert_vectors(
+    conn: AsyncConnection, *, source_id: int, chunk_ids: Sequence[int], vectors: Sequence[Sequence[float]],
+    model: str | None,
+) -> None:
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO chunk_embeddings (chunk_id, model, source_id, embedding) VALUES (%s, %s, %s, %s)",
+            [(cid, model, source_id, Vector(list(v))) for cid, v in zip(chunk_ids, vectors)],
+        )
+
