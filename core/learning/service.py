@@ -232,7 +232,11 @@ class ChannelLearningService:
 
     async def _start_due(self, scans: dict[int, asyncio.Task[bool]]) -> None:
         """Start a scan for each channel with work not scanned in this run yet, up to CHANNELS_AT_ONCE going."""
-        for channel in await store.list_channels(self.db):
+        channels = await store.list_channels(self.db)
+        # The chosen channels as read now, before any scan starts: a live change from now on is taken, and one before
+        # is in the history the scan reads (one added by another process would otherwise be dropped until a reload).
+        self._chosen, self._chosen_at = {c.place.key: c.source_id for c in channels}, time.monotonic()
+        for channel in channels:
             going = sum(1 for task in scans.values() if not task.done())
             history = self._histories.get(channel.place.platform)
             if going >= CHANNELS_AT_ONCE or channel.source_id in scans or history is None or not self._due(channel):

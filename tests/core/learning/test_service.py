@@ -79,6 +79,21 @@ async def test_a_channel_added_by_another_process_is_learnt_from_here_after_a_re
     assert second.id in await stored_ids(db)
 
 
+async def test_once_a_run_starts_another_processs_channel_no_live_change_of_it_is_dropped(db: Database) -> None:
+    """The chosen channels are read as a run starts its scans: a change taken from then on is kept (one before is in the
+    history the scan reads), with no reload left to the next change (which used to drop the one that asked for it)."""
+    async with service(db) as here, service(db) as cli:
+        here.attach("slack", PagedHistory({"C1": Channel()}))
+        await here.take(ChannelChange(kind="member", place=PLACE, user="U1"))  # nothing chosen, read just now
+        await cli.add(PLACE, since_days=30, keep_days=None, history=PagedHistory({"C1": Channel()}))
+        assert await here.run_due() == 1
+        assert here.chosen(PLACE)
+        first = msg(0, "the first message after the backfill")
+        await here.take(ChannelChange(kind="message", place=PLACE, message=first))
+        await here.settled()
+    assert first.id in await stored_ids(db)
+
+
 class NoLinks(PagedHistory):
     """History whose messages carry no permalink: the door makes one on request (Slack's chat.getPermalink)."""
 
