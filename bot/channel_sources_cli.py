@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from adapters.streaming import CONNECTION_ERRORS, RateLimited, TransientSendError
 from adapters.streaming.transport import PermanentSendError
-from bot.channels_cli import CHANNEL_HELP, UsageError, parse_scope
+from bot.channels_cli import CHANNEL_HELP, UsageError, cli_actor, parse_scope
 from bot.cli_names import NAME_ERRORS, channel_id, name_book
 from bot.cli_quantities import format_duration, parse_duration
 from bot.platforms import by_name
@@ -200,7 +200,7 @@ async def _add(settings: Settings, db: Database, place: ChannelPlace, history: C
             since = before.since_days if since is None else since
             keep = before.keep_days if keep is None else keep
         _check_keep(since or settings.learn_since_days, keep)
-        learned = await service.add(place, since_days=since, keep_days=keep or None, history=history)
+        learned = await service.add(place, since_days=since, keep_days=keep or None, history=history, by=cli_actor())
     finally:
         await service.close()
     kept = f"kept {learned.keep_days} days" if learned.keep_days else "kept until it is removed"
@@ -216,7 +216,7 @@ async def _remove(settings: Settings, db: Database, place: ChannelPlace) -> str:
     service = ChannelLearningService(db, embedder=None, settings=settings)
     try:
         before = await service.get(place)
-        if before is None or not await service.remove(place):
+        if before is None or not await service.remove(place, by=cli_actor()):
             raise UsageError(f"relaybot learns from no channel {place.key}; `relaybot sources list` shows those it does")
     finally:
         await service.close()

@@ -56,7 +56,8 @@ class DiscordAdmin:
             return
         place = ChannelPlace(platform=PLATFORM, workspace=key.workspace, channel=key.channel)
         try:
-            await _answer(interaction, await _learn(learning, place, action, since_days))
+            by = actor_id(PLATFORM, key.workspace, str(interaction.user.id))
+            await _answer(interaction, await _learn(learning, place, action, since_days, by=by))
         except LearningRefused as refused:
             await _answer(interaction, refused.sentence)
         except Exception:
@@ -194,18 +195,18 @@ def command_group(admin: DiscordAdmin) -> app_commands.Group:
 LEARNING_UNAVAILABLE = "Learning from channels is not available in this relaybot (it was not started with it)."
 
 
-async def _learn(learning: ChannelLearning, place: ChannelPlace, action: str, since_days: int | None) -> str:
+async def _learn(learning: ChannelLearning, place: ChannelPlace, action: str, since_days: int | None, *, by: str) -> str:
     """The sentence for one `learn` action; LearningRefused passes through with its own."""
     current = await learning.get(place)
     if action == "off":
-        if not await learning.remove(place):
+        if not await learning.remove(place, by=by):
             return f"relaybot was not learning from <#{place.channel}>."
         log.info("stopped learning from %s; what was learnt from it is deleted", place.key)
         return f"relaybot no longer learns from <#{place.channel}>, and everything it learnt from it is deleted."
     if action == "on":
         since = since_days if since_days is not None else (current.since_days if current is not None else None)
         keep = current.keep_days if current is not None else None
-        learned = await learning.add(place, since_days=since, keep_days=keep)
+        learned = await learning.add(place, since_days=since, keep_days=keep, by=by)
         log.info("learning from %s, %d days back", place.key, learned.since_days)
         return f"relaybot learns from <#{place.channel}> from now on, and reads its past {learned.since_days} days: " \
                + learning_state(learned)

@@ -118,7 +118,8 @@ class SlackAdmin:
                 key = _key(team, channel)
                 # Learning first: a channel that cannot be learned from says why in the modal, with nothing saved.
                 wish = read_learning(values) if self._learning is not None else None
-                learned = await save_learning(self._learning, _place(team, channel), wish) if wish and self._learning else None
+                learned = await save_learning(self._learning, _place(team, channel), wish,
+                                              by=actor_id(PLATFORM, team, user)) if wish and self._learning else None
                 current = await self._admin.view(key)
                 to_set, to_clear = diff(current.own, _keep_inherited_flag(current, submitted))
                 entries = await self._admin.change(key, set_fields=to_set, unset=to_clear,

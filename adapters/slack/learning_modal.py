@@ -68,19 +68,19 @@ def read_learning(values: dict[str, Any]) -> LearningWish | None:
     return LearningWish(on=on, since_days=int(value) if value.isdigit() and int(value) > 0 else DEFAULT_SINCE_DAYS)
 
 
-async def save_learning(learning: ChannelLearning, place: ChannelPlace, wish: LearningWish) -> str | None:
+async def save_learning(learning: ChannelLearning, place: ChannelPlace, wish: LearningWish, *, by: str) -> str | None:
     """Starts, changes or stops learning as wished; the line the confirmation shows, None when nothing changed.
     LearningRefused passes through, with its sentence for the admin."""
     current = await learning.get(place)
     if not wish.on:
         if current is None:
             return None
-        await learning.remove(place)
+        await learning.remove(place, by=by)
         return "learning from this channel: off (what was learnt from it is deleted)"
     if current is not None and current.since_days == wish.since_days:
         return None
     keep = current.keep_days if current is not None else None
-    learned = await learning.add(place, since_days=wish.since_days, keep_days=keep)
+    learned = await learning.add(place, since_days=wish.since_days, keep_days=keep, by=by)
     return f"learning from this channel: on, its last {learned.since_days} days"
 
 

@@ -68,12 +68,15 @@ class ChannelLearning(Protocol):
         platform call on a change (a message's author's name)."""
         ...
 
-    async def add(self, place: ChannelPlace, *, since_days: int | None, keep_days: int | None) -> LearnedChannel:
+    async def add(
+        self, place: ChannelPlace, *, since_days: int | None, keep_days: int | None, by: str = ""
+    ) -> LearnedChannel:
         """Start learning from a channel (or change how far back and how long): raises LearningRefused with the
-        sentence when it cannot be (a DM, the bot not in it, no Message Content intent)."""
+        sentence when it cannot be (a DM, the bot not in it, no Message Content intent). `by` (`slack:T1:U1`,
+        `cli:ana`) records the change in the channel's settings history."""
         ...
 
-    async def remove(self, place: ChannelPlace) -> bool:
+    async def remove(self, place: ChannelPlace, *, by: str = "") -> bool:
         """Stop learning from it and delete everything learnt from it; False when it was not chosen."""
         ...
 

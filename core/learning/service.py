@@ -19,12 +19,15 @@ from core.learning.rebuilds import REBUILD_INTERVAL_S, Rebuilds
 from core.retrieval.embeddings import EmbeddingProvider
 from core.retrieval.source_lease import SourceBusy, SourceLease, new_holder
 from core.store import learned_channels as store
+from core.store.channel_config import record_change
 from core.store.db import Database
 
 log = logging.getLogger(__name__)
 
 # How often the chosen channels are read again, so a channel another process (or the CLI) added is seen.
 CHOSEN_REFRESH_S = 5.0
+# The field learning's changes are recorded under in a channel's settings history (`relaybot channels history`).
+AUDIT_FIELD = "learn"
 # A failed scan is tried again after this, doubled per failure in a row, at most RETRY_MAX_S.
 RETRY_BASE_S = 60.0
 RETRY_MAX_S = 3600.0
@@ -155,7 +158,7 @@ class ChannelLearningService:
 
     async def add(
         self, place: ChannelPlace, *, since_days: int | None, keep_days: int | None,
-        history: ChannelHistory | None = None,
+        history: ChannelHistory | None = None, by: str = "",
     ) -> LearnedChannel:
         """Start learning from a channel (or change how far back and how long); LearningRefused with the platform's
         sentence when it cannot be (a DM, the bot not in it, no Message Content intent)."""
@@ -165,6 +168,7 @@ class ChannelLearningService:
         info = await door.info(place.workspace, place.channel)
         if info.direct:
             raise LearningRefused(DIRECT_REFUSED)
+        before = await store.get_channel(self.db, place) if by else None
         row = await store.add_channel(
             self.db, place, name=info.name.lstrip("#"), private=info.private,
             since_days=since_days or self.settings.learn_since_days, keep_days=keep_days,
@@ -172,14 +176,24 @@ class ChannelLearningService:
         if self._chosen is not None:
             self._chosen[place.key] = row.source_id
         log.info("learning from %s (#%s), %d days back", place.key, row.name, row.since_days)
+        if by:
+            await self._audit(place, _learnt(before), _learnt(row), by)
         return self.view(row)
 
-    async def remove(self, place: ChannelPlace) -> bool:
+    async def remove(self, place: ChannelPlace, *, by: str = "") -> bool:
         """Stop learning from a channel and delete everything learnt from it; False when it was not chosen."""
+        before = await store.get_channel(self.db, place) if by else None
         removed = await store.remove_channel(self.db, place)
         if self._chosen is not None:
             self._chosen.pop(place.key, None)
+        if removed and by:
+            await self._audit(place, _learnt(before), None, by)
         return removed
+
+    async def _audit(self, place: ChannelPlace, before: dict[str, int | None] | None,
+                     after: dict[str, int | None] | None, by: str) -> None:
+        if before != after:
+            await record_change(self.db, scope=place.key, field=AUDIT_FIELD, before=before, after=after, actor=by)
 
     async def get(self, place: ChannelPlace) -> LearnedChannel | None:
         row = await store.get_channel(self.db, place)
@@ -325,3 +339,9 @@ class ChannelLearningService:
         if history is None:
             return ""
         return await history.permalink(channel.place.workspace, channel.place.channel, message)
+
+
+def _learnt(row: store.ChannelRow | None) -> dict[str, int | None] | None:
+    """What the settings history shows of a channel's learning: how far back and how long, or None (off)."""
+    return None if row is None else {"since_days": row.since_days, "keep_days": row.keep_days}
+

@@ -213,6 +213,12 @@ async def _source(conn: AsyncConnection, name: str, *, lock: bool) -> tuple[int,
     return int(row[0]), bool(row[1])
 
 
+async def record_change(db: Database, *, scope: str, field: str, before: Any, after: Any, actor: str) -> AuditEntry:
+    """One change made elsewhere (learning from a channel turned on, changed or off) in the same history."""
+    async with db.connection() as conn:
+        return await _audit(conn, scope, field, before, after, actor)
+
+
 async def _audit(conn: AsyncConnection, scope: str, field: str, before: Any, after: Any, actor: str) -> AuditEntry:
     cursor = await conn.execute(
         "INSERT INTO config_audit (scope, field, before, after, changed_by) VALUES (%s, %s, %s, %s, %s) "

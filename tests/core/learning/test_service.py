@@ -11,6 +11,7 @@ import pytest
 
 from core.learning.model import ChannelChange, ChannelMessage, HistoryPage
 from core.store import learned_channels as store
+from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
 from tests.core.learning.paged_history import T0, Channel, PagedHistory, msg, ts
 from tests.core.learning.support import PLACE, indexed, rebuilt_from_scratch, service, stored_ids
@@ -92,6 +93,21 @@ async def test_once_a_run_starts_another_processs_channel_no_live_change_of_it_i
         await here.take(ChannelChange(kind="message", place=PLACE, message=first))
         await here.settled()
     assert first.id in await stored_ids(db)
+
+
+async def test_learning_turned_on_changed_and_off_is_in_the_channels_settings_history_with_who(db: Database) -> None:
+    async with service(db, now=lambda: NOW) as learning:
+        learning.attach("slack", PagedHistory({"C1": incidents()}))
+        await learning.add(PLACE, since_days=30, keep_days=None, by="slack:T1:U0ADMIN")
+        await learning.add(PLACE, since_days=30, keep_days=None, by="slack:T1:U0ADMIN")  # nothing changed: no entry
+        await learning.add(PLACE, since_days=90, keep_days=365, by="cli:ana")
+        assert await learning.remove(PLACE, by="discord:G1:42")
+    entries = [(e.field, e.before, e.after, e.changed_by) for e in await ChannelConfigStore(db).history(PLACE.key)]
+    assert entries == [
+        ("learn", {"since_days": 90, "keep_days": 365}, None, "discord:G1:42"),
+        ("learn", {"since_days": 30, "keep_days": None}, {"since_days": 90, "keep_days": 365}, "cli:ana"),
+        ("learn", None, {"since_days": 30, "keep_days": None}, "slack:T1:U0ADMIN"),
+    ]
 
 
 class NoLinks(PagedHistory):
