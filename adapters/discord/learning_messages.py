@@ -60,6 +60,7 @@ def from_json(data: JSON, *, guild: str, channel: str, thread: str = "", me: str
         text=str(data.get("content") or ""),
         at=_at(data.get("timestamp"), message_id),
         by_bot=bool(author.get("bot")) or data.get("webhook_id") is not None or str(author.get("id")) == me,
+        to_bot=bool(me) and any(str(u.get("id")) == me for u in data.get("mentions") or () if isinstance(u, dict)),
         # message_count leaves the starter out; a root whose thread Discord did not describe still gets read.
         reply_count=int(started.get("message_count") or 0) if started is not None else (1 if root else 0),
         latest_reply=str(started.get("last_message_id") or "") if started is not None else "",
@@ -100,6 +101,7 @@ def from_message(message: discord.Message, *, me: int) -> ChannelMessage:
         author_id=str(author.id), author_name=author.display_name, text=message.content,
         at=message.created_at.astimezone(timezone.utc),
         by_bot=author.bot or message.webhook_id is not None or author.id == me,
+        to_bot=any(user.id == me for user in message.mentions),
         files=tuple(a.filename for a in message.attachments),
         permalink=jump_url(guild, str(channel.id), str(message.id)),
     )

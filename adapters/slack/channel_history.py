@@ -13,6 +13,7 @@ auth.test gives no URL."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
@@ -101,7 +102,8 @@ class SlackChannelHistory:
                 self._people.note(workspace, user, profile)
             name = await self._people.name(workspace, user)
         base = await self._team_url(workspace)
-        return to_message(raw, author_name=name, by_bot=by_bot, team_url=base, channel=channel)
+        message = to_message(raw, author_name=name, by_bot=by_bot, team_url=base, channel=channel)
+        return dataclasses.replace(message, to_bot=mentions(raw, bot)) if not by_bot else message
 
     async def _page(self, workspace: str, channel: str, response: dict[str, Any]) -> HistoryPage:
         raws = [dict(m) for m in response.get("messages") or () if isinstance(m, dict)]
@@ -182,6 +184,12 @@ def is_by_bot(raw: dict[str, Any], bot: BotIdentity) -> bool:
     """A bot, an app, a webhook, or this app's own bot (never learned from)."""
     return bool(bot.wrote(raw) or raw.get("bot_id") or raw.get("app_id") or raw.get("bot_profile")
                 or raw.get("subtype") == "bot_message")
+
+
+def mentions(raw: dict[str, Any], bot: BotIdentity) -> bool:
+    """Whether the message mentions this app's bot (`<@U…>`, or `<@U…|name>` as older clients write it)."""
+    text = str(raw.get("text") or "")
+    return bool(bot.user_id) and (f"<@{bot.user_id}>" in text or f"<@{bot.user_id}|" in text)
 
 
 def to_message(raw: dict[str, Any], *, author_name: str, by_bot: bool, team_url: str, channel: str) -> ChannelMessage:

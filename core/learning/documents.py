@@ -78,7 +78,7 @@ def build_document(
     """The document of `messages` (in order), or None when nothing in it is learned from (only bots' messages).
 
     The uri is the permalink of its first learned message (`fallback_uri` while none is known)."""
-    learned = [m for m in messages if not m.by_bot and (m.text.strip() or m.files)]
+    learned = [m for m in messages if not m.never_learned and (m.text.strip() or m.files)]
     if not learned:
         return None
     title = title_for(channel_name, key, learned)

@@ -31,7 +31,7 @@ def fingerprint(rows: Sequence[store.StoredMessage]) -> str:
     for row in rows:
         m = row.message
         for part in (m.id, m.author_name, m.author_id, m.text, m.at.isoformat(), "\x1f".join(m.files), m.permalink,
-                     "b" if m.by_bot else ""):
+                     "b" if m.never_learned else ""):
             digest.update(part.encode("utf-8", "surrogatepass") + b"\x00")
     return digest.hexdigest()
 
@@ -76,8 +76,9 @@ class ChannelIndexer:
 
     async def _resolve_permalink(self, channel: store.ChannelRow, rows: Sequence[store.StoredMessage]) -> bool:
         """Ask the platform for the first learned message's link when history did not carry one; True when stored."""
-        first = next((r.message for r in rows if not r.message.by_bot and (r.message.text.strip() or r.message.files)),
-                     None)
+        first = next(
+            (r.message for r in rows if not r.message.never_learned and (r.message.text.strip() or r.message.files)), None
+        )
         if first is None or first.permalink or self.permalink is None:
             return False
         try:

@@ -53,10 +53,17 @@ class ChannelMessage:
     text: str
     at: datetime  # aware, UTC
     by_bot: bool = False  # a bot, an app, a webhook, or this app itself: never learned from
+    # A question to this app (it mentions it): asked, not told, and never learned from — learnt, it would come back as
+    # its own answer's source.
+    to_bot: bool = False
     reply_count: int = 0
     latest_reply: str = ""  # a root's newest reply id, when the platform says (Slack `latest_reply`)
     files: tuple[str, ...] = ()  # attachments' names: named in the document, never fetched
     permalink: str = ""  # '' when the platform needs a call to make one (ChannelHistory.permalink)
+
+    @property
+    def never_learned(self) -> bool:
+        return self.by_bot or self.to_bot
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -240,7 +240,7 @@ async def write_messages(conn: AsyncConnection, source_id: int, placed: Sequence
             [
                 (source_id, p.message.id, p.thread, storable(p.message.author_id), storable(p.message.author_name),
                  storable(p.message.text), p.message.at, [storable(f) for f in p.message.files],
-                 storable(p.message.permalink), p.message.reply_count, p.message.latest_reply, p.message.by_bot,
+                 storable(p.message.permalink), p.message.reply_count, p.message.latest_reply, p.message.never_learned,
                  p.document)
                 for p in placed
             ],

@@ -178,3 +178,16 @@ async def test_the_bot_losing_the_role_that_let_it_view_a_channel_leaves_it(
         await adapter._learning.events.feed.drained()
     assert summary(learning.changes) == [("left", str(ops), "")]
     assert str(general) not in {c.place.channel for c in learning.changes}
+
+
+def test_a_question_to_the_bot_is_marked_never_learned_and_a_mention_of_someone_else_is_not() -> None:
+    from adapters.discord.learning_messages import from_json
+
+    def message(mentioned: str) -> dict[str, object]:
+        return {"id": "1577561517488865305", "content": f"<@{mentioned}> what broke?",
+                "timestamp": "2026-12-02T05:00:00+00:00", "author": {"id": "42", "username": "ana"},
+                "mentions": [{"id": mentioned, "username": "x"}]}
+
+    asked = from_json(message("7"), guild="1", channel="2", me="7")
+    told = from_json(message("43"), guild="1", channel="2", me="7")
+    assert (asked.to_bot, asked.never_learned, told.to_bot, told.never_learned) == (True, True, False, False)

@@ -91,6 +91,17 @@ async def test_this_bots_own_answers_and_system_messages_are_marked_or_left_out(
     assert [(m.text, m.by_bot) for m in read.messages] == [("what broke?", False), ("the database", True)]
 
 
+async def test_a_question_to_the_bot_is_marked_never_learned_and_a_mention_of_someone_else_is_not(
+    slack_emulator: SlackEmulator,
+) -> None:
+    slack = slack_emulator
+    slack.add_user_message(INCIDENTS, f"<@{slack.bot_user_id}> what broke last night?", ALICE)
+    slack.add_user_message(INCIDENTS, f"<@{ALICE}> the disk filled up", BOB)
+    page = await door(slack).history(slack.team_id, INCIDENTS, oldest=datetime.now(timezone.utc) - timedelta(days=1),
+                                     cursor="")
+    assert [(m.to_bot, m.never_learned) for m in page.messages] == [(False, False), (True, True)]  # newest first
+
+
 async def test_the_limited_tier_pages_15_at_a_time_one_call_a_minute_without_a_429() -> None:
     # A Slack minute lasts 0.3 s here: the budget's pacing is what is checked, not the clock.
     async with SlackEmulator(time_scale=0.005) as slack:

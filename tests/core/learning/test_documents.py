@@ -33,6 +33,14 @@ def test_a_thread_document_is_titled_by_its_day_and_first_author_and_links_to_it
     assert build_document("thread:1", [root], channel_name="incidents", fallback_uri="x") is None
 
 
+def test_a_question_to_the_bot_is_not_learned_from_its_neighbours_are() -> None:
+    asked = dataclasses.replace(msg(0, "@relaybot what broke?", author="Ana"), to_bot=True)
+    told = msg(1, "the disk filled up", author="Bo")
+    document = build_document("stretch:x", [asked, told], channel_name="incidents", fallback_uri="x")
+    assert document is not None and document.text == "[2026-11-03 09:01] Bo: the disk filled up"
+    assert build_document("stretch:y", [asked], channel_name="incidents", fallback_uri="x") is None
+
+
 def test_a_stretch_is_titled_by_its_day_and_falls_back_to_a_plain_address_without_a_permalink() -> None:
     message = msg(0, "hello")
     document = build_document("stretch:2026-11-03:1", [dataclasses.replace(message, permalink="")],
