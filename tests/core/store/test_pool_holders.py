@@ -25,10 +25,12 @@ async def test_a_long_wait_for_a_connection_names_the_tasks_that_hold_them_and_t
             await release.wait()
 
     holders = [asyncio.create_task(hold_one_while_a_slow_call_runs(), name=f"holder-{n}") for n in range(db.pool.max_size)]
-    for _ in range(1000):
+    # Bounded, but long enough for a loaded machine (two test workers) to open the pool's connections one by one.
+    for _ in range(6000):
         if held == db.pool.max_size:
             break
         await asyncio.sleep(0.01)
+    assert held == db.pool.max_size, f"only {held} of {db.pool.max_size} connections were taken"
     caplog.set_level(logging.WARNING, logger="core.store.db")
 
     async def waiter() -> int:
