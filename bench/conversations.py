@@ -20,12 +20,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench import conversations_retrieval  # noqa: E402
+from bench import conversations_backfill, conversations_retrieval  # noqa: E402
 from core.store.db import Database  # noqa: E402
 
 Part = Callable[..., Awaitable[bool]]
-# name → the part; backfill and live lag join here.
-PARTS: dict[str, Part] = {"retrieval": conversations_retrieval.run}
+# name → the part: Slack's backfill at Tier 3 and the live lag (bench/conversations_backfill.py), then retrieval.
+PARTS: dict[str, Part] = {
+    "backfill": conversations_backfill.run_backfill,
+    "live": conversations_backfill.run_live,
+    "retrieval": conversations_retrieval.run,
+}
 
 
 async def run_part(name: str, part: Part, *, scale: float) -> bool:

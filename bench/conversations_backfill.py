@@ -5,8 +5,8 @@ Backfill: 20,000 messages in 2,000 threads (a root and 9 replies each, 40 people
 internal: conversations.history and conversations.replies each 50 calls a Slack minute, a burst of 50). Printed:
 messages/s; the platform's bound — each method's calls less its burst at its rate, the slower method bounding (they
 are counted apart and overlap) — and the ratio of the bound's time to the time taken (target ≥ 0.9); the bound of
-the bot's own window-safe budget beside it (it keeps a tenth of a minute's calls back as its burst, so it reads at
-0.9 of Slack's rate at most: the platform ratio cannot pass 0.9 by much while the budget is so); RSS growth over the
+the bot's own read budget beside it (sized as Tier 3's bucket: chat.update's burst less a reserve, its refill just
+under the rate — adapters/slack/budgets.py); RSS growth over the
 backfill (target ≤ 50 MB; the emulator's 20,000 messages are made before the first reading); the fetch rate
 (messages over the time spent in the history door, its pacing included) and the index rate (messages over the rest).
 
@@ -19,12 +19,9 @@ own work per thread (its documents written and indexed: about 60 ms a thread of 
 Slack's rate (3.6 s of 15.6 s in the door at a tenth of the data); at 0.1 the door's pacing takes four fifths of
 the time and the rest overlaps it. A full run takes about 4.5 minutes.
 
-Measured here (2 cores shared): 20,000 messages in 269 s, 74 messages/s; the platform bound 234 s, ratio 0.87 —
-MISSES TARGET; the budget's own bound 266 s, ratio 0.99: the 0.9 is lost to the read budget's window-safe sizing
-(adapters/slack/budgets.py), not to the backfill. RSS +3 MB. Live: p95 82 ms to searchable, 72 ms to gone.
-
-Register in bench/conversations.py's PARTS: {"backfill": conversations_backfill.run_backfill, "live":
-conversations_backfill.run_live}; each is `async (db, *, scale) -> bool`.
+Measured here (2 cores, idle): 20,000 messages in 246.5 s, 81 messages/s; the platform bound 234 s, ratio 0.95.
+(With the read budget sized window-safe, which kept a tenth of every minute back: 269 s, ratio 0.87.) RSS +3 MB.
+Live: p95 24 ms to searchable, 23 ms to gone. Run by bench/conversations.py (its PARTS "backfill" and "live").
 """
 
 from __future__ import annotations
@@ -39,6 +36,8 @@ from pathlib import Path
 
 from adapters.http.server import HttpServer
 from adapters.slack import SlackAdapter
+from adapters.slack.budgets import READ_PLATFORM_BURST_CALLS
+from adapters.streaming.rate_budget import PLATFORM_BURST_RESERVE_CALLS, PLATFORM_RATE_MARGIN
 from core.learning.model import ChannelInfo, ChannelMessage, ChannelPlace, HistoryPage
 from core.learning.ports import ChannelHistory
 from core.learning.service import ChannelLearningService
@@ -64,8 +63,6 @@ BACKFILL_WAIT_S = 1800.0
 RATIO_TARGET = 0.9
 RSS_TARGET_MB = 50.0
 LAG_TARGET_S = 2.0
-# What the bot's read budget keeps back as its burst (RateBudget.per_minute's window-safe default: a tenth).
-BUDGET_BURST_SHARE = 0.1
 EVERY_SOURCE = SourceScope(owners=None, every_restricted=True)
 
 
@@ -190,9 +187,9 @@ def method_bound_s(slack: SlackEmulator, method: str, *, budget: bool) -> float:
     calls = sum(1 for c in slack.calls if c.method == method and c.status == 200)
     limit = DEFAULT_LIMITS[method]
     per_s = limit.calls / limit.window_s
-    if budget:
-        burst = max(1.0, limit.calls * BUDGET_BURST_SHARE)
-        return max(0.0, calls - burst) / (per_s * (1 - BUDGET_BURST_SHARE))
+    if budget:  # RateBudget.per_minute with platform_burst, as adapters/slack/budgets.py sizes Tier 3's reads
+        burst = max(1.0, READ_PLATFORM_BURST_CALLS - PLATFORM_BURST_RESERVE_CALLS)
+        return max(0.0, calls - burst) / (per_s * (1 - PLATFORM_RATE_MARGIN))
     return max(0.0, calls - limit.burst) / per_s
 
 
