@@ -10,7 +10,7 @@ import discord
 from adapters.base import AdapterPorts
 from adapters.gate import Gate
 from adapters.learning_feed import LearningFeed
-from adapters.streaming import Clock, MonotonicClock
+from adapters.streaming import Clock
 from core.config import Settings
 from core.learning.ports import ChannelLearning
 
@@ -19,7 +19,8 @@ from .channel_history import DiscordChannelHistory
 from .learning_events import DiscordLearningEvents
 from .settings import DiscordSettings
 from .surface import PLATFORM
-from .transport import DISCORD_WINDOW_S, DiscordBudgets
+from .transport import DiscordBudgets
+from .transport_directory import cli_pacing
 from .transport_history import HistoryDoor, RestClient
 
 
@@ -81,12 +82,6 @@ def cli_channel_history(settings: Settings) -> CliChannelHistory | None:
     group = settings.platform_settings(DiscordSettings)
     if not group.token:
         return None
-    if group.api_base:
-        # As adapter.apply_endpoints does (without loading the adapter): a Discord-compatible server, an emulator.
-        discord.http.Route.BASE = group.api_base.rstrip("/")
-    clock = MonotonicClock()
-    budgets = DiscordBudgets(calls_per_window=group.channel_budget_per_5s, window_s=DISCORD_WINDOW_S, clock=clock,
-                             global_calls=group.global_requests_per_s)
-    assert budgets.global_budget is not None
-    rest = RestClient(token=group.token, budget=budgets.global_budget, clock=clock)
+    budget, clock = cli_pacing(group)
+    rest = RestClient(token=group.token, budget=budget, clock=clock)
     return CliChannelHistory(rest, message_content=group.message_content_intent)

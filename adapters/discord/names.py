@@ -8,14 +8,13 @@ from typing import Any
 import aiohttp
 import discord
 
-from adapters.streaming import CONNECTION_ERRORS, MonotonicClock, RateLimited, TransientSendError
+from adapters.streaming import CONNECTION_ERRORS, RateLimited, TransientSendError
 from adapters.streaming.transport import PermanentSendError
 from core.config import Settings
 from core.names import Kind, Named, NamesUnreadable
 
 from .settings import DiscordSettings
-from .transport import DISCORD_WINDOW_S, DiscordBudgets
-from .transport_directory import MEMBERS_PAGE, DirectoryDoor
+from .transport_directory import MEMBERS_PAGE, DirectoryDoor, cli_pacing
 
 # Pages of members read at most per guild (a million members): a bound, not a size anyone reaches.
 MAX_MEMBER_PAGES = 1000
@@ -98,12 +97,6 @@ def discord_names(settings: Settings, *, dm_workspace: str) -> DiscordNames | No
     group = settings.platform_settings(DiscordSettings)
     if not group.token:
         return None
-    if group.api_base:
-        # As adapter.apply_endpoints does (without loading the adapter): a Discord-compatible server, an emulator.
-        discord.http.Route.BASE = group.api_base.rstrip("/")
-    clock = MonotonicClock()
-    budgets = DiscordBudgets(calls_per_window=group.channel_budget_per_5s, window_s=DISCORD_WINDOW_S, clock=clock,
-                             global_calls=group.global_requests_per_s)
-    assert budgets.global_budget is not None
-    return DiscordNames(DirectoryDoor(token=group.token, budget=budgets.global_budget, clock=clock),
+    budget, clock = cli_pacing(group)
+    return DiscordNames(DirectoryDoor(token=group.token, budget=budget, clock=clock),
                         guild_ids=group.guild_ids, dm_workspace=dm_workspace)

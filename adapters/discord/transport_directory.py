@@ -12,9 +12,11 @@ from typing import Any, TypeVar
 import aiohttp
 import discord
 
-from adapters.streaming import Clock, Priority, RateBudget
+from adapters.streaming import Clock, MonotonicClock, Priority, RateBudget
 from adapters.streaming.send import send_paced
 
+from .settings import DiscordSettings
+from .transport import DISCORD_WINDOW_S, DiscordBudgets
 from .transport_http import guarded, no_blind_resend
 
 T = TypeVar("T")
@@ -25,6 +27,18 @@ GUILDS_PAGE = 200
 READ_ATTEMPTS = 3
 # A 429 longer than this is not slept out inside discord.py: it comes back as RateLimited, to the budget.
 MAX_RATELIMIT_WAIT_S = 5.0
+
+
+def cli_pacing(group: DiscordSettings) -> tuple[RateBudget, Clock]:
+    """The CLI's pacing over REST alone: the endpoint applied as adapter.apply_endpoints does (without loading the
+    adapter: a Discord-compatible server, an emulator), and the bot-wide budget its calls go on."""
+    if group.api_base:
+        discord.http.Route.BASE = group.api_base.rstrip("/")
+    clock = MonotonicClock()
+    budgets = DiscordBudgets(calls_per_window=group.channel_budget_per_5s, window_s=DISCORD_WINDOW_S, clock=clock,
+                             global_calls=group.global_requests_per_s)
+    assert budgets.global_budget is not None
+    return budgets.global_budget, clock
 
 
 class DirectoryDoor:
