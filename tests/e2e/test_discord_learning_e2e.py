@@ -37,6 +37,7 @@ from tests.emulators.discord import DiscordEmulator, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
+from tests.support.learning import indexed_texts, stored
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,21 +196,6 @@ async def test_a_channel_with_an_archived_thread_is_backfilled_and_its_answers_c
         system = openai_emulator.chat_requests[-1]["messages"][0]["content"]
         assert (f"#incidents — {started}, thread by bob", f"https://discord.com/channels/{g.id}/{h.hangar}") in {
             (t, uri) for _, t, uri in _NUMBERED.findall(system)}
-
-
-async def stored(db: Database, source: str) -> list[str]:
-    async with db.connection() as conn:
-        cursor = await conn.execute(
-            "SELECT m.id FROM channel_messages m JOIN sources s ON s.id = m.source_id WHERE s.name = %s ORDER BY m.id",
-            (source,))
-        return [str(row[0]) for row in await cursor.fetchall()]
-
-
-async def indexed_texts(db: Database) -> list[str]:
-    async with db.connection() as conn:
-        cursor = await conn.execute("SELECT text FROM chunks c JOIN documents d ON d.id = c.document_id"
-                                    " WHERE d.channel_document IS NOT NULL")
-        return [str(row[0]) for row in await cursor.fetchall()]
 
 
 async def test_a_backfill_stopped_half_way_goes_on_from_its_checkpoint_without_duplicates(

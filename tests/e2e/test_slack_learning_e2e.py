@@ -36,6 +36,7 @@ from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, channel_message_event
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
+from tests.support.learning import indexed_texts, stored
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -164,21 +165,6 @@ async def test_a_channel_with_threads_is_backfilled_and_its_answers_cite_the_thr
         assert f"<{link}|{title}>" in sources.text
     # Permalinks came from the documented form: no chat.getPermalink was asked.
     assert "chat.getPermalink" not in slack.call_names()
-
-
-async def stored(db: Database, source: str) -> list[str]:
-    async with db.connection() as conn:
-        cursor = await conn.execute(
-            "SELECT m.id FROM channel_messages m JOIN sources s ON s.id = m.source_id WHERE s.name = %s ORDER BY m.id",
-            (source,))
-        return [str(row[0]) for row in await cursor.fetchall()]
-
-
-async def indexed_texts(db: Database) -> list[str]:
-    async with db.connection() as conn:
-        cursor = await conn.execute("SELECT text FROM chunks c JOIN documents d ON d.id = c.document_id"
-                                    " WHERE d.channel_document IS NOT NULL")
-        return [str(row[0]) for row in await cursor.fetchall()]
 
 
 async def test_a_backfill_stopped_half_way_goes_on_from_its_checkpoint_without_duplicates(
