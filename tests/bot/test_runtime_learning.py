@@ -242,17 +242,21 @@ def chunk_texts(database_url: str, channel: str) -> str:
     return "\n".join(text for (text,) in rows)
 
 
+def incidents_runtime(slack: SlackEmulator, openai_url: str, database_url: str, tmp_path: Path) -> Runtime:
+    """A Slack runtime (not started) whose workspace has #incidents with one message of Ana's."""
+    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
+    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
+    return Runtime(settings_for(
+        openai_url, database_url=database_url, data_dir=tmp_path, http_port=0,
+        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
+    ))
+
+
 async def test_live_messages_taken_just_before_a_shutdown_are_searchable_after_it(
     database_url: str, openai_emulator: OpenAIEmulator, slack_emulator: SlackEmulator, tmp_path: Path
 ) -> None:
     slack = slack_emulator
-    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
-    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
-    settings = settings_for(
-        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
-        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
-    )
-    runtime = Runtime(settings)
+    runtime = incidents_runtime(slack, openai_emulator.base_url, database_url, tmp_path)
     place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0INCID")
     try:
         await runtime.start()
@@ -283,22 +287,16 @@ async def test_a_channel_added_from_the_cli_is_backfilled_by_the_running_bot_and
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     slack = slack_emulator
-    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
-    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
-    settings = settings_for(
-        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
-        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
-    )
-    runtime = Runtime(settings)
+    runtime = incidents_runtime(slack, openai_emulator.base_url, database_url, tmp_path)
     try:
         await runtime.start()
         # Another process: the admin's command, with the bot's settings.
         added = ["sources", "add-channel", f"slack:{slack.team_id}:#incidents", "--since", "30d"]
-        assert await sources(settings, build_parser().parse_args(added)) == 0
+        assert await sources(runtime.settings, build_parser().parse_args(added)) == 0
         capsys.readouterr()
 
         async def listed() -> str:
-            assert await sources(settings, build_parser().parse_args(["sources"])) == 0
+            assert await sources(runtime.settings, build_parser().parse_args(["sources"])) == 0
             return capsys.readouterr().out
 
         out = await eventually(listed, lambda text: f"slack:{slack.team_id}:C0INCID" in text and text.rstrip().endswith("live"))
@@ -313,13 +311,7 @@ async def test_a_channel_the_bot_can_no_longer_read_is_listed_in_error_with_what
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     slack = slack_emulator
-    slack.add_channel("C0INCID", name="incidents", members=["U0ANA"])
-    slack.add_user_message("C0INCID", "the deploy failed at noon", "U0ANA")
-    settings = settings_for(
-        openai_emulator.base_url, database_url=database_url, data_dir=tmp_path, http_port=0,
-        slack_bot_token=slack.bot_token, slack_signing_secret=slack.signing_secret, slack_api_url=slack.api_url,
-    )
-    runtime = Runtime(settings)
+    runtime = incidents_runtime(slack, openai_emulator.base_url, database_url, tmp_path)
     place = ChannelPlace(platform="slack", workspace=slack.team_id, channel="C0INCID")
     try:
         await runtime.start()
@@ -333,7 +325,7 @@ async def test_a_channel_the_bot_can_no_longer_read_is_listed_in_error_with_what
 
         failed = await eventually(current, lambda c: c is not None and c.state == "error")
         assert failed is not None and "/invite" in failed.error
-        assert await sources(settings, build_parser().parse_args(["sources"])) == 0
+        assert await sources(runtime.settings, build_parser().parse_args(["sources"])) == 0
         [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("slack:")]
         assert f"error: {failed.error}" in row
     finally:
