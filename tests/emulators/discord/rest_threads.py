@@ -9,7 +9,7 @@ from aiohttp import web
 from tests.emulators.discord.core import API_PREFIX, EmulatorCore, error_response, json_response
 from tests.emulators.discord.limits import invalid_form_body
 from tests.emulators.discord.models import PRIVATE_THREAD_TYPE, PUBLIC_THREAD_TYPE, Channel
-from tests.emulators.discord.payloads import channel_payload, guild_create_payload, role_payload
+from tests.emulators.discord.payloads import channel_payload, guild_create_payload, iso, role_payload
 
 UNKNOWN_GUILD_CODE = 10004
 UNKNOWN_CHANNEL_CODE = 10003
@@ -95,7 +95,8 @@ def _archived_page(channels: object, parent_id: int, kind: int, before: str | No
     """The parent's archived threads of one kind, newest archived first, archived before `before` (ISO8601)."""
     found = [c for c in channels if isinstance(c, Channel) and c.parent_id == parent_id and c.type == kind and c.archived]
     if before:
-        cut = datetime.datetime.fromisoformat(before.replace("Z", "+00:00")).timestamp()
-        # Compared in whole microseconds, as the ISO text carries them: the page's last thread is not listed again.
-        found = [c for c in found if round(c.archive_timestamp * 1e6) < round(cut * 1e6)]
+        cut = datetime.datetime.fromisoformat(before.replace("Z", "+00:00"))
+        # Compared as the payloads write the time (payloads.iso: whole microseconds, rounded by datetime), so the
+        # page's last thread is not listed again: rounding the float here another way did so now and then.
+        found = [c for c in found if datetime.datetime.fromisoformat(iso(c.archive_timestamp)) < cut]
     return sorted(found, key=lambda c: (c.archive_timestamp, c.id), reverse=True)
