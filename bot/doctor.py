@@ -1,4 +1,4 @@
-"""`relaybot doctor`: one line per part — settings, database, model endpoint, embeddings, platforms, and each stored install."""
+"""`relaybot doctor`: one line per part — settings, database, model endpoint, embeddings, learned channels, platforms, and each stored install."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from core.store.installations import InstallStore
 from core.store.migrations import MigrationError, apply_migrations
 
 Check = Callable[[Settings], Awaitable[tuple[bool, str]]]
+# Learned channels in error named on the doctor's line at most (`relaybot sources` lists every one).
+ERRORS_NAMED = 3
 
 
 async def check_database(settings: Settings) -> tuple[bool, str]:
@@ -70,6 +72,28 @@ async def check_embeddings(settings: Settings) -> tuple[bool, str]:
     return True, describe_embeddings(settings)
 
 
+async def check_learning(settings: Settings) -> tuple[bool, str]:
+    """The channels learned from, counted by state; a channel in error is named with its reason (a warning: the
+    running bot tries it again, and everything else answers as before)."""
+    from bot.channel_sources_cli import learned_channels, learning_state
+
+    db = Database(url=settings.database_url, data_dir=settings.data_dir)
+    try:
+        await db.open()
+        channels = await learned_channels(settings, db, None)
+    except (DatabaseError, MigrationError) as error:
+        return False, f"FAILED — the learned channels cannot be read ({error})"
+    finally:
+        await db.close()
+    if not channels:
+        return True, "none chosen (`relaybot sources add-channel`)"
+    states = {state: sum(1 for c in channels if c.state == state) for state in ("live", "backfilling", "error")}
+    counted = ", ".join(f"{count} {state}" for state, count in states.items() if count)
+    failing = [f"{c.place.key} (#{c.name}): {learning_state(c)}" for c in channels if c.state == "error"]
+    warning = f"; warning: {'; '.join(failing[:ERRORS_NAMED])}" if failing else ""
+    return True, f"ok — {len(channels)} channel{'s' if len(channels) != 1 else ''}: {counted}{warning}"
+
+
 def platform_check(platform: Platform) -> Check:
     """A platform's doctor line (its entry in the table says how to get it) as a check."""
 
@@ -122,6 +146,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("llm", check_llm),
     ("embeddings", check_embeddings),
+    ("learning", check_learning),
 ]
 
 

@@ -47,7 +47,7 @@ async def _doctor(capsys: pytest.CaptureFixture[str], **values: object) -> tuple
     code = await run_checks(Settings(**values))  # type: ignore[arg-type]
     out = capsys.readouterr().out
     lines = dict(line.split(": ", 1) for line in out.splitlines())
-    assert list(lines) == ["settings", "database", "llm", "embeddings", "slack", "discord"], out
+    assert list(lines) == ["settings", "database", "llm", "embeddings", "learning", "slack", "discord"], out
     return code, lines
 
 
@@ -56,6 +56,7 @@ async def test_every_part_healthy_exits_0(healthy: dict[str, object], capsys: py
     assert code == 0, lines
     assert lines["database"].startswith("ok — Postgres at postgresql://***@") and "migrations applied" in lines["database"]
     assert lines["llm"].startswith("ok — ")
+    assert lines["learning"] == "none chosen (`relaybot sources add-channel`)"
     assert lines["slack"].startswith("ok — bot ") and "Socket Mode" in lines["slack"]
     assert lines["discord"].startswith("ok — logged in as relaybot")
 
