@@ -37,7 +37,7 @@ from tests.emulators.discord import DiscordEmulator, point_discord_py_at
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
-from tests.support.learning import indexed_texts, stored
+from tests.support.learning import indexed_texts, learn, stored
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,18 +129,6 @@ def place(g: Guild, channel: int) -> ChannelPlace:
     return ChannelPlace(platform="discord", workspace=str(g.id), channel=str(channel))
 
 
-async def learn(bot: LearningBot, where: ChannelPlace, *, since_days: int = 90) -> None:
-    """Chosen, then backfilled until live (the runtime's job, run here until done)."""
-    await bot.learning.add(where, since_days=since_days, keep_days=None)
-    for _ in range(300):
-        await bot.learning.run_due()
-        learned = await bot.learning.get(where)
-        if learned is not None and learned.state == "live":
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not live: {await bot.learning.get(where)}")
-
-
 async def settled(bot: LearningBot) -> None:
     """Every live event heard so far taken by the engine and searchable."""
     await asyncio.sleep(0.1)  # the gateway's frames in flight reach the client
@@ -173,7 +161,7 @@ async def test_a_channel_with_an_archived_thread_is_backfilled_and_its_answers_c
     h = incidents_history(dc, g)
     await dc.send_webhook_message(g.incidents, "pagerduty", "pagerduty: payments alert resolved")
     async with learning_bot(dc, db, openai_emulator.base_url) as bot:
-        await learn(bot, place(g, g.incidents))
+        await learn(bot.learning, place(g, g.incidents))
         learned = await bot.learning.get(place(g, g.incidents))
         assert learned is not None and learned.name == "incidents" and not learned.private
         given = await ask(dc, openai_emulator, g.incidents, "what happened to the payments database?", user=g.ana,
@@ -248,7 +236,7 @@ async def test_an_edit_a_delete_and_a_new_message_reach_what_the_model_is_given(
     g = guild(dc)
     h = incidents_history(dc, g)
     async with learning_bot(dc, db, openai_emulator.base_url) as bot:
-        await learn(bot, place(g, g.incidents))
+        await learn(bot.learning, place(g, g.incidents))
         await dc.edit_user_message(h.reply, "grew the volume to 4 TB, payments are back")
         await settled(bot)
         given = await ask(dc, openai_emulator, g.incidents, "how big is the payments volume?", user=g.ana)
@@ -279,7 +267,7 @@ async def test_a_private_channels_passage_never_reaches_a_channel_whose_members_
     ]
     dc.post_at(launch, g.ana, "the zeppelin launch code is 4711", at=time.time() - DAY)
     async with learning_bot(dc, db, openai_emulator.base_url) as bot:
-        await learn(bot, place(g, launch))
+        await learn(bot.learning, place(g, launch))
         learned = await bot.learning.get(place(g, launch))
         assert learned is not None and learned.private
         # In #general, whose members differ, never — though ana, who may view #launch, asks.
@@ -328,7 +316,7 @@ async def test_what_changed_while_the_bot_was_down_is_caught_up_at_its_next_star
     h = incidents_history(dc, g)
     doomed = dc.post_at(g.incidents, g.bob, "the canary deploy is paused until friday", at=time.time() - 2 * DAY)
     async with learning_bot(dc, db, openai_emulator.base_url) as bot:
-        await learn(bot, place(g, g.incidents))
+        await learn(bot.learning, place(g, g.incidents))
     # Nobody listens: an edit and a delete within the re-scan window, and a new reply in a month-old thread.
     await dc.edit_user_message(h.plain, "the staging cluster is thawed, the audit is over")
     await dc.delete_user_message(doomed)
@@ -359,7 +347,7 @@ async def test_a_deleted_thread_takes_its_replies_out_of_what_the_model_is_given
     g = guild(dc)
     h = incidents_history(dc, g)
     async with learning_bot(dc, db, openai_emulator.base_url) as bot:
-        await learn(bot, place(g, g.incidents))
+        await learn(bot.learning, place(g, g.incidents))
         assert "grew the volume to 2 TB" in await ask(dc, openai_emulator, g.incidents, "how big is the payments volume?",
                                                        user=g.ana)
         await dc.delete_thread(h.root)

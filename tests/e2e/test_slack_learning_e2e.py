@@ -36,7 +36,7 @@ from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, channel_message_event
 from tests.support.engine import make_engine
 from tests.support.ports import ports_for
-from tests.support.learning import indexed_texts, stored
+from tests.support.learning import indexed_texts, learn, stored
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,18 +98,6 @@ def place(slack: SlackEmulator, channel: str) -> ChannelPlace:
     return ChannelPlace(platform="slack", workspace=slack.team_id, channel=channel)
 
 
-async def learn(bot: LearningBot, where: ChannelPlace, *, since_days: int = 90) -> None:
-    """Chosen, then backfilled until live (the runtime's job, run here until done)."""
-    await bot.learning.add(where, since_days=since_days, keep_days=None)
-    for _ in range(200):
-        await bot.learning.run_due()
-        learned = await bot.learning.get(where)
-        if learned is not None and learned.state == "live":
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not live: {await bot.learning.get(where)}")
-
-
 def prompt(openai: OpenAIEmulator) -> str:
     return json.dumps(openai.chat_requests[-1]["messages"], ensure_ascii=False)
 
@@ -146,7 +134,7 @@ async def test_a_channel_with_threads_is_backfilled_and_its_answers_cite_the_thr
     slack = slack_emulator
     root, _ = incidents_history(slack)
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, INCIDENTS))
+        await learn(bot.learning, place(slack, INCIDENTS))
         learned = await bot.learning.get(place(slack, INCIDENTS))
         assert learned is not None and learned.name == "incidents" and not learned.private
         given = await ask(bot, slack, openai_emulator, INCIDENTS, "what happened to the payments database?",
@@ -213,7 +201,7 @@ async def test_an_edit_and_a_delete_reach_what_the_model_is_given(
     slack = slack_emulator
     root, plain = incidents_history(slack)
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, INCIDENTS))
+        await learn(bot.learning, place(slack, INCIDENTS))
         reply = slack.thread(INCIDENTS, root)[1].ts
         await slack.deliver_events(bot.url, slack.edit_message(INCIDENTS, reply, "grew the volume to 4 TB, payments are back"))
         await eventually(lambda: bot.adapter.learning.events.pending == 0)
@@ -247,7 +235,7 @@ async def test_a_private_channels_passage_never_reaches_an_asker_outside_it_or_a
     slack.set_dm_user("D0000ALICE", ALICE)
     slack.set_dm_user("D0000BOB", BOB)
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, SECRET))
+        await learn(bot.learning, place(slack, SECRET))
         # Bob is not in #launch: in his DM, never.
         assert "4711" not in await ask(bot, slack, openai_emulator, "D0000BOB", "what is the zeppelin launch code?",
                                        user=BOB, direct=True)
@@ -306,7 +294,7 @@ async def test_a_rename_and_the_bots_removal_reach_the_service_through_bolt(
     slack = slack_emulator
     incidents_history(slack)
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, INCIDENTS))
+        await learn(bot.learning, place(slack, INCIDENTS))
         deliveries = await slack.deliver_events(bot.url, slack.rename_channel(INCIDENTS, "incidents-2026"))
         assert [d.status for d in deliveries] == [200]
         assert await eventually(lambda: bot.adapter.learning.events.pending == 0)
@@ -332,7 +320,7 @@ async def test_a_public_channels_passage_reaches_channels_without_guests_only(
     slack.add_channel("C0000GUEST", name="with-contractor", members=[ALICE, "U0000GUEST"])
     slack.add_channel("C0000SHARD", name="with-partner", members=[ALICE], shared="external")
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, INCIDENTS))
+        await learn(bot.learning, place(slack, INCIDENTS))
         question = "what happened to the payments database?"
         # #general: every member a full member of the workspace, not shared — a public channel's passages are given.
         assert "ran out of disk" in await ask(bot, slack, openai_emulator, GENERAL, question)
@@ -351,7 +339,7 @@ async def test_what_came_while_the_bot_was_down_is_caught_up_at_its_next_start(
     slack = slack_emulator
     root, plain = incidents_history(slack)
     async with learning_bot(db, slack, openai_emulator.base_url) as bot:
-        await learn(bot, place(slack, INCIDENTS))
+        await learn(bot.learning, place(slack, INCIDENTS))
     # Down: a new reply in the month-old thread (its root's latest_reply moves), an edit of a recent message, and a
     # new message — no event reaches any bot.
     slack.add_user_message(INCIDENTS, "postmortem: the disk alert threshold is now 70%", ALICE, root)

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from core.learning.model import ChannelPlace
+from core.learning.service import ChannelLearningService
 from core.store.db import Database
+
+
+async def learn(service: ChannelLearningService, where: ChannelPlace, *, since_days: int = 90) -> None:
+    """Chosen, then backfilled until live (the runtime's job, run here until done)."""
+    await service.add(where, since_days=since_days, keep_days=None)
+    for _ in range(300):
+        await service.run_due()
+        learned = await service.get(where)
+        if learned is not None and learned.state == "live":
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not live: {await service.get(where)}")
 
 
 async def stored(db: Database, source: str) -> list[str]:
