@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from core.retrieval.retriever import SourceScope  # noqa: E402
 from core.retrieval.search import EF_SEARCH, PgRetriever, vector_statement  # noqa: E402
-from core.retrieval.store import ensure_vector_index  # noqa: E402
+from core.retrieval.store import HNSW_EF_CONSTRUCTION, HNSW_M, ensure_vector_index  # noqa: E402
 from core.store.db import Database  # noqa: E402
 
 CHUNKS = 100_000
@@ -318,7 +318,7 @@ async def main() -> None:
         print(f"index build: GIN full-text {gin_s:.1f} s", end="", flush=True)
         started = time.perf_counter()
         await ensure_vector_index(db, model=MODEL, dimension=DIMENSION, build_memory=INDEX_BUILD_MEMORY)
-        print(f", HNSW (m=16, ef_construction=64, {DIMENSION}-d cosine) {time.perf_counter() - started:.1f} s")
+        print(f", HNSW (m={HNSW_M}, ef_construction={HNSW_EF_CONSTRUCTION}, {DIMENSION}-d cosine) {time.perf_counter() - started:.1f} s")
 
         print(f"VACUUM ANALYZE after the load: {await vacuum(db):.1f} s")
 

@@ -32,9 +32,10 @@ RRF_K = 60
 # Each branch contributes this many candidates per requested result (at least CANDIDATES_MIN).
 CANDIDATES_PER_RESULT = 4
 CANDIDATES_MIN = 20
-# HNSW search breadth. bench/retrieval.py on 100k clustered 384-d vectors, over three index builds:
-# recall@10 0.91-0.95 at 40, 0.94-0.98 at 64, 0.97-0.997 at 100, 0.987-0.998 at 150, for about
-# 1 ms more per query than 64. Never below the rows asked for, or the scan returns fewer.
+# HNSW search breadth. With the graph built at ef_construction 128 (core/retrieval/store.py): recall@10 1.000 at
+# 100 and 150 on bench/retrieval.py's 100k clustered 384-d vectors, 0.997 at 150 on bench/conversations.py's 200k
+# filtered to half (the margin for a filter that removes the query's nearest neighbours). Never below the rows
+# asked for, or the scan returns fewer.
 EF_SEARCH = 150
 # The full-text branch ranks at most this many matches per tier: ranking every match of a common
 # word costs 80-130 ms on 100k chunks, ranking a bounded set a few ms.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from psycopg import sql
 
 from core.retrieval.embeddings import LocalEmbeddings
 from core.retrieval.ingest import IngestRequest, ingest
@@ -17,7 +18,15 @@ from core.retrieval.search import (
     reciprocal_rank_fusion,
     vector_statement,
 )
-from core.retrieval.store import vector_index_name
+from core.retrieval.store import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    ensure_vector_index,
+    vector_expression,
+    vector_index_name,
+    vector_index_prefix,
+    vector_predicate,
+)
 from core.store.db import Database
 from tests.core.retrieval.test_loaders import minimal_pdf
 
@@ -55,6 +64,30 @@ async def ingested(db: Database, local_embedder: LocalEmbeddings, tmp_path: Path
     )
     assert summary.added == 3 and summary.embeddings == summary.chunks
     return db
+
+
+async def test_an_index_built_another_way_is_replaced_by_one_with_this_versions_build_parameters(
+    ingested: Database, local_embedder: LocalEmbeddings
+) -> None:
+    model, dimension = local_embedder.name, 384
+    old = vector_index_prefix(model, dimension)  # how indexes were named before their parameters were
+    async with ingested.connection() as conn:
+        await conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(vector_index_name(model, dimension))))
+        await conn.execute(
+            sql.SQL("CREATE INDEX {} ON chunk_embeddings USING hnsw ({} vector_cosine_ops) WHERE {}").format(
+                sql.Identifier(old), vector_expression(dimension), vector_predicate(model, dimension)
+            )
+        )
+    assert await ensure_vector_index(ingested, model=model, dimension=dimension)
+    async with ingested.connection() as conn:
+        cursor = await conn.execute(
+            "SELECT i.indexname, c.reloptions FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname"
+            " WHERE i.tablename = 'chunk_embeddings' AND i.indexdef LIKE '%%hnsw%%'"
+        )
+        rows = await cursor.fetchall()
+    assert rows == [(vector_index_name(model, dimension), [f"m={HNSW_M}", f"ef_construction={HNSW_EF_CONSTRUCTION}"])]
+    found = await PgRetriever(ingested, local_embedder).search("where should I leave my automobile", limit=3)
+    assert found[0].uri.endswith("parking.pdf")
 
 
 @pytest.mark.parametrize(("query", "expected"), PARAPHRASES)
