@@ -306,6 +306,7 @@ class DiscordAdapter:
                 self._connection.result()  # raises the connection's error
             raise TimeoutError(f"Discord did not become ready within {self._tuning.ready_timeout_s:g} s")
         self.watch.up()  # READY is in: on_ready may not have run yet
+        self.budgets.weigh(len(self.client.guilds))
 
     def use_shard_leases(self, leases: ShardLeasePort) -> None:
         """With DISCORD_SHARD_COUNT, shards are claimed by lease among the bot's live processes (before start)."""
@@ -349,6 +350,7 @@ class DiscordAdapter:
         streaming, deliver finals nobody is delivering."""
         with observe.platform_scope(PLATFORM):
             await self._follow_shards()
+            self.budgets.weigh(len(self.client.guilds))  # guilds joined or left since: the bot-wide budget's split
             ended = self._gateway_ended()
             if ended is not None and self.gate.accepting:
                 log.error("%s; connecting again", ended)

@@ -74,6 +74,7 @@ class DiscordBudgets:
                 clock=clock, window_s=global_window_s,
             )
         self._budgets: BudgetMap[int] = BudgetMap(self._new)
+        self._shares: Shares | None = None
 
     def follow(self, shares: Shares) -> None:
         """The per-bot global budget takes this process's share of the bot among the live processes, changed on
@@ -82,8 +83,16 @@ class DiscordBudgets:
         if budget is None or self._bot is None:
             return
         scope = f"discord:{self._bot}"
+        self._shares = shares
         shares.follow(lambda: budget.set_share(shares.serve(scope)))
         budget.set_share(shares.serve(scope))
+
+    def weigh(self, guilds: int) -> None:
+        """This process runs shards with `guilds` guilds: the bot-wide budget is split among the processes in
+        proportion (at least 1 each, for DMs and a guild about to arrive), since Discord routes each guild's events to
+        one shard and a process's answers grow with its guilds."""
+        if self._shares is not None and self._bot is not None:
+            self._shares.weigh(f"discord:{self._bot}", max(1, guilds))
 
     def __call__(self, channel_id: int) -> RateBudget:
         return self._budgets(channel_id)

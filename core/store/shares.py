@@ -17,12 +17,20 @@ SHARE_LOCK_KEY = 0x7368617265  # "share"
 SHARE_EPSILON = 1e-9
 
 
-def fair_share(others: Iterable[float]) -> float:
-    """The share a process takes of a budget the live `others` use too (the shares they use now): 1/N of N live
-    processes, but never more than they leave, so the shares never sum above 1. A process that joins gets what is left
-    (nothing while the others still use it all) until they count it at their next beat and make room."""
+def fair_share(others: Iterable[float], *, weight: float = 1.0, weights: Iterable[float] | None = None) -> float:
+    """The share a process takes of a budget the live `others` use too (the shares they use now): its weight's part of
+    all the live processes' weights (1 each unless given: 1/N of N processes), but never more than the others leave,
+    so the shares never sum above 1. A process that joins gets what is left (nothing while the others still use it
+    all) until they count it at their next beat and make room."""
     taken = list(others)
-    return max(0.0, min(1.0 / (len(taken) + 1), 1.0 - sum(taken)))
+    return max(0.0, min(ideal_share(weight, list(weights) if weights is not None else [1.0] * len(taken)),
+                        1.0 - sum(taken)))
+
+
+def ideal_share(weight: float, others: list[float]) -> float:
+    """`weight`'s part of it and the others' weights together; 1/N when none of them weighs anything."""
+    total = weight + sum(others)
+    return weight / total if total > 0 else 1.0 / (len(others) + 1)
 
 
 class BudgetShares:
@@ -33,7 +41,10 @@ class BudgetShares:
     from the other live processes' rows. A scope first served here starts at nothing and asks for a beat at once
     (`wake`): the processes already using it keep their shares until they see it. When the database cannot be
     reached the shares stay as they are; a scope never counted then takes 1/(N+1) of the N processes last seen using
-    it. `follow` is told after every change (a budget changes its rate then; its waiting callers stay queued)."""
+    it. `follow` is told after every change (a budget changes its rate then; its waiting callers stay queued).
+
+    `weigh` says how much of a scope's work this process has (a Discord process: the guilds of its shards), published
+    with its share: each process's share is then its weight's part of the live processes' weights, 1 each by default."""
 
     def __init__(self, *, owner: str, stale_after_s: float) -> None:
         self.owner = owner
@@ -41,12 +52,17 @@ class BudgetShares:
         self._shares: dict[str, float] = {}
         self._counted: set[str] = set()  # scopes whose share a refresh has set
         self._seen: dict[str, list[float]] = {}  # the others' shares at the last refresh
+        self._seen_weights: dict[str, list[float]] = {}  # and their weights, in the same order
+        self._weights: dict[str, float] = {}
         self._learned: dict[str, float] = {}
         self._to_publish: dict[str, float] = {}
         self._followers: list[Callable[[], None]] = []
         self.wake: Callable[[], None] | None = None
-        # What a refresh read, used once its transaction commits: (shares wanted, the others', learned limits).
-        self._after_commit: tuple[dict[str, float], dict[str, list[float]], dict[str, float]] | None = None
+        # What a refresh read, used once its transaction commits: (shares wanted, the others' shares and weights,
+        # learned limits).
+        self._after_commit: tuple[
+            dict[str, float], dict[str, list[float]], dict[str, list[float]], dict[str, float]
+        ] | None = None
 
     def serve(self, scope: str) -> float:
         """This process's share of `scope` now (from memory); the first call makes it one this process serves."""
@@ -59,12 +75,26 @@ class BudgetShares:
     def served(self) -> dict[str, float]:
         return dict(self._shares)
 
+    def weigh(self, scope: str, weight: float) -> None:
+        """How much of `scope`'s work this process has (at least 0; 1 until told): used from the next beat, which a
+        change asks for at once."""
+        weight = max(0.0, float(weight))
+        if self._weights.get(scope, 1.0) == weight:
+            return
+        self._weights[scope] = weight
+        if scope in self._shares and self.wake is not None:
+            self.wake()
+
+    def _ideal(self, scope: str) -> float:
+        """The share `scope`'s weights give this process among the others last seen."""
+        others = self._seen_weights.get(scope, [1.0] * len(self._seen.get(scope, ())))
+        return ideal_share(self._weights.get(scope, 1.0), others)
+
     @property
     def short(self) -> bool:
-        """A scope is under its 1/N (the others have not made room yet): worth a refresh before the next beat."""
+        """A scope is under its part (the others have not made room yet): worth a refresh before the next beat."""
         return any(
-            share < 1.0 / (len(self._seen.get(scope, ())) + 1) - SHARE_EPSILON
-            for scope, share in self._shares.items() if scope in self._counted
+            share < self._ideal(scope) - SHARE_EPSILON for scope, share in self._shares.items() if scope in self._counted
         )
 
     def follow(self, changed: Callable[[], None]) -> None:
@@ -87,18 +117,25 @@ class BudgetShares:
         up after (the transaction committed), so what the processes use never sums above 1."""
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SHARE_LOCK_KEY,))
         cursor = await conn.execute(
-            "SELECT shares FROM process_heartbeats WHERE owner <> %s AND seen_at > now() - make_interval(secs => %s)",
+            "SELECT shares, weights FROM process_heartbeats WHERE owner <> %s"
+            " AND seen_at > now() - make_interval(secs => %s)",
             (self.owner, self.stale_after_s),
         )
         seen: dict[str, list[float]] = {}
-        for (shares,) in await cursor.fetchall():
+        seen_weights: dict[str, list[float]] = {}
+        for shares, weights in await cursor.fetchall():
             for scope, share in (shares or {}).items():
                 seen.setdefault(scope, []).append(float(share))
-        wanted = {scope: fair_share(seen.get(scope, ())) for scope in self._shares}
+                seen_weights.setdefault(scope, []).append(float((weights or {}).get(scope, 1.0)))
+        mine = {scope: self._weights.get(scope, 1.0) for scope in self._shares}
+        wanted = {
+            scope: fair_share(seen.get(scope, ()), weight=mine[scope], weights=seen_weights.get(scope, ()))
+            for scope in self._shares
+        }
         await conn.execute(
-            "INSERT INTO process_heartbeats (owner, seen_at, shares) VALUES (%s, now(), %s)"
-            " ON CONFLICT (owner) DO UPDATE SET seen_at = now(), shares = EXCLUDED.shares",
-            (self.owner, Jsonb(wanted)),
+            "INSERT INTO process_heartbeats (owner, seen_at, shares, weights) VALUES (%s, now(), %s, %s)"
+            " ON CONFLICT (owner) DO UPDATE SET seen_at = now(), shares = EXCLUDED.shares, weights = EXCLUDED.weights",
+            (self.owner, Jsonb(wanted), Jsonb(mine)),
         )
         for scope, per_s in self._to_publish.items():
             await conn.execute(
@@ -111,15 +148,15 @@ class BudgetShares:
         learned = {scope: float(per_s) for scope, per_s in await cursor.fetchall()}
         lower = {scope: share for scope, share in wanted.items() if share < self._shares.get(scope, 0.0)}
         self._apply(lower)
-        self._after_commit = (wanted, seen, learned)
+        self._after_commit = (wanted, seen, seen_weights, learned)
 
     def committed(self) -> None:
         """The refresh's transaction committed: shares that went up, and what was learnt, are used now."""
         if self._after_commit is None:
             return
-        wanted, seen, learned = self._after_commit
+        wanted, seen, seen_weights, learned = self._after_commit
         self._after_commit = None
-        self._seen = seen
+        self._seen, self._seen_weights = seen, seen_weights
         self._counted |= set(wanted)
         self._to_publish = {scope: per_s for scope, per_s in self._to_publish.items() if learned.get(scope) != per_s}
         learned = {**learned, **self._to_publish}
@@ -131,7 +168,7 @@ class BudgetShares:
         """The refresh failed (the database did not answer): every share stays; a scope never counted takes the
         smallest share of the processes last seen using it."""
         self._after_commit = None
-        fresh = {scope: 1.0 / (len(self._seen.get(scope, ())) + 1) for scope in self._shares if scope not in self._counted}
+        fresh = {scope: self._ideal(scope) for scope in self._shares if scope not in self._counted}
         self._apply({scope: share for scope, share in fresh.items() if share > self._shares[scope]})
 
     def _apply(self, shares: dict[str, float]) -> bool:

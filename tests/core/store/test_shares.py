@@ -64,6 +64,13 @@ def test_the_rule_gives_one_nth_and_never_more_than_the_others_leave() -> None:
     assert fair_share([0.9, 0.3]) == 0.0  # never below nothing
 
 
+def test_with_weights_a_process_takes_its_weights_part_and_still_never_more_than_the_others_leave() -> None:
+    assert fair_share([0.25, 0.25, 0.25], weight=3, weights=[3, 2, 2]) == pytest.approx(0.25)  # all that is left
+    assert fair_share([0.3, 0.2, 0.2], weight=3, weights=[3, 2, 2]) == pytest.approx(0.3)
+    assert fair_share([0.5], weight=1, weights=[3]) == pytest.approx(0.25)
+    assert fair_share([0.0], weight=0, weights=[0]) == pytest.approx(0.5)  # nobody weighs anything: 1/N
+
+
 async def test_n_live_processes_serving_a_workspace_take_one_nth_each(db: Database) -> None:
     await clean(db)
     processes = [stepped(db, f"p{n}") for n in range(3)]
@@ -176,6 +183,34 @@ async def test_shares_never_sum_above_one_whatever_order_processes_join_beat_and
         assert sum(shares_of(live)) <= 1 + SUM_SLACK, (step, shares_of(live))
     await beat_all(live, rounds=3)
     assert shares_of(live) == pytest.approx([1 / len(live)] * len(live))
+
+
+async def test_weighted_shares_never_sum_above_one_and_settle_on_each_weights_part(db: Database) -> None:
+    await clean(db)
+    rng = random.Random(2026)
+    live: list[Heartbeats] = []
+    weights: dict[str, int] = {}
+    made = 0
+    for step in range(150):
+        move = rng.random()
+        if move < 0.15 or not live:
+            made += 1
+            joining = stepped(db, f"p{made}")
+            joining.shares.serve(WORKSPACE)
+            live.append(joining)
+        elif move < 0.22 and len(live) > 1:
+            dead = live.pop(rng.randrange(len(live)))
+            await age(db, dead, STALE_AFTER_S + 1)
+        if rng.random() < 0.3:  # guilds come and go
+            process = rng.choice(live)
+            weights[process.owner] = rng.randint(0, 5)
+            process.shares.weigh(WORKSPACE, weights[process.owner])
+        await rng.choice(live).beat()
+        assert sum(shares_of(live)) <= 1 + SUM_SLACK, (step, shares_of(live))
+    await beat_all(live, rounds=4)
+    total = sum(weights.get(process.owner, 1) for process in live)
+    expected = [weights.get(process.owner, 1) / total if total else 1 / len(live) for process in live]
+    assert shares_of(live) == pytest.approx(expected)
 
 
 async def test_a_limit_one_process_measured_is_used_by_every_process(db: Database) -> None:
@@ -334,6 +369,15 @@ async def test_discords_global_budget_follows_the_bots_share_and_its_channels_st
     other_bot.shares.serve(f"discord:{bot_key('another token')}")
     await beat_all([other_bot, first])
     assert budgets.global_budget.share == 0.5
+    # Its shards hold 3 guilds, the other process's 1: three quarters of the bot-wide budget are its.
+    budgets.weigh(3)
+    second.shares.weigh(f"discord:{bot_key('token')}", 1)
+    await beat_all([second, first, second, first])
+    assert budgets.global_budget.share == pytest.approx(0.75)
+    assert second.shares.served()[f"discord:{bot_key('token')}"] == pytest.approx(0.25)
+    budgets.weigh(0)  # no guild (yet): still some of it, for DMs and the guild about to arrive
+    await beat_all([first, second, first])
+    assert budgets.global_budget.share == pytest.approx(0.5)
 
 
 async def test_a_process_short_of_its_share_looks_again_before_its_next_beat(db: Database) -> None:
