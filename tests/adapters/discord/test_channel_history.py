@@ -149,7 +149,8 @@ async def test_history_pages_newest_first_back_to_oldest_with_thread_roots_files
     dc.post_at(thread, ana, "in the thread", at=now - 0.5 * DAY_S)
     filed = dc.post_at(channel, ana, "the log", at=now - 60, files=[UploadedFile(filename="log.txt", data=b"x")])
     hook = await dc.send_webhook_message(channel, "CI", "build failed")
-    oldest = datetime.now(timezone.utc) - timedelta(days=30)
+    # Between two messages (they are 0.2 days apart): one exactly at the limit is in or out by the clock's millisecond.
+    oldest = datetime.fromtimestamp(now - 29.9 * DAY_S, timezone.utc)
     async with learning_bot(dc, db, openai_emulator) as adapter:
         read, cursor, pages = [], "", 0
         while True:
