@@ -1,6 +1,6 @@
 """Discord shards over real `relaybot run` processes on one Postgres and one Discord emulator: each process runs its
 shards, and every guild's mention, Approve click and DM is answered exactly once; with automatic assignment the
-shards of a process killed are taken over by the one left."""
+shards of a process killed are taken over by the one left; the bot-wide budget is split by the guilds each one runs."""
 
 from __future__ import annotations
 
@@ -144,6 +144,16 @@ async def _every_event_answered_once(dc: DiscordEmulator, guilds: dict[str, tupl
     assert len(dc.requests_to("thread_from_message")) == 2 * len(guilds), "one thread a question"
 
 
+async def _bot_shares(database_url: str, expected: tuple[float, ...]) -> bool:
+    """Whether the live processes' shares of the Discord bot's budget are `expected` (largest first)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT shares FROM process_heartbeats")
+        shares = [float(share) for (row,) in await cursor.fetchall() for scope, share in (row or {}).items()
+                  if scope.startswith("discord:")]
+    return len(shares) == len(expected) and all(
+        abs(got - want) < 1e-6 for got, want in zip(sorted(shares, reverse=True), expected))
+
+
 def _world(dc: DiscordEmulator) -> tuple[dict[str, tuple[int, int]], int]:
     dc.world.max_concurrency = 2  # a bot whose two shards may identify at once (no 5 s between them)
     guilds: dict[str, tuple[int, int]] = {}
@@ -159,6 +169,8 @@ async def test_two_processes_one_shard_each_answer_every_guilds_mention_click_an
 ) -> None:
     dc = discord_emulator
     guilds, ada = _world(dc)
+    extra = dc.add_guild("g02", on_shard=(0, 2))  # shard 0 holds three guilds, shard 1 two
+    guilds["guild 0.2"] = (extra, dc.add_channel(extra, "general"))
     _script(openai_emulator)
     zero = await _start(database_url, openai_emulator, dc, tmp_path, "shard0", DISCORD_SHARD_COUNT="2",
                         DISCORD_SHARD_IDS="0")
@@ -167,6 +179,8 @@ async def test_two_processes_one_shard_each_answer_every_guilds_mention_click_an
     async with processes(zero, one):
         await _until("both processes up, one shard each", lambda: _all_healthy(zero, one), logs=(zero, one))
         await _until("both shards connected", lambda: dc.live_shards == [(0, 2), (1, 2)], logs=(zero, one))
+        # The bot-wide budget is split by the guilds each process's shard holds: 3/5 and 2/5.
+        await _until("the bot-wide budget split 3:2", lambda: _bot_shares(database_url, (0.6, 0.4)), logs=(zero, one))
         await _every_event_answered_once(dc, guilds, ada, (zero, one))
         assert "Discord shards 0 of 2 run here" in zero.log.read_text()
         assert "Discord shards 1 of 2 run here" in one.log.read_text()
