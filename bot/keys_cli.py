@@ -9,7 +9,7 @@ from bot.channels_cli import cli_actor
 from core.api_access import ApiKey, api_key_audience
 from core.config import Settings
 from core.store.api_keys import ApiKeyExists, ApiKeyStore
-from core.store.channel_config import ChannelConfigStore, UnknownSource
+from core.store.channel_config import ChannelConfigStore, SourceOfAnotherTeam, UnknownSource
 from core.store.db import Database, DatabaseError
 from core.store.migrations import MigrationError
 
@@ -89,6 +89,8 @@ async def grant_key_sources(config: ChannelConfigStore, key: ApiKey, *, actor: s
     for source in key.sources or ():
         try:
             await config.grant(source, api_key_audience(key.id), actor=actor)
+        except SourceOfAnotherTeam as refused:
+            lines.append(f"Note: {refused}; the key does not see it.")
         except UnknownSource:
             lines.append(f'Note: there is no source "{source}" yet; the key is limited to it by name, and '
                          "sees it once it exists if it is open.")

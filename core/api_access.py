@@ -65,6 +65,11 @@ def api_key_of(conversation: ConversationKey) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def is_api_key_audience(audience: str) -> bool:
+    """Whether a grant's audience is one key's (api_key_audience)."""
+    return audience.startswith(f"{API_PLATFORM}:key:")
+
+
 def api_key_audience(key_id: int) -> str:
     """Whom a source is granted to for one key (core/channels.py's channel scope of every conversation of the key):
     a restricted source granted here is seen by that key's answers only."""

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+# sources.kind of a learned channel's source (core/store/learned_channels.py).
+CHANNEL_KIND = "channel"
+
 
 class LearningRefused(Exception):
     """A channel cannot be learned from (yet): `sentence` says why and what to do, for the admin who asked."""

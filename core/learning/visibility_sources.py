@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from psycopg import AsyncConnection
 
-from core.learning.model import ChannelPlace
+from core.api_access import API_PLATFORM
+from core.learning.model import CHANNEL_KIND, ChannelPlace
 from core.learning.visibility import ChannelVisibility
 from core.requests import team_key
-from core.retrieval.retriever import Exposure, SourceScope
+from core.retrieval.retriever import DEPLOYMENT_OWNER, Exposure, SourceScope
 
 log = logging.getLogger(__name__)
 
-CHANNEL_KIND = "channel"
 _unruled_warned = False
 
 
@@ -66,7 +66,10 @@ def candidates(
     rows: Sequence[ScopedSource], scope: SourceScope, *, exposure: Exposure | None, sources: Sequence[str] | None
 ) -> list[ScopedSource]:
     """The rows the scope may see before the visibility rule: a learned channel passes its restriction here, as
-    the rule (needs_rule / apply_rule), not a grant, decides who sees it; owners and names narrow it as any source."""
+    the rule (needs_rule / apply_rule), not a grant, decides who sees it; owners and names narrow it as any source.
+    An API key's scope holds a team's learned channel granted to the key (`relaybot keys create --sources`, the
+    operator's choice): the key is the deployment's, the channel its team's, and the grant is what joins them."""
+    api = scope.audience is not None and scope.audience.platform == API_PLATFORM
     return [
         row
         for row in rows
@@ -74,7 +77,7 @@ def candidates(
         and (exposure is None or row.exposure == exposure)
         and (sources is None or row.name in sources)
         and scope.may_see(name=row.name, restricted=row.restricted, granted=row.granted or row.kind == CHANNEL_KIND,
-                          owner=row.owner)
+                          owner=DEPLOYMENT_OWNER if api and row.kind == CHANNEL_KIND and row.granted else row.owner)
     ]
 
 

@@ -10,7 +10,9 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from core.api_access import is_api_key_audience
 from core.channels import FIELD_NAMES, ChannelSettings, ChannelSettingsError
+from core.learning.model import CHANNEL_KIND
 from core.store.db import Database
 from core.text_safety import storable, storable_json
 
@@ -147,9 +149,12 @@ class ChannelConfigStore:
         """Let `audience` (a channel scope, or a workspace's DMs) read a restricted source; False if it could."""
         async with self._db.connection() as conn:
             source_id, _ = await _source(conn, source, lock=True)
-            cursor = await conn.execute("SELECT owner FROM sources WHERE id = %s", (source_id,))
-            owner = str((await cursor.fetchone() or ("",))[0])
-            if owner and not audience.startswith(f"{owner}:"):
+            cursor = await conn.execute("SELECT owner, kind FROM sources WHERE id = %s", (source_id,))
+            owner, kind = await cursor.fetchone() or ("", "")
+            # A team's learned channel may be granted to an API key (relaybot keys create --sources, the operator's
+            # choice): the visibility rule then shows it to that key's answers only.
+            learned_for_key = kind == CHANNEL_KIND and is_api_key_audience(audience)
+            if owner and not audience.startswith(f"{owner}:") and not learned_for_key:
                 # A search outside the team never sees its sources anyway; refusing says so instead of a grant that does nothing.
                 raise SourceOfAnotherTeam(source, owner, audience)
             cursor = await conn.execute(

@@ -4,7 +4,8 @@ engine's ChannelLearningService and the visibility rule over the test Postgres, 
 A channel with threads backfilled and cited by permalink; a backfill stopped half-way (a restart) goes on from its
 checkpoint without reading or storing anything twice; an edit and a delete reach what the model is given; a
 private channel's passage never reaches the model for an asker outside it, or in a channel whose members differ;
-/relaybot's modal turns learning on (and says why it cannot where the bot is not in the channel)."""
+/relaybot's modal turns learning on (and says why it cannot where the bot is not in the channel); over the HTTP API
+a learned channel reaches only the keys it is granted to."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import aiohttp
 import pytest
 
 from adapters.http.server import HttpServer
@@ -28,9 +30,13 @@ from core.learning.model import ChannelPlace
 from core.learning.service import ChannelLearningService
 from core.learning.visibility import ChannelVisibility
 from core.retrieval.search import PgRetriever
+from bot.keys_cli import grant_key_sources
+from core.store.channel_config import ChannelConfigStore
 from core.store.db import Database
+from core.store.learned_channels import source_name
 from core.tools import ToolServices
 from core.tools.read_conversation import PlatformReaders
+from tests.adapters.api.harness import auth, serve_api
 from tests.e2e.slack_harness import ALICE, BOB, bot_replies, dm, eventually, mention
 from tests.emulators.openai_server import OpenAIEmulator, Text
 from tests.emulators.slack import SlackEmulator, channel_message_event
@@ -52,6 +58,7 @@ class LearningBot:
     engine: Engine
     http: HttpServer
     learning: ChannelLearningService
+    retriever: PgRetriever
 
     @property
     def url(self) -> str:
@@ -68,7 +75,8 @@ async def learning_bot(db: Database, slack: SlackEmulator, llm_url: str, **overr
     }
     visibility = ChannelVisibility()
     readers = PlatformReaders()
-    engine = make_engine(db, llm_url, retriever=PgRetriever(db, None, visibility=visibility),
+    retriever = PgRetriever(db, None, visibility=visibility)
+    engine = make_engine(db, llm_url, retriever=retriever,
                          tool_services=ToolServices(conversations=readers), **settings)
     learning = ChannelLearningService(db, embedder=None, settings=engine.settings)
     http = HttpServer(host="127.0.0.1", port=0)
@@ -80,7 +88,7 @@ async def learning_bot(db: Database, slack: SlackEmulator, llm_url: str, **overr
     await http.start()
     await adapter.start()
     try:
-        yield LearningBot(adapter=adapter, engine=engine, http=http, learning=learning)
+        yield LearningBot(adapter=adapter, engine=engine, http=http, learning=learning, retriever=retriever)
     finally:
         await adapter.stop_accepting()
         await adapter.close()
@@ -354,3 +362,31 @@ async def test_what_came_while_the_bot_was_down_is_caught_up_at_its_next_start(
         assert "postmortem: the disk alert threshold is now 70%" in given
         given = await ask(bot, slack, openai_emulator, INCIDENTS, "until when is staging frozen, and the billing job?")
         assert "frozen until the audit ends on Friday" in given and "billing job moved to 02:00 UTC" in given
+
+
+async def test_over_the_http_api_a_learned_channel_reaches_only_the_keys_it_is_granted_to(
+    db: Database, slack_emulator: SlackEmulator, openai_emulator: OpenAIEmulator
+) -> None:
+    slack = slack_emulator
+    slack.add_user(ALICE, display_name="alice.w")
+    slack.add_channel(SECRET, name="launch", private=True, members=[ALICE])
+    slack.add_user_message(SECRET, "the zeppelin launch code is 4711", ALICE, at=time.time() - DAY)
+    async with learning_bot(db, slack, openai_emulator.base_url) as bot:
+        await learn(bot.learning, place(slack, SECRET))
+        async with serve_api(db, openai_emulator.base_url, retriever=bot.retriever) as api, aiohttp.ClientSession() as http:
+            # As `relaybot keys create launch --sources channel:slack:<team>:<channel>` makes it, and one without.
+            granted, granted_secret = await api.keys.create("launch", sources=(source_name(place(slack, SECRET)),))
+            await grant_key_sources(ChannelConfigStore(db), granted, actor="cli:test")
+            _, plain_secret = await api.keys.create("everything else")
+
+            async def api_prompt(secret: str) -> str:
+                asked = len(openai_emulator.chat_requests)
+                openai_emulator.script(Text("Noted."))
+                async with http.post(f"{api.url}/api/answer", json={"question": "what is the zeppelin launch code?"},
+                                     headers=auth(secret)) as response:
+                    assert response.status == 200, await response.text()
+                assert len(openai_emulator.chat_requests) > asked
+                return prompt(openai_emulator)
+
+            assert "4711" in await api_prompt(granted_secret)
+            assert "4711" not in await api_prompt(plain_secret)

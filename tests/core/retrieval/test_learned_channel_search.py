@@ -14,6 +14,7 @@ from core.platform_settings import PlatformDefaults
 from core.requests import Actor, ConversationKey, Request
 from core.retrieval.retriever import SourceScope
 from core.retrieval.search import PgRetriever
+from core.store.channel_config import ChannelConfigStore, SourceOfAnotherTeam
 from core.store.db import Database
 from tests.core.learning.test_visibility import ModelFacts, world
 from tests.emulators.openai_server import OpenAIEmulator, Text
@@ -124,11 +125,16 @@ async def test_no_audience_no_rule_or_another_team_sees_no_learned_channel(chann
         await conn.execute("INSERT INTO source_grants (source_id, audience, granted_by)"
                            " SELECT id, 'slack:T1:GENERAL', 'test' FROM sources WHERE name = %s", (learned("SECRET"),))
     assert learned("SECRET") not in await found(retriever, scope_for(conversation("GENERAL"), "U1"))
-    # An API key is the deployment's: a team's learned channel is never its, even granted to it (written anyway).
-    async with channels.connection() as conn:
-        await conn.execute("INSERT INTO source_grants (source_id, audience, granted_by)"
-                           " SELECT id, %s, 'test' FROM sources WHERE name = %s", (api_key_audience(7), learned("RANDOM")))
+    # An API key sees a learned channel only when it is granted to that key (relaybot keys create --sources).
     assert await found(retriever, scope_for(api_conversation_key(7, "c1"), "key:7")) == {"handbook"}
+    store = ChannelConfigStore(channels)
+    assert await store.grant(learned("SECRET"), api_key_audience(7), actor="cli:test")  # as relaybot keys create does
+    assert await found(retriever, scope_for(api_conversation_key(7, "c1"), "key:7")) == {learned("SECRET"), "handbook"}
+    with pytest.raises(SourceOfAnotherTeam):  # a key may be granted it; another team's channel may not
+        await store.grant(learned("SECRET"), "slack:T2:C1", actor="cli:test")
+    assert await found(retriever, scope_for(api_conversation_key(8, "c1"), "key:8")) == {"handbook"}  # another key
+    # A grant to the API keys' audience widens nothing for the team's own conversations.
+    assert learned("SECRET") not in await found(retriever, scope_for(conversation("GENERAL"), "U1"))
     # Operators' tools see every source, as before the rule.
     assert learned("SECRET") in await found(retriever, SourceScope(owners=None, every_restricted=True))
 
