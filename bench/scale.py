@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.discord.transport import DiscordBudgets
+from adapters.discord.transport import GLOBAL_MARGIN, DiscordBudgets
 from adapters.streaming.clock import MonotonicClock
 from core.store.db import EmbeddedPostgres
 from tests.emulators.discord import GLOBAL_LIMIT_PER_S, DiscordEmulator
@@ -252,7 +252,7 @@ async def discord_burst(dc: DiscordEmulator, channels: list[int], user: int, fle
           f"call since: {routes}; the {k}th first text's bound at Discord's rate is {bound_s:.2f} s, at its fixed "
           f"windows (known in advance) {window_bound_s:.2f} s (ratio {percentile(firsts, 95) / window_bound_s:.2f}), "
           f"at the bot's own bot-wide budget (burst {own.global_budget.capacity:g}, "
-          f"{own.global_budget.refill_per_s:g}/s: window-safe, 10 % under the limit) {own_bound_s:.2f} s")
+          f"{own.global_budget.refill_per_s:g}/s: window-safe, {100 * GLOBAL_MARGIN:g} % under the limit) {own_bound_s:.2f} s")
     # Each process serves its shard's guilds with 1/N of the bot-wide budget: its answers and their slowest first text.
     for shard in range(n):
         mine = [first for i, first in enumerate(firsts) if (i % DISCORD_CHANNELS % DISCORD_GUILDS) % n == shard]

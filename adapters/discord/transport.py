@@ -26,7 +26,9 @@ T = TypeVar("T")
 NO_PINGS = discord.AllowedMentions.none()
 # Discord's per-channel message window; the budget spreads its calls over it.
 DISCORD_WINDOW_S = 5.0
-# The bot-wide budget stays this far under Discord's global limit, for calls discord.py makes itself.
+# The bot-wide budget stays this far under Discord's global limit: for the few calls discord.py makes itself (at start;
+# none during a burst of answers, bench/scale.py lists every call) and for calls that reach Discord bunched closer than
+# they were granted. 5 % was tried: four processes on two busy cores then drew global 429s in bench/scale.py.
 GLOBAL_MARGIN = 0.1
 # The bot-wide budget's burst: window-safe, every call of it comes out of the refill, which is what paces a burst of
 # answers (C calls take (C - burst) / (allowed - burst) s), so a small one sends a burst fastest. Two calls are what a
