@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -164,23 +165,33 @@ async def test_a_process_that_cannot_reach_the_database_keeps_its_last_share(
     assert cut_off.shares.served()[WORKSPACE] == 0.5
 
 
-async def test_shares_never_sum_above_one_whatever_order_processes_join_beat_and_die(db: Database) -> None:
-    await clean(db)
-    rng = random.Random(26)
+async def churn(
+    db: Database, rng: random.Random, steps: int, *, die_below: float,
+    between: Callable[[list[Heartbeats]], None] = lambda live: None,
+) -> list[Heartbeats]:
+    """Processes join (15 % of steps), die (`die_below`) and beat in a seeded random order, `between` called each
+    step before a beat; the shares never sum above 1 at any step. The processes still live."""
     live: list[Heartbeats] = []
     made = 0
-    for step in range(120):
+    for step in range(steps):
         move = rng.random()
         if move < 0.15 or not live:
             made += 1
             joining = stepped(db, f"p{made}")
             joining.shares.serve(WORKSPACE)
             live.append(joining)
-        elif move < 0.25 and len(live) > 1:
+        elif move < die_below and len(live) > 1:
             dead = live.pop(rng.randrange(len(live)))
             await age(db, dead, STALE_AFTER_S + 1)  # killed: its stamp goes stale, it never beats again
+        between(live)
         await rng.choice(live).beat()
         assert sum(shares_of(live)) <= 1 + SUM_SLACK, (step, shares_of(live))
+    return live
+
+
+async def test_shares_never_sum_above_one_whatever_order_processes_join_beat_and_die(db: Database) -> None:
+    await clean(db)
+    live = await churn(db, random.Random(26), 120, die_below=0.25)
     await beat_all(live, rounds=3)
     assert shares_of(live) == pytest.approx([1 / len(live)] * len(live))
 
@@ -188,25 +199,15 @@ async def test_shares_never_sum_above_one_whatever_order_processes_join_beat_and
 async def test_weighted_shares_never_sum_above_one_and_settle_on_each_weights_part(db: Database) -> None:
     await clean(db)
     rng = random.Random(2026)
-    live: list[Heartbeats] = []
     weights: dict[str, int] = {}
-    made = 0
-    for step in range(150):
-        move = rng.random()
-        if move < 0.15 or not live:
-            made += 1
-            joining = stepped(db, f"p{made}")
-            joining.shares.serve(WORKSPACE)
-            live.append(joining)
-        elif move < 0.22 and len(live) > 1:
-            dead = live.pop(rng.randrange(len(live)))
-            await age(db, dead, STALE_AFTER_S + 1)
-        if rng.random() < 0.3:  # guilds come and go
+
+    def guilds_come_and_go(live: list[Heartbeats]) -> None:
+        if rng.random() < 0.3:
             process = rng.choice(live)
             weights[process.owner] = rng.randint(0, 5)
             process.shares.weigh(WORKSPACE, weights[process.owner])
-        await rng.choice(live).beat()
-        assert sum(shares_of(live)) <= 1 + SUM_SLACK, (step, shares_of(live))
+
+    live = await churn(db, rng, 150, die_below=0.22, between=guilds_come_and_go)
     await beat_all(live, rounds=4)
     total = sum(weights.get(process.owner, 1) for process in live)
     expected = [weights.get(process.owner, 1) / total if total else 1 / len(live) for process in live]
