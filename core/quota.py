@@ -124,7 +124,10 @@ Deps = TypeVar("Deps", bound=WithQuota)
 
 class TokenLedger(Protocol):
     """Accounts found from the conversation at each call (core.store.api_keys.ApiKeyStore: an API conversation's key);
-    it reserves through its own DayLedger."""
+    it reserves through its own DayLedger. `platform`: the only platform whose conversations it may charge, so a
+    run elsewhere (a Slack click's) never runs its code."""
+
+    platform: str
 
     def account(self, conversation: ConversationKey, user: Actor) -> str | None:
         """The account this ledger charges for a run there by that user; None: this ledger has no say."""
@@ -181,7 +184,12 @@ class TokenQuota:
 
     def applies(self, *, conversation: ConversationKey, user: Actor) -> bool:
         """Whether some account pays for a run there (else its calls reserve nothing, and no prompt is counted)."""
-        return bool(self._charges) or any(ledger.account(conversation, user) is not None for ledger in self._ledgers)
+        return bool(self._charges) or any(
+            ledger.account(conversation, user) is not None for ledger in self._ledgers_of(conversation)
+        )
+
+    def _ledgers_of(self, conversation: ConversationKey) -> tuple[TokenLedger, ...]:
+        return tuple(ledger for ledger in self._ledgers if ledger.platform == conversation.platform)
 
     async def reserve(self, *, conversation: ConversationKey, user: Actor, prompt_tokens: int,
                       max_output: int) -> Grant:
@@ -189,7 +197,7 @@ class TokenQuota:
         asked = want = prompt_tokens + max(MIN_OUTPUT_TOKENS, max_output)
         floor = prompt_tokens + MIN_OUTPUT_TOKENS
         held: list[Held] = []
-        found = [(ledger, ledger.account(conversation, user)) for ledger in self._ledgers]
+        found = [(ledger, ledger.account(conversation, user)) for ledger in self._ledgers_of(conversation)]
         payers = [partial(ledger.reserve, account) for ledger, account in found if account is not None]
         for reserve in [*payers, *(charge.reserve for charge in self._charges)]:
             outcome = await reserve(want=want, floor=floor)

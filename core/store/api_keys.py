@@ -9,7 +9,7 @@ from datetime import date
 
 import psycopg
 
-from core.api_access import ApiKey, api_key_of, quota_refusal
+from core.api_access import API_PLATFORM, ApiKey, api_key_of, quota_refusal
 from core.quota import DayLimits, Held, QuotaRefusal
 from core.requests import Actor, ConversationKey
 from core.store.day_counts import DayCounts
@@ -37,6 +37,8 @@ def _key(row: tuple) -> ApiKey:  # type: ignore[type-arg]
 class ApiKeyStore:
     """Create, list, revoke and look up keys; take a day's request; reserve and settle its model calls' tokens
     (the core.quota.TokenLedger of API keys)."""
+
+    platform = API_PLATFORM  # only the HTTP API's conversations are a key's
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from core.api_access import api_conversation_key
 from core.quota import Grant, QuotaExceeded, TokenQuota
@@ -91,3 +92,23 @@ async def test_a_key_without_a_token_limit_still_counts_what_its_calls_used(
             body = await response.json()
         assert (await api.keys.used(key)) == (1, body["usage"]["total_tokens"])
         assert "max_tokens" not in openai_emulator.chat_requests[0]  # nothing to clamp: the model's own limit
+
+
+async def test_a_chat_run_never_asks_the_api_keys_ledger(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = ApiKeyStore(db)
+    asked: list[ConversationKey] = []
+    real_account = keys.account
+
+    def account(conversation: ConversationKey, user: Actor) -> str | None:
+        asked.append(conversation)
+        return real_account(conversation, user)
+
+    monkeypatch.setattr(keys, "account", account)
+    quota = TokenQuota([keys])
+    slack = ConversationKey(platform="slack", workspace="T1", channel="C1", thread="1.0")
+    assert not quota.applies(conversation=slack, user=Actor(id="U1"))
+    grant = await quota.reserve(conversation=slack, user=Actor(id="U1"), prompt_tokens=5, max_output=10)
+    assert grant.held == () and asked == []
+    key, _ = await keys.create("asked", tokens_per_day=50)
+    assert quota.applies(conversation=api_conversation_key(key.id, "c"), user=Actor(id="u"))
+    assert asked == [api_conversation_key(key.id, "c")]
