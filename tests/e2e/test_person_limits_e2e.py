@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.answer_repair import CURSOR_CHAR
 from core.person_limits import person_ledger
 from core.store.db import Database
 from tests.adapters.discord.harness import make_world, running_bot, wait_for_text
@@ -38,7 +39,9 @@ async def test_slack_a_person_over_the_request_limit_gets_the_sentence_and_other
         asked = [mention(slack, CHANNEL, f"question {n}") for n in range(3)]
         for event in asked:
             await slack.deliver_event(bot.url, event)
-            assert await eventually(lambda: _last_reply(slack, event["ts"]) != "")
+            # Ended, not still streaming: the next question must not overtake this one's last edit.
+            assert await eventually(lambda: _last_reply(slack, event["ts"]) != ""
+                                    and CURSOR_CHAR not in _last_reply(slack, event["ts"]))
         assert [_last_reply(slack, event["ts"]) for event in asked[:2]] == ["Answered.", "Answered."]
         assert _last_reply(slack, asked[2]["ts"]).startswith(LIMIT_SENTENCE.format(n=2, what="questions"))
         assert len(openai_emulator.chat_requests) == 2  # the refused question never reached the model
