@@ -127,6 +127,11 @@ class ChannelIndexer:
                     "DELETE FROM documents WHERE source_id = %s AND channel_document = %s", (source_id, key)
                 )
             else:
+                # Its uri may be another document's of the source until that one is rebuilt (a root that got
+                # replies): both replace it, and under their own keys' locks alone they would insert it twice.
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"learned:{source_id}:uri:{document.uri}",)
+                )
                 await _insert(conn, source_id, document, vectors, self.embedder.name if self.embedder else None)
         self.writes += 1
         return True
